@@ -1,0 +1,18 @@
+"""Codecs: the only place records are turned into bytes and back.
+
+Every record on a topic is a versioned pydantic model (:mod:`.records`); anything that
+fails to decode raises :class:`DecodeError` with a reason meant for the dead-letter path.
+"""
+
+from rflow.codecs.envelope import MAX_RECORD_BYTES, DecodeError, decode, encode
+from rflow.codecs.records import DeadLetter, Record, TriggerRecord
+
+__all__ = [
+    "MAX_RECORD_BYTES",
+    "DeadLetter",
+    "DecodeError",
+    "Record",
+    "TriggerRecord",
+    "decode",
+    "encode",
+]

@@ -1,0 +1,66 @@
+"""JSON for everything rflow writes: the only caller of orjson.
+
+orjson refuses integers beyond 64 bits, and wei amounts routinely exceed them: such
+integers are written as decimal strings (as most chain APIs do), so no amount is ever
+rounded through a float. Models that carry amounts declare them as ``Wei`` fields,
+which read the strings back as exact integers.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
+class JSONDecodeError(ValueError):
+    """Bytes that are not one JSON document."""
+
+
+_INT64 = (-(2**63), 2**64 - 1)
+
+
+def _widen(value: Any) -> Any:
+    """Replace integers outside orjson's range by their decimal strings."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if _INT64[0] <= value <= _INT64[1] else str(value)
+    if isinstance(value, dict):
+        return {key: _widen(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_widen(item) for item in value]
+    if hasattr(value, "model_dump"):
+        return _widen(value.model_dump(mode="json"))
+    return value
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def dumps(value: Any) -> bytes:
+    """Encode ``value`` as compact JSON with sorted keys (stable bytes for stable input)."""
+    try:
+        return orjson.dumps(value, default=_default, option=_OPTIONS)
+    except orjson.JSONEncodeError as exc:
+        if "64-bit" not in str(exc):
+            raise TypeError(str(exc)) from exc
+    return orjson.dumps(_widen(value), default=_default, option=_OPTIONS)
+
+
+def loads(data: bytes | str) -> Any:
+    """Decode one JSON document; any failure is a :class:`JSONDecodeError`."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise JSONDecodeError(str(exc)) from exc

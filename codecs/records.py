@@ -1,0 +1,66 @@
+"""The records that travel on rflow's topics.
+
+Every record is a frozen pydantic model with a ``kind`` (which record it is) and a
+``v`` (the version of that kind's shape). A reader accepts the versions it knows and
+sends anything else to the dead-letter path with the reason.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Record(BaseModel):
+    """Base of every topic record."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TriggerRecord(Record):
+    """One firing of a workflow's trigger, as produced to the triggers topic.
+
+    The Kafka key is ``group`` when the workflow declares a concurrency group, else
+    ``trigger_key``; ``trigger_key`` is the firing's idempotency key, so a repeated
+    delivery of the same firing starts no second run.
+    """
+
+    kind: Literal["trigger"] = "trigger"
+    v: Literal[1] = 1
+    workflow: str = Field(min_length=1, max_length=200)
+    trigger_key: str = Field(min_length=1, max_length=512)
+    group: str | None = Field(None, max_length=512)
+    source: Literal["event", "webhook", "schedule", "manual"]
+    payload: dict[str, Any] = Field(default_factory=dict)
+    received_at: datetime
+
+    @property
+    def partition_key(self) -> str:
+        """The Kafka key: the concurrency group, or the run's own key without one."""
+        return self.group if self.group is not None else self.trigger_key
+
+
+class DeadLetter(Record):
+    """A record that could not be processed, with where it came from and why."""
+
+    kind: Literal["dead_letter"] = "dead_letter"
+    v: Literal[1] = 1
+    topic: str
+    partition: int
+    offset: int
+    key: str | None
+    reason: str
+    raw: str = Field(
+        description="the record's bytes, decoded as UTF-8 with replacement, cut to 64 KiB"
+    )
+    failed_at: datetime
+
+
+AnyRecord = Annotated[TriggerRecord | DeadLetter, Field(discriminator="kind")]
+
+KNOWN_VERSIONS: dict[str, frozenset[int]] = {
+    "trigger": frozenset({1}),
+    "dead_letter": frozenset({1}),
+}

@@ -1,0 +1,88 @@
+"""Operating commands: topics, migrations and the worker."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+
+from rflow.cli import main
+from rflow.settings import Settings
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+@main.group()
+def topics() -> None:
+    """Kafka topics declared in topics.yaml."""
+
+
+@topics.command("apply")
+@click.option("--dry-run", is_flag=True, help="Report what would be created; change nothing.")
+def topics_apply(dry_run: bool) -> None:
+    """Create missing topics; refuse a topic whose partition count differs from the file."""
+    from rflow.streams import topics as topic_ops
+
+    settings = Settings.from_env()
+    try:
+        result = asyncio.run(topic_ops.apply(settings, dry_run=dry_run))
+    except topic_ops.TopicsError as exc:
+        _fail(str(exc))
+    verb = "would create" if dry_run else "created"
+    for name in result.created:
+        click.echo(f"{verb}  {name}")
+    for name in result.unchanged:
+        click.echo(f"ok       {name}")
+    click.echo(f"{len(result.created)} {verb}, {len(result.unchanged)} unchanged")
+
+
+@main.command()
+def migrate() -> None:
+    """Apply the database migrations (idempotent)."""
+    settings = Settings.from_env()
+    applied = asyncio.run(_migrate(settings))
+    for name in applied:
+        click.echo(f"applied  {name}")
+    click.echo(f"schema {settings.database_schema!r} is up to date ({len(applied)} applied now)")
+
+
+async def _migrate(settings: Settings) -> list[str]:
+    from rflow import storage
+
+    try:
+        conn = await storage.connect(settings)
+    except storage.StorageError as exc:
+        _fail(str(exc))
+    async with conn:
+        try:
+            return await storage.migrate(conn, settings.database_schema)
+        except storage.StorageError as exc:
+            _fail(str(exc))
+    return []
+
+
+@main.command()
+@click.option("--setup/--no-setup", default=True, help="Apply topics and migrations first.")
+@click.option("-l", "--loglevel", default="info", show_default=True)
+def worker(setup: bool, loglevel: str) -> None:
+    """Run a worker: the agents of every workflow, as one member of the consumer group."""
+    settings = Settings.from_env()
+    if setup:
+        from rflow.streams import topics as topic_ops
+
+        try:
+            asyncio.run(topic_ops.apply(settings))
+        except topic_ops.TopicsError as exc:
+            _fail(str(exc))
+        asyncio.run(_migrate(settings))
+    from rflow.streams.app import create_app
+
+    app = create_app(settings)
+    app.main_worker = True
+    from faust.worker import Worker
+
+    Worker(app, loglevel=loglevel).execute_from_commandline()

@@ -1,0 +1,116 @@
+"""Process settings: the one place that reads environment variables.
+
+Every endpoint and tunable reaches the code through :class:`Settings`; its defaults
+match the local stack that ``scripts/stack up`` starts on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+_PREFIX = "RFLOW_"
+_RPC_PREFIX = "RFLOW_RPC_URL_"
+# Variable suffix -> field, for every scalar setting.
+_VARIABLES = {
+    "KAFKA_BROKERS": "kafka_brokers",
+    "DATABASE_URL": "database_url",
+    "DATABASE_SCHEMA": "database_schema",
+    "APP_ID": "app_id",
+    "TOPIC_PREFIX": "topic_prefix",
+    "TOPICS_FILE": "topics_file",
+    "DATA_DIR": "data_dir",
+    "WEB_PORT": "web_port",
+    "BROKER_SESSION_TIMEOUT": "broker_session_timeout",
+    "BROKER_HEARTBEAT_INTERVAL": "broker_heartbeat_interval",
+}
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def environ() -> dict[str, str]:
+    """A snapshot of the process environment.
+
+    Workflow files may substitute ``${VAR}`` at load time and name secrets by
+    variable; they receive this mapping rather than reading ``os.environ`` themselves.
+    """
+    return dict(os.environ)
+
+
+class Settings(BaseModel):
+    """Endpoints and tunables of one rflow process."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kafka_brokers: str = Field("127.0.0.1:9092", description="bootstrap servers, comma separated")
+    database_url: SecretStr = Field(
+        SecretStr("postgresql://rflow@127.0.0.1:55432/rflow"),
+        description="libpq connection URL of the Postgres database",
+    )
+    database_schema: str = Field("rflow", description="Postgres schema holding rflow's tables")
+    rpc_urls: dict[str, str] = Field(
+        default_factory=lambda: {"local": "http://127.0.0.1:8545"},
+        description="JSON-RPC URL per network name (RFLOW_RPC_URL_<NETWORK>)",
+    )
+    app_id: str = Field(
+        "rflow", description="Faust app id: workers with the same id share partitions"
+    )
+    topic_prefix: str = Field("", description="prefix for every topic name (isolates test runs)")
+    topics_file: Path = Field(_REPO_ROOT / "topics.yaml")
+    data_dir: Path = Field(Path(".rflow"), description="Faust table state (RocksDB or memory)")
+    web_port: int = Field(6066, description="Faust web server port of a worker")
+    broker_session_timeout: float = 30.0
+    broker_heartbeat_interval: float = 3.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from ``RFLOW_*`` variables, then apply ``overrides``."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for suffix, field in _VARIABLES.items():
+            if (value := env.get(_PREFIX + suffix)) is not None:
+                values[field] = value
+        rpc = {
+            key[len(_RPC_PREFIX) :].lower(): value
+            for key, value in env.items()
+            if key.startswith(_RPC_PREFIX) and value
+        }
+        if rpc:
+            values["rpc_urls"] = {"local": "http://127.0.0.1:8545", **rpc}
+        values.update(overrides)
+        return cls(**values)
+
+    def to_env(self) -> dict[str, str]:
+        """The ``RFLOW_*`` variables that rebuild these settings in another process."""
+        env = {}
+        for suffix, field in _VARIABLES.items():
+            value = getattr(self, field)
+            env[_PREFIX + suffix] = (
+                value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+            )
+        for network, url in self.rpc_urls.items():
+            env[_RPC_PREFIX + network.upper()] = url
+        return env
+
+    @property
+    def database_display(self) -> str:
+        """The database URL without its password, for messages."""
+        url = self.database_url.get_secret_value()
+        scheme, sep, rest = url.partition("://")
+        if "@" in rest:
+            creds, _, host = rest.rpartition("@")
+            user = creds.split(":", 1)[0]
+            rest = f"{user}@{host}"
+        return f"{scheme}{sep}{rest}"
+
+    def rpc_url(self, network: str) -> str:
+        """The JSON-RPC URL of ``network``; a clear error names the variable to set."""
+        try:
+            return self.rpc_urls[network.lower()]
+        except KeyError:
+            raise LookupError(
+                f"no RPC URL for network {network!r}: set {_RPC_PREFIX}{network.upper()}"
+            ) from None

@@ -1,0 +1,22 @@
+"""Storage: every SQL statement rflow runs, one module per table group.
+
+The schema is created by the numbered migrations in ``migrations/``; psycopg's
+exceptions are translated to :class:`StorageError` subclasses and never leak out.
+"""
+
+from rflow.storage.db import check_schema, connect, pool
+from rflow.storage.errors import MigrationError, StorageError, Unavailable, UniqueViolation
+from rflow.storage.migrate import available, migrate, pending
+
+__all__ = [
+    "MigrationError",
+    "StorageError",
+    "Unavailable",
+    "UniqueViolation",
+    "available",
+    "check_schema",
+    "connect",
+    "migrate",
+    "pending",
+    "pool",
+]

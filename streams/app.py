@@ -1,0 +1,121 @@
+"""The Faust application: built from :class:`~rflow.settings.Settings` and ``topics.yaml``.
+
+``faust -A rflow.streams.app worker`` and ``rflow worker`` both run the module-level
+:data:`app`, built from the environment. Tests build their own with
+:func:`create_app` and a fresh topic prefix and app id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import faust
+
+from rflow.codecs import tables as table_codec
+from rflow.settings import Settings
+from rflow.streams import tables, views
+from rflow.streams.database import Database
+from rflow.streams.topics import Catalog
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The app's topic handles. Values travel as raw bytes: agents decode them with
+    :mod:`rflow.codecs`, so a bad record reaches the dead-letter path instead of
+    failing inside Faust's deserializer."""
+
+    triggers: faust.TopicT
+    runs: faust.TopicT
+    sends: faust.TopicT
+    events: faust.TopicT
+    dlq: faust.TopicT
+
+
+@dataclass
+class Runtime:
+    """What rflow's agents need besides Faust: settings, topics, tables, the database."""
+
+    settings: Settings
+    catalog: Catalog
+    topics: Topics | None = None
+    tables: tables.Tables | None = None
+    database: Database | None = None
+
+
+class RflowApp(faust.App):
+    """A Faust app carrying rflow's :class:`Runtime` as ``app.rflow``."""
+
+    rflow: Runtime
+
+    def declared_topic(self, name: str, **kwargs) -> faust.TopicT:
+        """A handle on topic ``name`` of ``topics.yaml`` (prefix applied); raw bytes by default."""
+        catalog = self.rflow.catalog
+        spec = catalog.spec(name)
+        options = {
+            "key_type": bytes,
+            "value_type": bytes,
+            "key_serializer": "raw",
+            "value_serializer": "raw",
+            **kwargs,
+        }
+        return self.topic(
+            catalog.full_name(name),
+            partitions=spec.partitions,
+            replicas=spec.replication_factor,
+            config=spec.configs,
+            **options,
+        )
+
+
+def create_app(settings: Settings | None = None) -> RflowApp:
+    """Build the app with every agent, table and page attached."""
+    settings = settings or Settings.from_env()
+    catalog = Catalog.from_settings(settings)
+    codec = table_codec.register()
+    partitions = catalog.spec("rflow.triggers").partitions
+    app = RflowApp(
+        settings.app_id,
+        broker=[f"kafka://{host}" for host in settings.kafka_brokers.split(",")],
+        store="memory://",
+        autodiscover=False,
+        topic_partitions=partitions,
+        topic_replication_factor=catalog.spec("rflow.triggers").replication_factor,
+        key_serializer="raw",
+        value_serializer=codec,
+        broker_session_timeout=settings.broker_session_timeout,
+        broker_heartbeat_interval=settings.broker_heartbeat_interval,
+        producer_acks=-1,
+        web_host="127.0.0.1",
+        web_port=settings.web_port,
+        web_bind="127.0.0.1",
+        datadir=str(settings.data_dir),
+        # One event at a time per partition keeps per-group order; effects run as tasks.
+        stream_buffer_maxsize=1024,
+    )
+    app.rflow = runtime = Runtime(settings, catalog)
+    runtime.topics = Topics(
+        triggers=app.declared_topic("rflow.triggers"),
+        runs=app.declared_topic("rflow.runs"),
+        sends=app.declared_topic("rflow.sends"),
+        events=app.declared_topic("rflow.events"),
+        dlq=app.declared_topic("rflow.dlq"),
+    )
+
+    runtime.tables = tables.create(app)
+    runtime.database = app.add_dependency(Database(settings))
+
+    from rflow import agents
+
+    agents.attach(app)
+    views.attach(app)
+    return app
+
+
+def __getattr__(name: str) -> RflowApp:
+    # `faust -A rflow.streams.app` looks up `app`; building it on first access keeps
+    # importing this module free of side effects (tests build their own apps).
+    if name == "app":
+        global app
+        app = create_app()
+        return app
+    raise AttributeError(name)

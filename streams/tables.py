@@ -1,0 +1,59 @@
+"""The Faust tables: run state whose changelogs (declared in ``topics.yaml``) are the journal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import faust
+
+from rflow.codecs.tables import CODEC_NAME
+
+if TYPE_CHECKING:
+    from rflow.streams.app import RflowApp
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The app's tables."""
+
+    triggers: faust.Table
+
+
+def _table(app: RflowApp, name: str, changelog: str, help: str) -> faust.Table:
+    spec = app.rflow.catalog.spec(changelog)
+    schema = faust.Schema(key_serializer=CODEC_NAME, value_serializer=CODEC_NAME)
+    # Our own changelog handle (Faust's default is named after the app id and is written
+    # without acks): the journal must be acknowledged by the broker like any record.
+    topic = app.declared_topic(
+        changelog,
+        schema=schema,
+        key_type=None,
+        value_type=None,
+        key_serializer=None,
+        value_serializer=None,
+        internal=True,
+        maxsize=131_072,
+        allow_empty=True,
+    )
+    return app.Table(
+        name,
+        default=None,
+        partitions=spec.partitions,
+        changelog_topic=topic,
+        schema=schema,
+        help=help,
+    )
+
+
+def create(app: RflowApp) -> Tables:
+    """Declare every table on ``app``."""
+    return Tables(
+        triggers=_table(
+            app,
+            "triggers",
+            "rflow.state.triggers",
+            "Accepted trigger firings, keyed by trigger key (the firing's idempotency key): "
+            "the record as received. A key already present is a duplicate delivery.",
+        ),
+    )

@@ -1,0 +1,214 @@
+"""The topics declared in ``topics.yaml`` and their creation on a broker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
+
+from rflow.settings import Settings
+
+_TOPIC_ALREADY_EXISTS = 36
+
+
+class TopicsError(Exception):
+    """``topics.yaml`` is malformed, or the broker disagrees with it."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic as ``topics.yaml`` declares it (``name`` without the prefix)."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str] = field(default_factory=dict)
+    key: str = ""
+    description: str = ""
+
+
+def load(path: Path) -> list[TopicSpec]:
+    """Read and check ``topics.yaml``."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise TopicsError(f"{path}: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("topics"), list):
+        raise TopicsError(f"{path}: expected a mapping with a 'topics' list")
+    default_rf = doc.get("replication_factor", 1)
+    specs: list[TopicSpec] = []
+    for index, entry in enumerate(doc["topics"]):
+        where = f"{path}: topics[{index}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise TopicsError(f"{where}: each topic needs a 'name'")
+        unknown = set(entry) - {
+            "name",
+            "partitions",
+            "replication_factor",
+            "configs",
+            "key",
+            "description",
+        }
+        if unknown:
+            raise TopicsError(
+                f"{where} ({entry['name']}): unknown field(s) {', '.join(sorted(unknown))}"
+            )
+        partitions = entry.get("partitions")
+        rf = entry.get("replication_factor", default_rf)
+        if not isinstance(partitions, int) or partitions < 1:
+            raise TopicsError(f"{where} ({entry['name']}): 'partitions' must be a positive integer")
+        if not isinstance(rf, int) or rf < 1:
+            raise TopicsError(
+                f"{where} ({entry['name']}): 'replication_factor' must be a positive integer"
+            )
+        configs = {str(k): str(v) for k, v in (entry.get("configs") or {}).items()}
+        specs.append(
+            TopicSpec(
+                entry["name"],
+                partitions,
+                rf,
+                configs,
+                entry.get("key", ""),
+                entry.get("description", ""),
+            )
+        )
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise TopicsError(f"{path}: a topic is declared twice")
+    return specs
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The declared topics under one settings' prefix."""
+
+    specs: tuple[TopicSpec, ...]
+    prefix: str = ""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Catalog:
+        return cls(tuple(load(settings.topics_file)), settings.topic_prefix)
+
+    def full_name(self, name: str) -> str:
+        """The broker-side name of declared topic ``name``."""
+        self.spec(name)
+        return self.prefix + name
+
+    def spec(self, name: str) -> TopicSpec:
+        for spec in self.specs:
+            if spec.name == name:
+                return spec
+        raise TopicsError(f"topic {name!r} is not declared in topics.yaml")
+
+    def __iter__(self):
+        return iter(self.specs)
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What ``apply`` found and did."""
+
+    created: list[str]
+    unchanged: list[str]
+
+
+async def apply(
+    settings: Settings, catalog: Catalog | None = None, *, dry_run: bool = False
+) -> ApplyResult:
+    """Create the declared topics that are missing; refuse partition-count mismatches.
+
+    Every mismatch is reported together, before anything is created.
+    """
+    catalog = catalog or Catalog.from_settings(settings)
+    async with _admin(settings) as admin:
+        existing = await _partition_counts(admin, [catalog.prefix + s.name for s in catalog])
+        problems, missing, unchanged = [], [], []
+        for spec in catalog:
+            name = catalog.prefix + spec.name
+            count = existing.get(name)
+            if count is None:
+                missing.append((name, spec))
+            elif count != spec.partitions:
+                problems.append(_mismatch(name, count, spec.partitions))
+            else:
+                unchanged.append(name)
+        if problems:
+            raise TopicsError("\n".join(problems))
+        if missing and not dry_run:
+            new = [
+                NewTopic(n, s.partitions, s.replication_factor, topic_configs=s.configs)
+                for n, s in missing
+            ]
+            response = await admin.create_topics(new, timeout_ms=15000)
+            for name, code, message in (tuple(e)[:3] for e in response.topic_errors):
+                # 36: it exists already (a racing apply, or metadata that lagged behind);
+                # the verification below checks its partition count like any other.
+                if code not in (0, _TOPIC_ALREADY_EXISTS):
+                    raise TopicsError(f"creating topic {name} failed (error {code}): {message}")
+            await _verify(admin, catalog)
+        return ApplyResult([n for n, _ in missing], unchanged)
+
+
+async def describe(settings: Settings, names: Iterable[str]) -> dict[str, int]:
+    """Partition counts of the named broker-side topics that exist."""
+    async with _admin(settings) as admin:
+        return await _partition_counts(admin, list(names))
+
+
+def _mismatch(name: str, actual: int, declared: int) -> str:
+    return (
+        f"topic {name} has {actual} partitions but topics.yaml declares {declared}; "
+        "changing the count of a live topic moves keys between partitions, so rflow "
+        "will not do it: create a new topic, or change topics.yaml back"
+    )
+
+
+async def _verify(admin: AIOKafkaAdminClient, catalog: Catalog, timeout: float = 15.0) -> None:
+    """Wait until the broker's metadata lists every declared topic, then check counts."""
+    want = {catalog.prefix + spec.name: spec.partitions for spec in catalog}
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        counts = await _partition_counts(admin, list(want))
+        if set(counts) == set(want):
+            break
+        if asyncio.get_running_loop().time() > deadline:
+            absent = ", ".join(sorted(set(want) - set(counts)))
+            raise TopicsError(
+                f"topics not visible on the broker {timeout:.0f}s after creation: {absent}"
+            )
+        await asyncio.sleep(0.1)
+    wrong = [
+        _mismatch(name, counts[name], declared)
+        for name, declared in want.items()
+        if counts[name] != declared
+    ]
+    if wrong:
+        raise TopicsError("\n".join(wrong))
+
+
+@asynccontextmanager
+async def _admin(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers, request_timeout_ms=15000)
+    try:
+        await admin.start()
+    except KafkaError as exc:
+        raise TopicsError(f"cannot reach Kafka at {settings.kafka_brokers}: {exc}") from None
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
+async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    present = set(await admin.list_topics())
+    wanted = [n for n in names if n in present]
+    if not wanted:
+        return {}
+    described = await admin.describe_topics(wanted)
+    return {t["topic"]: len(t["partitions"]) for t in described}

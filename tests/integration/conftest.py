@@ -1,0 +1,94 @@
+"""Integration fixtures: the real Kafka, Postgres and anvil that ``scripts/stack up`` runs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from psycopg import sql
+
+from rflow import storage
+from rflow.settings import Settings
+from rflow.streams import topics
+from tests.integration.harness import WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration" in str(item.fspath) or "tests\\integration" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stack_is_up() -> None:
+    """Fail fast, with the fix, when the local stack is not running."""
+    settings = Settings.from_env()
+
+    async def check() -> None:
+        await topics.describe(settings, [])
+        conn = await storage.connect(settings)
+        await conn.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(check(), 20))
+    except Exception as exc:  # any failure means the same fix
+        pytest.fail(f"the local stack is not reachable ({exc}); start it with: scripts/stack up")
+
+
+@pytest.fixture
+async def schema(settings: Settings) -> AsyncIterator[str]:
+    """A fresh, migrated schema for this test, dropped afterwards."""
+    conn = await storage.connect(settings)
+    async with conn:
+        await storage.migrate(conn, settings.database_schema)
+        yield settings.database_schema
+        await conn.execute(
+            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                sql.Identifier(settings.database_schema)
+            )
+        )
+
+
+@pytest.fixture
+async def applied_topics(settings: Settings) -> AsyncIterator[topics.ApplyResult]:
+    """The topics of topics.yaml created under this test's prefix; deleted afterwards."""
+    yield await topics.apply(settings)
+    await delete_test_topics(settings)
+
+
+async def delete_test_topics(settings: Settings) -> None:
+    """Delete the topics of this test: its prefix, and Faust's own under its app id."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
+    await admin.start()
+    try:
+        mine = [
+            name
+            for name in await admin.list_topics()
+            if name.startswith(settings.topic_prefix) or name.startswith(settings.app_id + "-")
+        ]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+def worker_factory(settings: Settings, tmp_path: Path) -> Iterator:
+    """Start ``rflow worker`` processes for this test; all are stopped at teardown."""
+    started: list[WorkerProcess] = []
+
+    def start(**overrides) -> WorkerProcess:
+        worker = WorkerProcess(
+            settings.model_copy(update=overrides), tmp_path / f"worker-{len(started)}.log"
+        ).start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

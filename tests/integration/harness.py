@@ -1,0 +1,129 @@
+"""Test harness for the real stack: worker processes, producers, condition waits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaProducer
+
+from rflow.settings import Settings
+
+T = TypeVar("T")
+
+
+async def wait_until(
+    check: Callable[[], Awaitable[T | None]], *, timeout: float = 30.0, what: str = "condition"
+) -> T:
+    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        result = await check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 0.25)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class WorkerProcess:
+    """An ``rflow worker`` in its own process, as a user would run it."""
+
+    def __init__(self, settings: Settings, log_path: Path) -> None:
+        self.settings = settings.model_copy(update={"web_port": free_port()})
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        env = {**os.environ, **self.settings.to_env()}
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rflow.cli", "worker", "--no-setup", "-l", "info"],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.web_port}"
+
+    async def get(self, path: str) -> tuple[int, Any]:
+        """GET ``path`` from the worker's web server: (status, JSON body); (0, None) if down."""
+
+        def fetch() -> tuple[int, Any]:
+            try:
+                with urllib.request.urlopen(self.url + path, timeout=2) as resp:
+                    return resp.status, json.loads(resp.read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read() or b"null")
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                return 0, None
+
+        return await asyncio.to_thread(fetch)
+
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        async def ready() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"worker exited with {self.proc.returncode}:\n{self.tail()}")
+            status, _ = await self.get("/rflow/ready/")
+            return status == 200
+
+        try:
+            await wait_until(ready, timeout=timeout, what="the worker to be ready")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- worker log ---\n{self.tail()}") from None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
+        """Signal the worker and wait for it to exit; SIGKILL if it lingers."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=10)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no flush, as a crash."""
+        self.stop(signal.SIGKILL)
+
+    def tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+async def produce(settings: Settings, topic: str, key: bytes | None, value: bytes | None) -> None:
+    """Produce one record to declared topic ``topic`` (prefix applied), acknowledged by all."""
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_brokers, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(settings.topic_prefix + topic, value=value, key=key)
+    finally:
+        await producer.stop()

@@ -1,0 +1,64 @@
+"""Postgres migrations on the real database."""
+
+from __future__ import annotations
+
+import pytest
+from psycopg import sql
+from pydantic import SecretStr
+
+from rflow import storage
+from rflow.settings import Settings
+
+
+@pytest.fixture
+async def conn(settings: Settings):
+    conn = await storage.connect(settings)
+    async with conn:
+        yield conn
+        await conn.execute(
+            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                sql.Identifier(settings.database_schema)
+            )
+        )
+
+
+async def test_migrations_apply_to_an_empty_schema_and_are_idempotent(settings, conn):
+    schema = settings.database_schema
+    assert await storage.pending(conn, schema) == [
+        f"{m.version:04d}_{m.name}.sql" for m in storage.available()
+    ]
+
+    applied = await storage.migrate(conn, schema)
+    assert applied == ["0001_init.sql"]
+    assert await storage.pending(conn, schema) == []
+    cur = await conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
+        (schema,),
+    )
+    assert [row[0] for row in await cur.fetchall()] == ["dead_letters", "schema_migrations"]
+
+    assert await storage.migrate(conn, schema) == []
+
+
+async def test_a_migration_changed_after_it_was_applied_is_refused(settings, conn):
+    schema = settings.database_schema
+    await storage.migrate(conn, schema)
+    await conn.execute(
+        sql.SQL("UPDATE {}.schema_migrations SET checksum = 'x' WHERE version = 1").format(
+            sql.Identifier(schema)
+        )
+    )
+    with pytest.raises(
+        storage.MigrationError, match=r"migration 0001_init\.sql was changed after it was applied"
+    ):
+        await storage.migrate(conn, schema)
+
+
+async def test_unreachable_database_is_a_storage_error_not_a_driver_error(settings):
+    bad = settings.model_copy(
+        update={"database_url": SecretStr("postgresql://rflow@127.0.0.1:1/rflow")}
+    )
+    with pytest.raises(
+        storage.Unavailable, match=r"cannot reach Postgres at postgresql://rflow@127.0.0.1:1/rflow"
+    ):
+        await storage.connect(bad)

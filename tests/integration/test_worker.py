@@ -1,0 +1,125 @@
+"""The Faust worker end to end: trigger records in, table state out, across restarts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from rflow import storage
+from rflow.codecs import TriggerRecord
+from rflow.settings import Settings
+from rflow.storage import dead_letters
+from rflow.streams.producer import produce_trigger
+from tests.integration.harness import produce, wait_until
+
+pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
+
+
+def trigger(key: str, **payload) -> TriggerRecord:
+    return TriggerRecord(
+        workflow="sweep",
+        trigger_key=key,
+        source="manual",
+        payload=payload,
+        received_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+    )
+
+
+async def send_trigger(settings: Settings, record: TriggerRecord) -> None:
+    await produce_trigger(settings, record)
+
+
+async def table_entry(worker, key: str):
+    async def present():
+        status, body = await worker.get(f"/rflow/triggers/{key}/")
+        return body if status == 200 else None
+
+    return await wait_until(present, timeout=30, what=f"trigger {key} in the table")
+
+
+async def test_trigger_is_recorded_and_survives_a_restart(settings, worker_factory):
+    worker = worker_factory()
+    await worker.wait_ready()
+    record = trigger("manual:sweep:1", amount=2**200, to="0xabc")
+    await send_trigger(settings, record)
+
+    stored = await table_entry(worker, record.trigger_key)
+    assert stored["workflow"] == "sweep"
+    assert int(stored["payload"]["amount"]) == 2**200  # exact beyond 64 bits
+
+    worker.stop()
+    # A new process with a new data dir: the table can only come from its changelog.
+    restarted = worker_factory(data_dir=settings.data_dir.parent / "fresh")
+    await restarted.wait_ready()
+    status, body = await restarted.get(f"/rflow/triggers/{record.trigger_key}/")
+    assert status == 200
+    assert body == stored
+
+
+async def test_duplicate_delivery_keeps_the_first_record(settings, worker_factory):
+    worker = worker_factory()
+    await worker.wait_ready()
+    first = trigger("manual:sweep:dup", n=1)
+    await send_trigger(settings, first)
+    assert (await table_entry(worker, first.trigger_key))["payload"] == {"n": 1}
+
+    await send_trigger(settings, trigger("manual:sweep:dup", n=2))
+    marker = trigger("manual:sweep:after-dup")
+    await send_trigger(settings, marker)
+    await table_entry(worker, marker.trigger_key)
+    _, body = await worker.get(f"/rflow/triggers/{first.trigger_key}/")
+    assert body["payload"] == {"n": 1}
+
+
+async def test_killed_worker_loses_no_accepted_trigger(settings, worker_factory):
+    worker = worker_factory()
+    await worker.wait_ready()
+    records = [trigger(f"manual:sweep:k{i}", i=i) for i in range(20)]
+    for record in records:
+        await send_trigger(settings, record)
+    await table_entry(worker, records[-1].trigger_key)
+    worker.kill()
+
+    restarted = worker_factory(data_dir=settings.data_dir.parent / "after-kill")
+    await restarted.wait_ready()
+    for record in records:
+        assert (await table_entry(restarted, record.trigger_key))["payload"] == {
+            "i": record.payload["i"]
+        }
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"\xff not json", "not JSON"),
+        (b"[1, 2]", "expected a JSON object, got list"),
+        (b'{"kind": "trigger", "v": 9}', "unsupported version 9 of 'trigger' records"),
+        (
+            b'{"kind": "trigger", "v": 1, "workflow": "w"}',
+            "invalid 'trigger' record: trigger_key: Field required",
+        ),
+    ],
+)
+async def test_bad_record_is_dead_lettered_and_the_worker_carries_on(
+    settings, worker_factory, raw, reason
+):
+    worker = worker_factory()
+    await worker.wait_ready()
+    await produce(settings, "rflow.triggers", b"some-key", raw)
+
+    async def stored_letter():
+        conn = await storage.connect(settings)
+        async with conn:
+            rows = await dead_letters.recent(conn)
+        return rows
+
+    rows = await wait_until(stored_letter, timeout=30, what="the dead letter in Postgres")
+    assert len(rows) == 1
+    assert rows[0]["topic"] == settings.topic_prefix + "rflow.triggers"
+    assert rows[0]["record_key"] == "some-key"
+    assert reason in rows[0]["reason"]
+
+    good = trigger("manual:sweep:after-bad")
+    await send_trigger(settings, good)
+    await table_entry(worker, good.trigger_key)

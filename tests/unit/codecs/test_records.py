@@ -1,0 +1,115 @@
+"""Topic records: round trips, exact big integers, and reasons for every refusal."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rflow.codecs import MAX_RECORD_BYTES, DeadLetter, DecodeError, TriggerRecord, decode, encode
+from rflow.codecs import json as rjson
+
+WHEN = datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)
+
+
+def trigger(**payload) -> TriggerRecord:
+    return TriggerRecord(
+        workflow="w", trigger_key="k", source="manual", payload=payload, received_at=WHEN
+    )
+
+
+def test_trigger_round_trips():
+    record = trigger(to="0xabc", n=3)
+    assert decode(encode(record)) == record
+    assert decode(encode(record), TriggerRecord) == record
+
+
+def test_partition_key_is_the_group_or_the_trigger_key():
+    assert trigger().partition_key == "k"
+    grouped = trigger().model_copy(update={"group": "0xsender"})
+    assert grouped.partition_key == "0xsender"
+
+
+def test_integers_beyond_64_bits_stay_exact():
+    amount = 2**256 - 1
+    data = encode(trigger(amount=amount, small=5, nested=[{"x": -(2**100)}]))
+    payload = decode(data).payload
+    assert int(payload["amount"]) == amount
+    assert payload["small"] == 5
+    assert int(payload["nested"][0]["x"]) == -(2**100)
+
+
+def test_encoding_is_stable():
+    assert encode(trigger(b=1, a=2)) == encode(trigger(a=2, b=1))
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (None, "empty record (no value)"),
+        (b"\x00\xff", "not JSON: "),
+        (b'"text"', "expected a JSON object, got str"),
+        (b"{}", "unknown record kind None; known: dead_letter, trigger"),
+        (
+            b'{"kind": "trigger"}',
+            "unsupported version None of 'trigger' records; this worker reads: 1",
+        ),
+        (
+            b'{"kind": "trigger", "v": 2}',
+            "unsupported version 2 of 'trigger' records; this worker reads: 1",
+        ),
+        (
+            b'{"kind": "trigger", "v": 1, "workflow": "w", "trigger_key": "k", "source": "fax", '
+            b'"received_at": "2026-01-01T00:00:00Z"}',
+            "invalid 'trigger' record: source: Input should be 'event', 'webhook', 'schedule' or 'manual'",
+        ),
+        (
+            b'{"kind": "trigger", "v": 1, "workflow": "w", "trigger_key": "k", "source": "manual", '
+            b'"received_at": "2026-01-01T00:00:00Z", "extra": 1}',
+            "invalid 'trigger' record: extra: Extra inputs are not permitted",
+        ),
+    ],
+)
+def test_refusals_say_why(data, reason):
+    with pytest.raises(DecodeError) as err:
+        decode(data)
+    assert err.value.reason.startswith(reason)
+
+
+def test_oversized_records_are_refused_before_parsing():
+    with pytest.raises(DecodeError, match=f"exceeds the {MAX_RECORD_BYTES}-byte limit"):
+        decode(b" " * (MAX_RECORD_BYTES + 1))
+
+
+def test_expecting_one_kind_refuses_another():
+    letter = DeadLetter(
+        topic="t", partition=0, offset=1, key=None, reason="r", raw="", failed_at=WHEN
+    )
+    with pytest.raises(DecodeError, match="expected a 'trigger' record, got 'dead_letter'"):
+        decode(encode(letter), TriggerRecord)
+
+
+@given(st.binary(max_size=512))
+def test_arbitrary_bytes_never_raise_anything_but_decode_error(data):
+    with contextlib.suppress(DecodeError):
+        decode(data)
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_json_round_trips_within_64_bits(value):
+    assert rjson.loads(rjson.dumps(value)) == value

@@ -1,0 +1,69 @@
+"""docker-compose.kafka.yml is for users with Docker: check what it must hold."""
+
+from __future__ import annotations
+
+import yaml
+
+from rflow.settings import Settings
+from tests.conftest import REPO
+
+COMPOSE = yaml.safe_load((REPO / "docker-compose.kafka.yml").read_text())
+SERVICES = COMPOSE["services"]
+
+
+def published(service: str) -> dict[int, str]:
+    """container port -> host address:port, for every published port."""
+    ports = {}
+    for entry in SERVICES[service]["ports"]:
+        host_ip, host_port, container = entry.split(":")
+        ports[int(container)] = f"{host_ip}:{host_port}"
+    return ports
+
+
+def test_it_has_every_service_with_a_health_check():
+    assert set(SERVICES) == {"kafka", "postgres", "anvil", "prometheus", "grafana"}
+    for name, service in SERVICES.items():
+        assert "healthcheck" in service, name
+        assert service["healthcheck"]["test"], name
+
+
+def test_ports_are_loopback_only_and_match_the_settings_defaults():
+    defaults = Settings.from_env({})
+    for service in SERVICES.values():
+        for entry in service.get("ports", []):
+            assert entry.startswith("127.0.0.1:"), entry
+    assert published("kafka")[9092] == defaults.kafka_brokers
+    pg = defaults.database_url.get_secret_value()
+    assert pg == "postgresql://rflow@127.0.0.1:55432/rflow"
+    assert published("postgres")[5432] == "127.0.0.1:55432"
+    assert published("anvil")[8545] == defaults.rpc_urls["local"].removeprefix("http://")
+    assert published("prometheus")[9090] == "127.0.0.1:9090"
+    assert published("grafana")[3000] == "127.0.0.1:3000"
+
+
+def test_kafka_is_a_single_node_kraft_broker_without_topic_auto_creation():
+    env = SERVICES["kafka"]["environment"]
+    assert SERVICES["kafka"]["image"].startswith("apache/kafka:4.")
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"{env['KAFKA_NODE_ID']}@localhost:9093"
+    assert "PLAINTEXT://127.0.0.1:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    assert env["KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS"] == "0"
+    assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1"
+
+
+def test_postgres_creates_the_rflow_database_and_user():
+    env = SERVICES["postgres"]["environment"]
+    assert env["POSTGRES_USER"] == "rflow"
+    assert env["POSTGRES_DB"] == "rflow"
+
+
+def test_mounted_config_files_exist():
+    for service in SERVICES.values():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (REPO / source).exists(), source
+    prometheus = yaml.safe_load((REPO / "scripts/compose/prometheus.yml").read_text())
+    targets = prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
+    assert targets == [f"host.docker.internal:{Settings.from_env({}).web_port}"]
