@@ -48,16 +48,22 @@ def free_port() -> int:
 class WorkerProcess:
     """An ``rflow worker`` in its own process, as a user would run it."""
 
-    def __init__(self, settings: Settings, log_path: Path) -> None:
+    RFLOW = (sys.executable, "-m", "rflow.cli", "worker", "--no-setup", "-l", "info")
+    FAUST = (sys.executable, "-m", "faust", "-A", "rflow.streams.app", "worker", "-l", "info")
+
+    def __init__(
+        self, settings: Settings, log_path: Path, command: tuple[str, ...] = RFLOW
+    ) -> None:
         self.settings = settings.model_copy(update={"web_port": free_port()})
         self.log_path = log_path
+        self.command = command
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
         env = {**os.environ, **self.settings.to_env()}
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rflow.cli", "worker", "--no-setup", "-l", "info"],
+            list(self.command),
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,

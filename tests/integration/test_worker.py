@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -11,7 +14,7 @@ from rflow.codecs import TriggerRecord
 from rflow.settings import Settings
 from rflow.storage import dead_letters
 from rflow.streams.producer import produce_trigger
-from tests.integration.harness import produce, wait_until
+from tests.integration.harness import WorkerProcess, produce, wait_until
 
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
@@ -123,3 +126,22 @@ async def test_bad_record_is_dead_lettered_and_the_worker_carries_on(
     good = trigger("manual:sweep:after-bad")
     await send_trigger(settings, good)
     await table_entry(worker, good.trigger_key)
+
+
+async def test_the_faust_cli_runs_the_same_app(settings, worker_factory):
+    worker = worker_factory(command=WorkerProcess.FAUST)
+    await worker.wait_ready()
+    record = trigger("manual:sweep:via-faust")
+    await send_trigger(settings, record)
+    assert (await table_entry(worker, record.trigger_key))["trigger_key"] == record.trigger_key
+
+    listing = subprocess.run(
+        [sys.executable, "-m", "faust", "-A", "rflow.streams.app", "tables"],
+        env={**os.environ, **settings.to_env()},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listing.returncode == 0, listing.stderr
+    assert "triggers" in listing.stdout
+    assert "keyed by trigger key" in listing.stdout
