@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from rflow.cli import (
-    ops,  # noqa: F401
-    trigger,  # noqa: F401
+from rflow.cli import (  # noqa: F401  (each module registers its commands on import)
+    doctor,
+    ops,
+    trigger,
+    validate,
 )

@@ -1,0 +1,196 @@
+"""``rflow doctor``: check the live world a project depends on, one finding per check.
+
+Static validation first; then Kafka (reachable, every declared topic present with its
+declared partition count), Postgres (reachable, migrated), each network's RPC (answers,
+with the declared chain id), each relayer (key present, its address, its balance on
+each of its networks) and each contract (code at its address on each network).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from eth_account import Account
+from web3 import AsyncHTTPProvider, AsyncWeb3
+
+from rflow import storage
+from rflow.lang import Project
+from rflow.settings import Settings
+from rflow.streams import topics
+
+Status = Literal["pass", "fail", "warn"]
+RPC_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The outcome of one check."""
+
+    check: str
+    status: Status
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+async def _guard(check: str, work: Awaitable[Finding], timeout: float = 20.0) -> Finding:
+    """Run one check; an exception or a time-out is that check's failure, not the doctor's."""
+    try:
+        return await asyncio.wait_for(work, timeout)
+    except TimeoutError:
+        return Finding(check, "fail", f"no answer within {timeout:.0f}s")
+    except Exception as exc:  # every failure of a live check is reported, whatever its type
+        return Finding(check, "fail", f"{type(exc).__name__}: {exc}")
+
+
+async def check_kafka(settings: Settings) -> Finding:
+    catalog = topics.Catalog.from_settings(settings)
+    names = {catalog.prefix + spec.name: spec.partitions for spec in catalog}
+    try:
+        counts = await topics.describe(settings, names)
+    except topics.TopicsError as exc:
+        return Finding("kafka", "fail", str(exc))
+    missing = sorted(set(names) - set(counts))
+    wrong = [
+        f"{n} has {counts[n]} partitions, topics.yaml declares {p}"
+        for n, p in names.items()
+        if n in counts and counts[n] != p
+    ]
+    if missing or wrong:
+        parts = (
+            [f"missing: {', '.join(missing)} (run rflow topics apply)"] if missing else []
+        ) + wrong
+        return Finding("kafka", "fail", f"{settings.kafka_brokers}: " + "; ".join(parts))
+    return Finding(
+        "kafka",
+        "pass",
+        f"{settings.kafka_brokers}: {len(names)} topics with their declared partitions",
+    )
+
+
+async def check_postgres(settings: Settings) -> Finding:
+    try:
+        conn = await storage.connect(settings)
+    except storage.StorageError as exc:
+        return Finding("postgres", "fail", str(exc))
+    async with conn:
+        todo = await storage.pending(conn, settings.database_schema)
+    where = f"{settings.database_display} schema {settings.database_schema}"
+    if todo:
+        return Finding(
+            "postgres",
+            "fail",
+            f"{where}: not migrated, pending {', '.join(todo)} (run rflow migrate)",
+        )
+    return Finding("postgres", "pass", f"{where}: reachable and migrated")
+
+
+def _web3(url: str) -> AsyncWeb3:
+    return AsyncWeb3(AsyncHTTPProvider(url, request_kwargs={"timeout": RPC_TIMEOUT}))
+
+
+def _rpc_urls(project: Project, env: Mapping[str, str]) -> dict[str, str | None]:
+    return {name: env.get(network.rpc_env_name(name)) for name, network in project.networks.items()}
+
+
+async def check_network(name: str, chain_id: int, url: str | None, variable: str) -> Finding:
+    check = f"network {name}"
+    if not url:
+        return Finding(check, "fail", f"no RPC URL: set {variable}")
+    w3 = _web3(url)
+    try:
+        actual = await w3.eth.chain_id
+    finally:
+        await w3.provider.disconnect()
+    if actual != chain_id:
+        return Finding(
+            check, "fail", f"{url} answers chain id {actual}, the project declares {chain_id}"
+        )
+    return Finding(check, "pass", f"{url} answers with chain id {chain_id}")
+
+
+async def check_relayer(
+    name: str,
+    key_env: str,
+    declared: str | None,
+    networks: dict[str, str | None],
+    env: Mapping[str, str],
+) -> Finding:
+    check = f"relayer {name}"
+    key = env.get(key_env)
+    if not key:
+        return Finding(check, "fail", f"key missing: set {key_env}")
+    try:
+        address = Account.from_key(key).address
+    except Exception:  # a malformed key must not be echoed in any form
+        return Finding(check, "fail", f"{key_env} does not hold a valid private key")
+    if declared and declared.lower() != address.lower():
+        return Finding(
+            check, "fail", f"{key_env} is the key of {address}, the project declares {declared}"
+        )
+    balances = []
+    for network, url in networks.items():
+        if not url:
+            balances.append(f"{network}: no RPC URL")
+            continue
+        w3 = _web3(url)
+        try:
+            balances.append(f"{network}: {await w3.eth.get_balance(address)} wei")
+        finally:
+            await w3.provider.disconnect()
+    zero = [b for b in balances if b.endswith(": 0 wei") or "no RPC" in b]
+    return Finding(check, "warn" if zero else "pass", f"{address}; " + ", ".join(balances))
+
+
+async def check_contract(name: str, network: str, address: str, url: str | None) -> Finding:
+    check = f"contract {name} on {network}"
+    if not url:
+        return Finding(check, "fail", f"no RPC URL for network {network}")
+    w3 = _web3(url)
+    try:
+        code = await w3.eth.get_code(AsyncWeb3.to_checksum_address(address))
+    finally:
+        await w3.provider.disconnect()
+    if not code:
+        return Finding(check, "fail", f"no contract code at {address}")
+    return Finding(check, "pass", f"{len(code)} bytes of code at {address}")
+
+
+async def live_checks(
+    settings: Settings, project: Project | None, env: Mapping[str, str]
+) -> list[Finding]:
+    """Every live check, run concurrently, in a stable order."""
+    checks: list[tuple[str, Awaitable[Finding]]] = [
+        ("kafka", check_kafka(settings)),
+        ("postgres", check_postgres(settings)),
+    ]
+    if project is not None:
+        urls = _rpc_urls(project, env)
+        for name, network in project.networks.items():
+            checks.append(
+                (
+                    f"network {name}",
+                    check_network(name, network.chain_id, urls[name], network.rpc_env_name(name)),
+                )
+            )
+        for name, relayer in project.relayers.items():
+            nets = {n: urls.get(n) for n in relayer.networks}
+            checks.append(
+                (
+                    f"relayer {name}",
+                    check_relayer(name, relayer.key_env, relayer.address, nets, env),
+                )
+            )
+        for name, contract in project.contracts.items():
+            for network, address in contract.address.items():
+                checks.append(
+                    (
+                        f"contract {name} on {network}",
+                        check_contract(name, network, address, urls.get(network)),
+                    )
+                )
+    return list(await asyncio.gather(*(_guard(check, work) for check, work in checks)))

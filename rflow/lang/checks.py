@@ -1,0 +1,432 @@
+"""Cross-reference rules: every name a workflow uses is declared and allowed.
+
+The rules run on whatever validated: a :class:`ProjectView` holds the declarations and
+workflow parts that passed model validation, and the names declared in the raw data, so
+that one broken entry does not hide the findings about the others.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rflow.lang.abi import Abi, SignatureError, parse_signature, read_abi_file
+from rflow.lang.diagnostics import DataPath, Diagnostic
+from rflow.lang.messages import did_you_mean
+from rflow.lang.model.chain import Call, Read, SendTransaction
+from rflow.lang.model.common import has_expression
+from rflow.lang.model.project import Project
+from rflow.lang.model.resources import (
+    Budget,
+    Channel,
+    Config,
+    Contract,
+    Network,
+    PagerDutyChannel,
+    Relayer,
+    SlackChannel,
+)
+from rflow.lang.model.steps import StepBase
+from rflow.lang.model.triggers import AuthApiKey, AuthHmac, EventSpec, WebhookTrigger
+from rflow.lang.model.workflow import CircuitBreaker, NotifyOnTrip, Permissions, Strategy, Workflow
+from rflow.lang.units import format_amount
+from rflow.lang.yamlsrc import MAX_FILE_BYTES, SourceMap
+
+_MATRIX_REF = re.compile(r"\s*\$\{\{\s*matrix\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*")
+
+
+@dataclass
+class WorkflowView:
+    """The parts of one workflow that validated, with their positions in the lists."""
+
+    permissions: Permissions = field(default_factory=Permissions)
+    budgets: list[str] = field(default_factory=list)
+    circuit_breaker: CircuitBreaker | None = None
+    strategy: Strategy | None = None
+    trigger: Any = None
+    steps: list[tuple[str, int, StepBase]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, workflow: Workflow) -> WorkflowView:
+        """The view of a fully valid workflow."""
+        steps = [("steps", i, s) for i, s in enumerate(workflow.steps)]
+        steps += [("finally", i, s) for i, s in enumerate(workflow.finally_)]
+        return cls(
+            workflow.permissions,
+            list(workflow.budgets),
+            workflow.circuit_breaker,
+            workflow.strategy,
+            workflow.trigger,
+            steps,
+        )
+
+
+@dataclass
+class ProjectView:
+    """Validated declarations and workflow views, and every name the data declares."""
+
+    networks: dict[str, Network] = field(default_factory=dict)
+    contracts: dict[str, Contract] = field(default_factory=dict)
+    relayers: dict[str, Relayer] = field(default_factory=dict)
+    channels: dict[str, Channel] = field(default_factory=dict)
+    budgets: dict[str, Budget] = field(default_factory=dict)
+    config: Config = field(default_factory=Config)
+    workflows: dict[str, WorkflowView] = field(default_factory=dict)
+    declared: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, project: Project) -> ProjectView:
+        """The view of a fully valid project."""
+        return cls(
+            dict(project.networks),
+            dict(project.contracts),
+            dict(project.relayers),
+            dict(project.channels),
+            dict(project.budgets),
+            project.config,
+            {name: WorkflowView.of(w) for name, w in project.workflows.items()},
+            {
+                "networks": frozenset(project.networks),
+                "contracts": frozenset(project.contracts),
+                "relayers": frozenset(project.relayers),
+                "channels": frozenset(project.channels),
+                "budgets": frozenset(project.budgets),
+                "workflows": frozenset(project.workflows),
+            },
+        )
+
+
+_KIND = {
+    "networks": "network",
+    "contracts": "contract",
+    "relayers": "relayer",
+    "channels": "channel",
+    "budgets": "budget",
+}
+
+
+class Checker:
+    """Applies the cross-reference rules to a :class:`ProjectView`."""
+
+    def __init__(self, view: ProjectView, source: SourceMap, env: Mapping[str, str]) -> None:
+        self.view = view
+        self.source = source
+        self.env = env
+        self.diagnostics: list[Diagnostic] = []
+        self.abis: dict[str, Abi] = {}
+        self.webhook_paths: dict[str, tuple[str, DataPath]] = {}
+        self.event_args: dict[str, tuple[str, ...]] = {}
+        """Workflow name -> the argument names of its trigger event, when its ABI is known."""
+
+    # --- reporting -----------------------------------------------------------------
+
+    def _error(self, path: DataPath, message: str, *, key: bool = False) -> None:
+        location = self.source.key(path) if key else self.source.value(path)
+        self.diagnostics.append(Diagnostic.at(location, message, path))
+
+    def _warn(self, path: DataPath, message: str) -> None:
+        self.diagnostics.append(Diagnostic.at(self.source.value(path), message, path, "warning"))
+
+    def _declared(
+        self, section: str, name: str, path: DataPath, *, key: bool = False, via: str = ""
+    ) -> bool:
+        names = self.view.declared.get(section, frozenset())
+        if name in names:
+            return True
+        hint = did_you_mean(name, names) or f" (declare it under {section})"
+        self._error(path, f"unknown {_KIND[section]} {name!r}{via}{hint}", key=key)
+        return False
+
+    def _secret(self, path: DataPath, variable: str, what: str) -> None:
+        if not self.env.get(variable):
+            self._warn(path, f"environment variable {variable} is not set ({what})")
+
+    # --- declarations --------------------------------------------------------------
+
+    def _declarations(self) -> None:
+        for name, contract in self.view.contracts.items():
+            for network in contract.address:
+                self._declared(
+                    "networks", network, ("contracts", name, "address", network), key=True
+                )
+            self._load_abi(name, contract)
+        for name, relayer in self.view.relayers.items():
+            for i, network in enumerate(relayer.networks):
+                self._declared("networks", network, ("relayers", name, "networks", i))
+            self._secret(
+                ("relayers", name, "key_env"), relayer.key_env, f"the key of relayer {name!r}"
+            )
+        for name, channel in self.view.channels.items():
+            if isinstance(channel, SlackChannel):
+                self._secret(
+                    ("channels", name, "webhook_url_env"),
+                    channel.webhook_url_env,
+                    f"the webhook URL of channel {name!r}",
+                )
+            elif isinstance(channel, PagerDutyChannel):
+                self._secret(
+                    ("channels", name, "routing_key_env"),
+                    channel.routing_key_env,
+                    f"the routing key of channel {name!r}",
+                )
+        for name, budget in self.view.budgets.items():
+            path = ("budgets", name)
+            for i, relayer in enumerate(budget.scope.relayers or ()):
+                self._declared("relayers", relayer, (*path, "scope", "relayers", i))
+            for i, network in enumerate(budget.scope.networks or ()):
+                self._declared("networks", network, (*path, "scope", "networks", i))
+            for symbol in budget.max_token_value:
+                if symbol not in self.view.declared.get("contracts", ()):
+                    self._warn(
+                        (*path, "max_token_value", symbol),
+                        f"token {symbol!r} has no matching contract, so this cap is never charged "
+                        f"(declare contracts.{symbol} to charge its transfers)",
+                    )
+
+    def _load_abi(self, name: str, contract: Contract) -> None:
+        path = ("contracts", name, "abi")
+        if isinstance(contract.abi, list):
+            try:
+                self.abis[name] = Abi.from_entries(contract.abi)
+            except ValueError as exc:
+                self._error(path, f"inline ABI is malformed: {exc}")
+            return
+        if contract.abi is None:
+            return
+        declared_in = self.source.value(path)
+        base = Path(declared_in.file).parent if declared_in else Path()
+        file = base / contract.abi
+        try:
+            if file.stat().st_size > MAX_FILE_BYTES:
+                self._error(
+                    path,
+                    f"ABI file {str(file)!r} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB",
+                )
+                return
+            self.abis[name] = read_abi_file(file)
+        except FileNotFoundError:
+            self._error(path, f"ABI file not found: {str(file)!r}")
+        except (OSError, UnicodeDecodeError) as exc:
+            self._error(path, f"cannot read ABI file {str(file)!r}: {exc}")
+        except (json.JSONDecodeError, ValueError) as exc:
+            self._error(path, f"ABI file {str(file)!r} is not a JSON ABI: {exc}")
+
+    # --- workflows -----------------------------------------------------------------
+
+    def _workflows(self) -> None:
+        for name, workflow in self.view.workflows.items():
+            base: DataPath = ("workflows", name)
+            for i, budget in enumerate(workflow.budgets):
+                self._declared("budgets", budget, (*base, "budgets", i))
+            for i, relayer in enumerate(workflow.permissions.relayers):
+                self._declared("relayers", relayer, (*base, "permissions", "relayers", i))
+            if workflow.circuit_breaker is not None:
+                for i, action in enumerate(workflow.circuit_breaker.on_trip):
+                    if isinstance(action, NotifyOnTrip):
+                        where = (*base, "circuit_breaker", "on_trip", i, "notify", "channel")
+                        self._declared("channels", action.notify.channel, where)
+            self._trigger(name, workflow)
+            for block, index, step in workflow.steps:
+                self._step(workflow, (*base, block, index), step)
+
+    def _trigger(self, name: str, workflow: WorkflowView) -> None:
+        path: DataPath = ("workflows", name, "trigger")
+        trigger = workflow.trigger
+        if trigger is None:
+            return
+        if trigger.kind == "event":
+            args = self._event((*path, "event"), trigger.event, "an event trigger")
+            if args is not None:
+                self.event_args[name] = args
+        elif isinstance(trigger, WebhookTrigger):
+            spec = trigger.webhook
+            first = self.webhook_paths.get(spec.path)
+            where = (*path, "webhook", "path")
+            if first is not None:
+                location = self.source.value(first[1])
+                self._error(
+                    where,
+                    f"webhook path {spec.path!r} is already used by workflow {first[0]!r} ({location})",
+                )
+            else:
+                self.webhook_paths[spec.path] = (name, where)
+            if isinstance(spec.auth, AuthApiKey | AuthHmac):
+                self._secret(
+                    (*path, "webhook", "auth", "secret_env"),
+                    spec.auth.secret_env,
+                    f"the webhook secret of workflow {name!r}",
+                )
+
+    def _event(self, path: DataPath, spec: EventSpec, what: str) -> tuple[str, ...] | None:
+        self._declared("networks", spec.network, (*path, "network"))
+        if not self._declared("contracts", spec.contract, (*path, "contract")):
+            return None
+        abi = self.abis.get(spec.contract)
+        if abi is None:
+            contract = self.view.contracts.get(spec.contract)
+            if contract is not None and contract.abi is None:
+                self._error(
+                    (*path, "contract"),
+                    f"contract {spec.contract!r} has no abi: {what} needs it to decode {spec.name}",
+                )
+            return None
+        args = abi.events.get(spec.name)
+        if args is None:
+            hint = (
+                did_you_mean(spec.name, abi.events)
+                or f" (its events: {', '.join(sorted(abi.events)) or 'none'})"
+            )
+            self._error(
+                (*path, "name"), f"contract {spec.contract!r} has no event {spec.name!r}{hint}"
+            )
+            return None
+        for arg in spec.filter:
+            if arg not in args:
+                self._error(
+                    (*path, "filter", arg),
+                    f"event {spec.name} has no argument {arg!r}{did_you_mean(arg, args)}",
+                    key=True,
+                )
+        return args
+
+    def _values(self, workflow: WorkflowView, text: str) -> list[tuple[str, str]]:
+        """The static values ``text`` can take, each with a note on where it came from."""
+        if not has_expression(text):
+            return [(text, "")]
+        match = _MATRIX_REF.fullmatch(text)
+        if match is None or workflow.strategy is None:
+            return []
+        values = workflow.strategy.matrix.get(match.group(1), [])
+        return [(v, f" (from matrix.{match.group(1)})") for v in values if isinstance(v, str)]
+
+    def _step(self, workflow: WorkflowView, path: DataPath, step: StepBase) -> None:
+        action = step.action
+        where = (*path, step.kind)
+        if step.kind == "send_transaction":
+            self._send(workflow, where, action)
+        elif step.kind == "read":
+            self._networks(workflow, (*where, "network"), action.network)
+            self._target(workflow, where, action, action.network)
+        elif step.kind == "query":
+            self._networks(workflow, (*where, "network"), action.network)
+        elif step.kind == "notify":
+            self._declared("channels", action.channel, (*where, "channel"))
+        elif step.kind == "wait_for" and action.event is not None:
+            self._event((*where, "event"), action.event, "a wait for an event")
+
+    def _networks(self, workflow: WorkflowView, path: DataPath, text: str) -> list[str]:
+        found = []
+        for value, via in self._values(workflow, text):
+            if self._declared("networks", value, path, via=via):
+                found.append(value)
+        return found
+
+    def _send(self, workflow: WorkflowView, path: DataPath, send: SendTransaction) -> None:
+        networks = self._networks(workflow, (*path, "network"), send.network)
+        allowed = workflow.permissions.relayers
+        for relayer, via in self._values(workflow, send.relayer):
+            if not self._declared("relayers", relayer, (*path, "relayer"), via=via):
+                continue
+            if relayer not in allowed:
+                fix = (
+                    f"it lists {', '.join(allowed)}"
+                    if allowed
+                    else f"add permissions: {{ relayers: [{relayer}] }}"
+                )
+                self._error(
+                    (*path, "relayer"),
+                    f"relayer {relayer!r}{via} is not in this workflow's permissions.relayers ({fix})",
+                )
+            declared = self.view.relayers.get(relayer)
+            for network in networks:
+                if declared is not None and network not in declared.networks:
+                    self._error(
+                        (*path, "network"),
+                        f"relayer {relayer!r} is not enabled on network {network!r} (its networks: {', '.join(declared.networks)})",
+                    )
+        cap = workflow.permissions.max_value_per_tx
+        if send.calls is None:
+            self._target(workflow, path, send, send.network)
+            self._value_cap(path, send.value, cap, "value")
+            return
+        total = 0
+        for i, call in enumerate(send.calls):
+            self._target(workflow, (*path, "calls", i), call, send.network)
+            self._value_cap((*path, "calls", i), call.value, cap, "value")
+            total += call.value if isinstance(call.value, int) else 0
+        if cap is not None and total > cap:
+            self._error(
+                (*path, "calls"),
+                f"the calls send {format_amount(total)} in total, above permissions.max_value_per_tx ({format_amount(cap)})",
+            )
+
+    def _value_cap(self, path: DataPath, value: int | str, cap: int | None, name: str) -> None:
+        if cap is not None and isinstance(value, int) and value > cap:
+            self._error(
+                (*path, name),
+                f"value {format_amount(value)} exceeds permissions.max_value_per_tx ({format_amount(cap)})",
+            )
+
+    def _target(
+        self,
+        workflow: WorkflowView,
+        path: DataPath,
+        action: SendTransaction | Call | Read,
+        network_text: str,
+    ) -> None:
+        """Check a call's contract (declared, deployed on the network) and its function."""
+        function = action.function
+        signature = None
+        if function is not None:
+            try:
+                signature = parse_signature(function)
+            except SignatureError:  # already reported by the model
+                return
+            if isinstance(action.args, list) and len(action.args) != len(signature.inputs):
+                count = len(signature.inputs)
+                self._error(
+                    (*path, "args"),
+                    f"{signature.selector_text} takes {count} argument{'s' if count != 1 else ''}, got {len(action.args)}",
+                )
+        if action.contract is None:
+            return
+        for contract, via in self._values(workflow, action.contract):
+            if not self._declared("contracts", contract, (*path, "contract"), via=via):
+                continue
+            declared = self.view.contracts.get(contract)
+            for network, _ in self._values(workflow, network_text):
+                if (
+                    declared is not None
+                    and network in self.view.declared.get("networks", ())
+                    and network not in declared.address
+                ):
+                    self._error(
+                        (*path, "contract"),
+                        f"contract {contract!r} has no address on network {network!r}",
+                    )
+            abi = self.abis.get(contract)
+            if abi is not None and signature is not None:
+                self._function(abi, contract, (*path, "function"), signature.name, signature.inputs)
+
+    def _function(
+        self, abi: Abi, contract: str, path: DataPath, name: str, inputs: Sequence[str]
+    ) -> None:
+        overloads = abi.functions.get(name)
+        if overloads is None:
+            self._error(
+                path,
+                f"contract {contract!r} has no function {name!r}{did_you_mean(name, abi.functions)}",
+            )
+        elif tuple(inputs) not in overloads:
+            known = " or ".join(f"{name}({','.join(o)})" for o in overloads)
+            self._error(path, f"{contract}.{name} takes {known}, not ({','.join(inputs)})")
+
+    def run(self) -> list[Diagnostic]:
+        """Apply every rule; the diagnostics found."""
+        self._declarations()
+        self._workflows()
+        return self.diagnostics

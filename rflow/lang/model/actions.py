@@ -1,0 +1,155 @@
+"""Off-chain actions: built-in commands, HTTP calls, notifications and delays."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from rflow.lang.model.common import (
+    Condition,
+    Duration,
+    Model,
+    Name,
+    TimeZone,
+    exactly_one,
+    has_expression,
+    invalid,
+)
+from rflow.lang.timespec import parse_instant
+from rflow.lang.units import UnitError
+
+
+class LogArgs(Model):
+    """Arguments of the log command."""
+
+    message: str
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class LogCommand(Model):
+    """Write a line to the run's step log."""
+
+    name: Literal["log"]
+    args: LogArgs
+
+
+class AssertArgs(Model):
+    """Arguments of the assert command."""
+
+    that: Condition
+    """The condition that must hold."""
+    message: str = "assertion failed"
+
+
+class AssertCommand(Model):
+    """Fail the step with kind assert_failed unless a condition holds."""
+
+    name: Literal["assert"]
+    args: AssertArgs
+
+
+class FailArgs(Model):
+    """Arguments of the fail command."""
+
+    message: str
+
+
+class FailCommand(Model):
+    """Fail the step with kind assert_failed and a message."""
+
+    name: Literal["fail"]
+    args: FailArgs
+
+
+COMMANDS = ("log", "assert", "fail")
+Command = Annotated[LogCommand | AssertCommand | FailCommand, Discriminator("name")]
+"""A built-in command (there is no shell)."""
+
+
+def _status_list(value: Any) -> Any:
+    return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class HttpCall(Model):
+    """An HTTP request; it carries an Idempotency-Key header derived from the run."""
+
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "GET"
+    """Default GET, or POST when a body is given."""
+    url: str
+    headers: dict[str, str] = {}
+    body: Any = None
+    """JSON body; strings inside may hold expressions."""
+    timeout: Duration | None = None
+    expect_status: Annotated[
+        list[Annotated[int, Field(ge=100, le=599)]],
+        BeforeValidator(_status_list),
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "integer", "minimum": 100, "maximum": 599},
+                    {"type": "array", "items": {"type": "integer", "minimum": 100, "maximum": 599}},
+                ]
+            }
+        ),
+    ] = []
+    """Statuses that count as success; default any 2xx."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_method(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            method = data.get("method")
+            if method is None:
+                return {**data, "method": "POST" if data.get("body") is not None else "GET"}
+            if isinstance(method, str) and method != method.upper():
+                return {**data, "method": method.upper()}
+        return data
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not has_expression(value) and not value.startswith(("http://", "https://")):
+            raise invalid(f"url must start with http:// or https://, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _checks(self) -> HttpCall:
+        if self.body is not None and self.method in ("GET", "HEAD"):
+            raise invalid(f"a {self.method} request has no body: set method: POST")
+        return self
+
+
+class Notify(Model):
+    """Send a message to a channel."""
+
+    channel: Name
+    """A channel declared under `channels`."""
+    message: str
+    severity: Literal["info", "warning", "critical"] = "info"
+
+
+class Delay(Model):
+    """Sleep durably for a duration or until an instant."""
+
+    duration: Duration | None = None
+    until: str | None = None
+    """An ISO 8601 date-time (read in `timezone` when it has no offset) or an expression."""
+    timezone: TimeZone = "UTC"
+
+    @model_validator(mode="after")
+    def _one(self) -> Delay:
+        exactly_one(self, ("duration", "until"), "delay")
+        if self.until is not None and not has_expression(self.until):
+            try:
+                parse_instant(self.until)
+            except UnitError as exc:
+                raise invalid(str(exc)) from None
+        return self

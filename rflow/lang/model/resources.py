@@ -1,0 +1,153 @@
+"""Project-level declarations that workflows refer to by name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, SecretStr, field_validator, model_validator
+
+from rflow.lang.model.common import (
+    Address,
+    Amount,
+    Duration,
+    EnvVar,
+    Model,
+    Name,
+    TokenAmount,
+    invalid,
+)
+
+
+class Network(Model):
+    """An EVM chain the project talks to."""
+
+    chain_id: int = Field(ge=1)
+    """The chain id (1 for Ethereum mainnet, 31337 for a local anvil)."""
+    rpc_url_env: EnvVar | None = None
+    """Environment variable holding the JSON-RPC URL; default RFLOW_RPC_URL_<NAME>."""
+    confirmations: int = Field(1, ge=0, le=1000)
+    """Blocks to wait before an event counts (triggers may override)."""
+
+    def rpc_env_name(self, name: str) -> str:
+        """The variable that holds this network's RPC URL, given the network's name."""
+        return self.rpc_url_env or "RFLOW_RPC_URL_" + name.upper().replace("-", "_")
+
+
+class Contract(Model):
+    """A contract known by name: its address on each network and, optionally, its ABI."""
+
+    address: dict[Name, Address] = {}
+    """Address per network. A contract with no address on a network matches events from
+    any emitter there (an "any pool" listener), but cannot be called there."""
+    abi: str | list[dict[str, Any]] | None = None
+    """A JSON ABI file (relative to this YAML file; a bare ABI list or an artifact with an
+    "abi" key), or the ABI inline as a list. Needed for event triggers and waits."""
+
+    @field_validator("abi")
+    @classmethod
+    def _abi_entries(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for entry in value:
+                if "type" not in entry:
+                    raise invalid("every inline ABI entry needs a 'type' (function, event, ...)")
+        return value
+
+
+class Relayer(Model):
+    """A signer that sends transactions; its key lives in an environment variable."""
+
+    key_env: EnvVar
+    """Environment variable holding the private key (never written in YAML)."""
+    networks: list[Name] = Field(min_length=1)
+    """Networks this relayer may send on."""
+    address: Address | None = None
+    """The signer's address, when known, so `rflow doctor` can check the key matches."""
+
+    def signer_key(self, env: Mapping[str, str]) -> SecretStr:
+        """The private key from ``env``; ``LookupError`` names the variable when unset."""
+        value = env.get(self.key_env)
+        if not value:
+            raise LookupError(f"environment variable {self.key_env} (a relayer key) is not set")
+        return SecretStr(value)
+
+
+class WebhookChannel(Model):
+    """POST a JSON message to a URL."""
+
+    type: Literal["webhook"]
+    url: str
+    """The URL; use ${VAR} to keep it out of the file."""
+    headers: dict[str, str] = {}
+
+
+class SlackChannel(Model):
+    """A Slack-style incoming webhook (Slack, Mattermost, Discord's /slack endpoint)."""
+
+    type: Literal["slack"]
+    webhook_url_env: EnvVar
+    """Environment variable holding the incoming-webhook URL (it is a secret)."""
+
+
+class PagerDutyChannel(Model):
+    """PagerDuty Events API v2; circuit-breaker trips arrive as critical."""
+
+    type: Literal["pagerduty"]
+    routing_key_env: EnvVar
+    """Environment variable holding the integration routing key."""
+
+
+class LogChannel(Model):
+    """Write the message to the worker's log."""
+
+    type: Literal["log"]
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+Channel = Annotated[
+    WebhookChannel | SlackChannel | PagerDutyChannel | LogChannel, Discriminator("type")
+]
+"""Where ``notify`` messages go."""
+
+
+class BudgetScope(Model):
+    """Which sends charge a budget; an omitted list means every one."""
+
+    relayers: list[Name] | None = None
+    networks: list[Name] | None = None
+
+
+class Budget(Model):
+    """A cap on cumulative spend inside a rolling window, shared by every attached workflow."""
+
+    window: Duration
+    """The rolling window, e.g. 24h."""
+    max_native_value: Amount | None = None
+    """Cap on cumulative native value sent in the window."""
+    max_token_value: dict[str, TokenAmount] = {}
+    """Cap per ERC20 symbol, in raw token units; the symbol must match a contract name."""
+    max_gas_spend: Amount | None = None
+    """Cap on gas paid (gas_used x effective_gas_price of settled sends) in the window."""
+    scope: BudgetScope = BudgetScope()
+
+    @model_validator(mode="after")
+    def _has_a_cap(self) -> Budget:
+        if (
+            self.max_native_value is None
+            and not self.max_token_value
+            and self.max_gas_spend is None
+        ):
+            raise invalid(
+                "a budget needs at least one cap: max_native_value, max_token_value or max_gas_spend"
+            )
+        return self
+
+
+class Config(Model):
+    """Engine-wide settings."""
+
+    max_concurrent_runs: int = Field(100, ge=1, le=100_000)
+    """Runs executing at once across all concurrency groups."""
+    approval_timeout: Duration = timedelta(hours=24)
+    """Default timeout of a human approval wait that sets none."""

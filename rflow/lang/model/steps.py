@@ -1,0 +1,254 @@
+"""A step: common fields around exactly one action."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Discriminator, Field, Tag, WithJsonSchema, model_validator
+
+from rflow.lang.model.actions import Command, Delay, HttpCall, Notify
+from rflow.lang.model.chain import Query, Read, SendTransaction
+from rflow.lang.model.common import (
+    Condition,
+    Duration,
+    Model,
+    Name,
+    by_key,
+    has_expression,
+    invalid,
+)
+from rflow.lang.model.flow import Choose, ListChange, StateValues, WaitFor
+
+
+class Backoff(Model):
+    """How long to wait between attempts."""
+
+    strategy: Literal["fixed", "exponential"] = "exponential"
+    delay: Duration = timedelta(seconds=1)
+    """The first (fixed: every) delay."""
+    multiplier: float = Field(2.0, ge=1.0, le=10.0)
+    """Exponential growth per attempt."""
+    max_delay: Duration = timedelta(seconds=60)
+    """Ceiling of the exponential delay."""
+    jitter: bool = True
+    """Add random jitter at run time so retries do not arrive in step."""
+
+    @model_validator(mode="after")
+    def _ceiling(self) -> Backoff:
+        if self.strategy == "exponential" and self.max_delay < self.delay:
+            raise invalid("max_delay is shorter than delay")
+        return self
+
+
+def _backoff_shorthand(value: Any) -> Any:
+    # "backoff: 10s" reads as a fixed delay between attempts.
+    if isinstance(value, str):
+        return {"strategy": "fixed", "delay": value}
+    return value
+
+
+def _backoff_form(value: Any) -> str:
+    return "delay" if isinstance(value, str | timedelta) else "policy"
+
+
+BackoffSpec = Annotated[
+    Annotated[Backoff, Tag("policy")] | Annotated[Duration, Tag("delay")],
+    Discriminator(_backoff_form),
+    BeforeValidator(_backoff_shorthand),
+]
+"""A backoff policy, or a duration as shorthand for a fixed delay."""
+
+
+class Retry(Model):
+    """Retries for pre-queue and off-chain failures (rpc_timeout, rate_limited, ...).
+
+    A reverted or failed on-chain transaction is never retried blindly.
+    """
+
+    max_attempts: int = Field(3, ge=1, le=50)
+    """Attempts in total, the first included."""
+    retry_if: Condition | None = None
+    """An expression over error.kind and error.message; default: any retryable kind."""
+    backoff: BackoffSpec = Backoff()
+    """A duration (a fixed delay, e.g. 10s) or {strategy, delay, multiplier, max_delay, jitter}."""
+
+
+def _foreach(value: Any) -> Any:
+    if isinstance(value, list) or has_expression(value):
+        return value
+    raise invalid(f"foreach expects an expression giving a list, or a list, got {value!r}")
+
+
+Foreach = Annotated[
+    list[Any] | str,
+    BeforeValidator(_foreach),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "array"}, {"type": "string", "pattern": r"\$\{\{"}],
+            "description": "run the action once per element; each sees ${{ item }} and ${{ item_index }}",
+        }
+    ),
+]
+
+
+class StepBase(Model):
+    """Fields every step has, whatever its action."""
+
+    kind: ClassVar[str] = ""
+    id: Name
+    """Unique within the workflow (steps and finally); results are ${{ steps.<id>.output }}."""
+    if_: Condition | None = Field(None, alias="if")
+    """Run the step only when this holds (per item inside foreach); else it is skipped."""
+    retry: Retry | None = None
+    timeout: Duration | None = None
+    """Fail with kind timeout after this long (per attempt)."""
+    continue_on_error: bool = False
+    """A failure becomes data (steps.<id>.status and .error) and the run continues."""
+    foreach: Foreach | None = None
+    """Run the action once per element of a list."""
+    max_parallel: int | None = Field(None, ge=1, le=1000)
+    """Iterations in flight at once (default 1: strictly sequential)."""
+    batch_size: int | None = Field(None, ge=1, le=10_000)
+    """Group elements: each iteration's item is a list of up to this many."""
+
+    @model_validator(mode="after")
+    def _foreach_options(self) -> StepBase:
+        orphans = [f for f in ("max_parallel", "batch_size") if getattr(self, f) is not None]
+        if orphans and self.foreach is None:
+            verb = "applies" if len(orphans) == 1 else "apply"
+            raise invalid(f"{' and '.join(orphans)} only {verb} to a foreach step")
+        return self
+
+    @property
+    def action(self) -> Any:
+        """The action's model (or mapping for state_set)."""
+        return getattr(self, self.kind)
+
+    @property
+    def parallelism(self) -> int:
+        """Iterations in flight at once."""
+        return self.max_parallel or 1
+
+
+class SendTransactionStep(StepBase):
+    """A step that sends a transaction."""
+
+    kind: ClassVar[str] = "send_transaction"
+    send_transaction: SendTransaction
+
+
+class ReadStep(StepBase):
+    """A step that calls a view function."""
+
+    kind: ClassVar[str] = "read"
+    read: Read
+
+
+class QueryStep(StepBase):
+    """A step that makes a read-only JSON-RPC call."""
+
+    kind: ClassVar[str] = "query"
+    query: Query
+
+
+class CommandStep(StepBase):
+    """A step that runs a built-in command."""
+
+    kind: ClassVar[str] = "command"
+    command: Command
+
+
+class HttpCallStep(StepBase):
+    """A step that makes an HTTP request."""
+
+    kind: ClassVar[str] = "http_call"
+    http_call: HttpCall
+
+
+class NotifyStep(StepBase):
+    """A step that sends a message to a channel."""
+
+    kind: ClassVar[str] = "notify"
+    notify: Notify
+
+
+class DelayStep(StepBase):
+    """A step that sleeps durably."""
+
+    kind: ClassVar[str] = "delay"
+    delay: Delay
+
+
+class WaitForStep(StepBase):
+    """A step that parks the run until an event, a webhook or a decision."""
+
+    kind: ClassVar[str] = "wait_for"
+    wait_for: WaitFor
+
+
+class ChooseStep(StepBase):
+    """A step that jumps to another step when a test holds."""
+
+    kind: ClassVar[str] = "choose"
+    choose: Choose
+
+
+class StateSetStep(StepBase):
+    """A step that stores values in the workflow's state."""
+
+    kind: ClassVar[str] = "state_set"
+    state_set: StateValues
+
+
+class ListAddStep(StepBase):
+    """A step that adds a value to a list in the workflow's state."""
+
+    kind: ClassVar[str] = "list_add"
+    list_add: ListChange
+
+
+class ListRemoveStep(StepBase):
+    """A step that removes a value from a list in the workflow's state."""
+
+    kind: ClassVar[str] = "list_remove"
+    list_remove: ListChange
+
+
+STEP_CLASSES: tuple[type[StepBase], ...] = (
+    SendTransactionStep,
+    ReadStep,
+    QueryStep,
+    CommandStep,
+    HttpCallStep,
+    NotifyStep,
+    DelayStep,
+    WaitForStep,
+    ChooseStep,
+    StateSetStep,
+    ListAddStep,
+    ListRemoveStep,
+)
+ACTIONS: tuple[str, ...] = tuple(cls.kind for cls in STEP_CLASSES)
+"""The action keys, one of which every step holds."""
+
+Step = Annotated[
+    Annotated[SendTransactionStep, Tag("send_transaction")]
+    | Annotated[ReadStep, Tag("read")]
+    | Annotated[QueryStep, Tag("query")]
+    | Annotated[CommandStep, Tag("command")]
+    | Annotated[HttpCallStep, Tag("http_call")]
+    | Annotated[NotifyStep, Tag("notify")]
+    | Annotated[DelayStep, Tag("delay")]
+    | Annotated[WaitForStep, Tag("wait_for")]
+    | Annotated[ChooseStep, Tag("choose")]
+    | Annotated[StateSetStep, Tag("state_set")]
+    | Annotated[ListAddStep, Tag("list_add")]
+    | Annotated[ListRemoveStep, Tag("list_remove")],
+    Discriminator(
+        by_key(*ACTIONS),
+        custom_error_type="step_action",
+        custom_error_message="a step needs exactly one action",
+    ),
+]
+"""A step: the common fields and exactly one action."""

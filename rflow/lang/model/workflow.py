@@ -1,0 +1,104 @@
+"""A workflow: when this happens (the trigger), do these things (the steps), in order."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag
+
+from rflow.lang.model.common import Amount, Duration, EnvVar, Model, Name, word_or_map
+from rflow.lang.model.steps import Step
+from rflow.lang.model.triggers import Trigger
+
+
+class Permissions(Model):
+    """What the workflow's sends may do."""
+
+    relayers: list[Name] = []
+    """The only relayers this workflow may send from."""
+    max_value_per_tx: Amount | None = None
+    """Cap on native value per send."""
+
+
+class Concurrency(Model):
+    """Serialize runs that share a key."""
+
+    group: str
+    """Expression giving the serialization key, e.g. ${{ trigger.args.sender }}."""
+    on_conflict: Literal["queue", "skip", "cancel_in_progress", "replace"] = "queue"
+    """What a new run does when its group is busy."""
+
+
+class RateLimit(Model):
+    """At most `max` run starts per `per`; the excess waits, it is never dropped."""
+
+    max: int = Field(ge=1)
+    per: Duration
+    durable: bool = False
+    """Keep the window in Postgres so a restart cannot reset it."""
+
+
+class TripNotify(Model):
+    """Alert a channel when the circuit trips."""
+
+    channel: Name
+    message: str | None = None
+
+
+class NotifyOnTrip(Model):
+    """The `notify:` entry of on_trip."""
+
+    notify: TripNotify
+
+
+OnTrip = Annotated[
+    Annotated[Literal["pause"], Tag("word")] | Annotated[NotifyOnTrip, Tag("map")],
+    Discriminator(word_or_map),
+]
+
+
+class CircuitBreaker(Model):
+    """Trip after `max_failures` terminally failed runs inside `window`."""
+
+    max_failures: int = Field(ge=1)
+    window: Duration
+    on_trip: list[OnTrip] = ["pause"]
+    """pause and/or notify: {channel}."""
+
+
+class Strategy(Model):
+    """Expand each trigger fire into one run per combination."""
+
+    matrix: dict[Name, Annotated[list[Any], Field(min_length=1)]] = Field(min_length=1)
+    """Key -> values; steps read ${{ matrix.<key> }}."""
+    fail_fast: bool = False
+    """Stop the remaining combinations after the first failure."""
+    max_parallel: int | None = Field(None, ge=1)
+    """Combinations running at once (default: all)."""
+
+
+class Workflow(Model):
+    """One trigger and a strictly sequential list of steps."""
+
+    description: str | None = None
+    paused: bool = False
+    """A paused workflow starts no runs."""
+    env: list[EnvVar] = []
+    """Environment variables expressions may read as ${{ env.NAME }}."""
+    permissions: Permissions = Permissions()
+    concurrency: Concurrency | None = None
+    rate_limit: RateLimit | None = None
+    circuit_breaker: CircuitBreaker | None = None
+    budgets: list[Name] = []
+    """Budgets this workflow's sends charge."""
+    strategy: Strategy | None = None
+    trigger: Trigger
+    steps: list[Step] = Field(min_length=1)
+    finally_: list[Step] = Field([], alias="finally")
+    """Steps that run after the run settles, success or failure."""
+    on_failure: Literal["dead_letter", "drop", "halt"] = "dead_letter"
+    """dead_letter (to the DLQ), drop (log and forget) or halt (pause the workflow)."""
+
+    def all_steps(self) -> list[Any]:
+        """The main steps, then the finally steps."""
+        return [*self.steps, *self.finally_]

@@ -1,0 +1,352 @@
+"""Rules about step ids, jumps and expressions, checked on the loaded data.
+
+These rules work on the plain data rather than the validated model so that they still
+run, and still report, when some other part of a workflow failed validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rflow.expr import Expr, ExpressionError, Name, parse_template
+from rflow.expr.references import static_path
+from rflow.lang.diagnostics import DataPath, Diagnostic
+from rflow.lang.messages import did_you_mean
+from rflow.lang.model.steps import ACTIONS, StepBase
+from rflow.lang.yamlsrc import SourceMap
+
+STEP_FIELDS = ("output", "status", "tx", "error")
+"""What ``steps.<id>`` offers."""
+
+_BLOCKS = ("steps", "finally")
+_KNOWN_STEP_KEYS = frozenset([*ACTIONS, *(f.alias or n for n, f in StepBase.model_fields.items())])
+_STEP_ROOTS = frozenset({"trigger", "steps", "run", "state", "env", "inputs"})
+_WHY = {
+    "item": "item is only defined inside a foreach step",
+    "item_index": "item_index is only defined inside a foreach step",
+    "matrix": "matrix is only defined when the workflow has strategy.matrix",
+    "error": "error is only defined in retry.retry_if and in finally steps",
+    "steps": "steps are not available here: this is evaluated before the run starts",
+    "run": "run is not available here: this is evaluated before the run starts",
+    "state": "state is not available here",
+}
+
+
+@dataclass
+class _StepInfo:
+    block: str
+    index: int
+    kind: str | None
+
+
+@dataclass
+class _Context:
+    """What an expression at some place may read."""
+
+    roots: frozenset[str]
+    earlier: frozenset[str] = frozenset()
+    current: str | None = None
+    why: dict[str, str] = field(default_factory=dict)
+
+
+class ReferenceChecker:
+    """Checks one workflow's ids, jumps and expressions; collects diagnostics."""
+
+    def __init__(
+        self,
+        name: str,
+        workflow: Mapping[str, Any],
+        source: SourceMap,
+        event_args: Sequence[str] | None = None,
+    ) -> None:
+        self.base: DataPath = ("workflows", name)
+        self.workflow = workflow
+        self.source = source
+        self.event_args = event_args
+        self.diagnostics: list[Diagnostic] = []
+        strategy = workflow.get("strategy")
+        matrix = strategy.get("matrix") if isinstance(strategy, dict) else None
+        self.matrix_keys = frozenset(matrix) if isinstance(matrix, dict) else None
+        env = workflow.get("env")
+        self.env_names = (
+            frozenset(n for n in env if isinstance(n, str))
+            if isinstance(env, list)
+            else frozenset()
+        )
+        trigger = workflow.get("trigger")
+        manual = trigger.get("manual") if isinstance(trigger, dict) else None
+        inputs = manual.get("inputs") if isinstance(manual, dict) else None
+        self.inputs = (
+            frozenset(i for i in inputs if isinstance(i, str)) if isinstance(inputs, list) else None
+        )
+        self.steps: dict[str, _StepInfo] = {}
+        self._parsed: dict[str, Any] = {}
+
+    def _error(self, path: DataPath, message: str, offset: int = -1) -> None:
+        location = self.source.at_offset(path, offset) if offset >= 0 else self.source.value(path)
+        self.diagnostics.append(Diagnostic.at(location, message, path))
+
+    # --- ids and jumps -------------------------------------------------------------
+
+    def _blocks(self) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        for block in _BLOCKS:
+            items = self.workflow.get(block)
+            if isinstance(items, list):
+                for index, step in enumerate(items):
+                    if isinstance(step, dict):
+                        yield block, index, step
+
+    def _collect_ids(self) -> None:
+        for block, index, step in self._blocks():
+            step_id = step.get("id")
+            if not isinstance(step_id, str):
+                continue
+            kind = next((a for a in ACTIONS if a in step), None)
+            first = self.steps.get(step_id)
+            if first is not None:
+                self._error(
+                    (*self.base, block, index, "id"),
+                    f"duplicate step id {step_id!r} (already used by {first.block}[{first.index}])",
+                )
+                continue
+            self.steps[step_id] = _StepInfo(block, index, kind)
+
+    def _check_jump(self, path: DataPath, target: Any, block: str) -> None:
+        if not isinstance(target, str):
+            return
+        info = self.steps.get(target)
+        if info is None:
+            same = [i for i, s in self.steps.items() if s.block == block]
+            self._error(path, f"goto to unknown step {target!r}{did_you_mean(target, same)}")
+        elif info.block != block:
+            self._error(
+                path,
+                f"goto {target!r} leaves {block}: a jump stays within its own list "
+                f"({target!r} is in {info.block})",
+            )
+
+    def _check_jumps(self) -> None:
+        for block, index, step in self._blocks():
+            path = (*self.base, block, index)
+            choose = step.get("choose")
+            if isinstance(choose, dict):
+                if "foreach" in step:
+                    self._error(
+                        (*path, "foreach"), "choose cannot run per item: a jump moves the whole run"
+                    )
+                branches = choose.get("branches")
+                for b, branch in enumerate(branches if isinstance(branches, list) else []):
+                    if isinstance(branch, dict):
+                        self._check_jump(
+                            (*path, "choose", "branches", b, "goto"), branch.get("goto"), block
+                        )
+                default = choose.get("default")
+                if isinstance(default, dict):
+                    self._check_jump(
+                        (*path, "choose", "default", "goto"), default.get("goto"), block
+                    )
+            wait = step.get("wait_for")
+            on_timeout = wait.get("on_timeout") if isinstance(wait, dict) else None
+            if isinstance(on_timeout, dict) and "goto" in on_timeout:
+                where = (*path, "wait_for", "on_timeout")
+                if block == "finally":
+                    self._error(
+                        where,
+                        "on_timeout: goto is not allowed in a finally step (the run has settled); use fail or continue",
+                    )
+                elif "foreach" in step:
+                    self._error(
+                        where,
+                        "on_timeout: goto is not allowed inside foreach (each item waits on its own); use fail or continue",
+                    )
+                else:
+                    self._check_jump((*where, "goto"), on_timeout.get("goto"), block)
+
+    # --- expressions ---------------------------------------------------------------
+
+    def _step_context(self, block: str, index: int, step: dict[str, Any], part: str) -> _Context:
+        earlier = [
+            i
+            for i, s in self.steps.items()
+            if (s.block == block and s.index < index) or (block == "finally" and s.block == "steps")
+        ]
+        roots = set(_STEP_ROOTS)
+        why: dict[str, str] = {}
+        if self.matrix_keys is not None:
+            roots.add("matrix")
+        if "foreach" in step:
+            if part == "foreach":
+                why["item"] = why["item_index"] = "the foreach list cannot use item: it defines it"
+            else:
+                roots |= {"item", "item_index"}
+        if block == "finally" or part == "retry_if":
+            roots.add("error")
+        step_id = step.get("id")
+        return _Context(
+            frozenset(roots), frozenset(earlier), step_id if isinstance(step_id, str) else None, why
+        )
+
+    def _check_expressions(self) -> None:
+        for block, index, step in self._blocks():
+            path = (*self.base, block, index)
+            for key, value in step.items():
+                if key == "id" or key not in _KNOWN_STEP_KEYS:
+                    continue  # an unknown field is reported by the model
+                if key == "retry" and isinstance(value, dict):
+                    for sub, inner in value.items():
+                        part = "retry_if" if sub == "retry_if" else "retry"
+                        self._check_strings(
+                            (*path, key, sub), inner, self._step_context(block, index, step, part)
+                        )
+                    continue
+                self._check_strings(
+                    (*path, key), value, self._step_context(block, index, step, key)
+                )
+        workflow_level = _Context(frozenset({"env"}))
+        for key, value in self.workflow.items():
+            path = (*self.base, key)
+            if key in _BLOCKS or key == "description":
+                continue
+            if key == "concurrency":
+                roots = {"trigger", "env", "inputs"} | (
+                    {"matrix"} if self.matrix_keys is not None else set()
+                )
+                self._check_strings(path, value, _Context(frozenset(roots)))
+            elif key == "trigger":
+                self._check_strings(path, value, workflow_level)
+            else:
+                for where, _ in _strings(path, value):
+                    self._error(where, f"expressions are not evaluated in {key}")
+
+    def _check_strings(self, path: DataPath, value: Any, context: _Context) -> None:
+        for where, text in _strings(path, value):
+            try:
+                template = self._parsed.get(text) or parse_template(text)
+            except ExpressionError as exc:
+                self._error(where, f"expression does not parse: {exc.message}", exc.offset)
+                continue
+            self._parsed[text] = template
+            if _wants_one_value(where) and not template.is_single_expression:
+                self._error(
+                    where,
+                    "write the whole value inside one ${{ ... }}: text around an expression "
+                    "makes a string, and any non-empty string counts as true",
+                )
+            for segment in template.segments:
+                if isinstance(segment, Expr):
+                    for ref, offset in _references(segment):
+                        message = self._check_reference(ref, context)
+                        if message:
+                            self._error(where, message, offset)
+
+    def _check_reference(self, ref: tuple[str | int, ...], context: _Context) -> str | None:
+        root = ref[0]
+        if root not in context.roots:
+            return context.why.get(root) or _WHY.get(root) or f"{root} is not available here"
+        if root == "steps" and len(ref) > 1 and isinstance(ref[1], str):
+            return self._check_step_reference(ref, context)
+        if (
+            root == "matrix"
+            and len(ref) > 1
+            and self.matrix_keys is not None
+            and ref[1] not in self.matrix_keys
+        ):
+            return f"unknown matrix key {ref[1]!r}{did_you_mean(str(ref[1]), self.matrix_keys)}"
+        if (
+            root == "inputs"
+            and len(ref) > 1
+            and self.inputs is not None
+            and ref[1] not in self.inputs
+        ):
+            declared = ", ".join(sorted(self.inputs)) or "none"
+            hint = did_you_mean(str(ref[1]), self.inputs)
+            return f"unknown input {ref[1]!r}{hint} (the manual trigger declares: {declared})"
+        if root == "env" and len(ref) > 1 and ref[1] not in self.env_names:
+            return f"env.{ref[1]} is not allow-listed: add {ref[1]} to the workflow's env list"
+        if (
+            root == "trigger"
+            and self.event_args is not None
+            and len(ref) > 2
+            and ref[1] == "args"
+            and isinstance(ref[2], str)
+            and ref[2] not in self.event_args
+        ):
+            listed = ", ".join(self.event_args) or "none"
+            return f"the trigger event has no argument {ref[2]!r}{did_you_mean(ref[2], self.event_args)} (it has: {listed})"
+        return None
+
+    def _check_step_reference(self, ref: tuple[str | int, ...], context: _Context) -> str | None:
+        target = str(ref[1])
+        info = self.steps.get(target)
+        if info is None:
+            return f"reference to unknown step {target!r}{did_you_mean(target, context.earlier)}"
+        if target == context.current:
+            return f"a step cannot read its own result (steps.{target})"
+        if target not in context.earlier:
+            return f"steps.{target} runs later ({info.block}[{info.index}]): a step can only read steps that run before it"
+        if len(ref) > 2 and isinstance(ref[2], str):
+            attribute = ref[2]
+            if attribute not in STEP_FIELDS:
+                return f"steps.{target} has no {attribute!r}{did_you_mean(attribute, STEP_FIELDS)} (use output, status, tx or error)"
+            if attribute == "tx" and info.kind not in (None, "send_transaction"):
+                return f"steps.{target}.tx: only send_transaction steps have tx ({target} is a {info.kind} step)"
+        return None
+
+    def run(self) -> list[Diagnostic]:
+        """Apply every rule; the diagnostics found."""
+        self._collect_ids()
+        self._check_jumps()
+        self._check_expressions()
+        return self.diagnostics
+
+
+def _wants_one_value(path: DataPath) -> bool:
+    """Whether the string at ``path`` must evaluate to a value rather than render as text:
+    conditions and foreach lists."""
+    tail = path[4:]  # after ('workflows', name, block, index)
+    return tail in (("if",), ("foreach",), ("retry", "retry_if"), ("command", "args", "that")) or (
+        len(tail) == 4 and tail[:2] == ("choose", "branches") and tail[3] == "when"
+    )
+
+
+def _strings(path: DataPath, value: Any) -> Iterator[tuple[DataPath, str]]:
+    """Every string holding ``${{`` inside ``value``, with its path."""
+    if isinstance(value, str):
+        if "${{" in value:
+            yield path, value
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _strings((*path, key), inner)
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield from _strings((*path, index), inner)
+
+
+def _references(expr: Expr) -> Iterator[tuple[tuple[str | int, ...], int]]:
+    """Static member paths read by ``expr``, each with the offset of its root name."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        path = static_path(node)
+        if path is None:
+            stack.extend(node.children())
+            continue
+        root = node
+        while not isinstance(root, Name):
+            root = root.children()[0]
+        yield path, root.offset
+
+
+def check_outside_workflows(section: str, value: Any, source: SourceMap) -> list[Diagnostic]:
+    """Expressions written where nothing evaluates them (project-level declarations)."""
+    return [
+        Diagnostic.at(
+            source.value(path),
+            "expressions are only evaluated inside workflows; "
+            "use ${VAR} to substitute an environment variable when the file loads",
+            path,
+        )
+        for path, _ in _strings((section,), value)
+    ]

@@ -1,0 +1,118 @@
+"""`rflow validate` and `rflow schema`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rflow.cli import main
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    for name in (
+        "RELAYER_PAYOUT_KEY",
+        "RELAYER_TREASURY_KEY",
+        "RELAYER_DEV_KEY",
+        "SLACK_OPS_WEBHOOK_URL",
+        "PAGERDUTY_ROUTING_KEY",
+        "WITHDRAWALS_WEBHOOK_SECRET",
+    ):
+        monkeypatch.setenv(name, "set-for-test")
+    return CliRunner()
+
+
+def test_validate_examples_text(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    result = runner.invoke(main, ["validate", "examples/"])
+    assert result.exit_code == 0, result.output
+    assert result.output == "examples/: 7 workflows, 0 errors, 0 warnings\n"
+
+
+def test_validate_prints_warnings_and_still_succeeds(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("RELAYER_DEV_KEY")
+    result = runner.invoke(main, ["validate", "examples"])
+    assert result.exit_code == 0
+    assert result.output.splitlines() == [
+        "examples/project.yaml:47:14: warning: relayers.dev.key_env: environment variable "
+        "RELAYER_DEV_KEY is not set (the key of relayer 'dev')",
+        "examples: 7 workflows, 0 errors, 1 warning",
+    ]
+
+
+def test_validate_examples_json(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["validate", str(EXAMPLES), "--format", "json"])
+    assert result.exit_code == 0
+    document = json.loads(result.output)
+    assert document == {
+        "ok": True,
+        "errors": [],
+        "warnings": [],
+        "workflows": [
+            "copy-trade",
+            "daily-treasury-report",
+            "local-smoke",
+            "weekly-payouts",
+            "relayer-gas-watch",
+            "sweep",
+            "withdrawals",
+        ],
+    }
+
+
+def test_validate_errors_exit_1(runner: CliRunner, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "workflows:\n  w:\n    trigger: { manual: {} }\n    steps:\n      - id: a\n        notify: { chanel: ops, message: hi }\n"
+    )
+    result = runner.invoke(main, ["validate", str(bad)])
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"{bad}:6:9: error: workflows.w.steps[0].notify: missing required field 'channel'",
+        f"{bad}:6:19: error: workflows.w.steps[0].notify: unknown field 'chanel' — did you mean 'channel'?",
+        f"{bad}: 1 workflow, 2 errors, 0 warnings",
+    ]
+    result = runner.invoke(main, ["validate", str(bad), "--format", "json"])
+    assert result.exit_code == 1
+    document = json.loads(result.output)
+    assert document["ok"] is False
+    assert document["errors"][1] == {
+        "severity": "error",
+        "message": "unknown field 'chanel' — did you mean 'channel'?",
+        "file": str(bad),
+        "line": 6,
+        "column": 19,
+        "path": "workflows.w.steps[0].notify",
+    }
+    assert document["workflows"] == ["w"]
+
+
+def test_validate_usage_errors_exit_2(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(main, ["validate", str(tmp_path / "missing")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output
+    result = runner.invoke(main, ["validate", str(EXAMPLES), "--format", "xml"])
+    assert result.exit_code == 2
+
+
+def test_schema_command_matches_the_committed_schema(runner: CliRunner, tmp_path: Path) -> None:
+    committed = (REPO / "schemas" / "rflow.schema.json").read_text()
+    result = runner.invoke(main, ["schema"])
+    assert result.exit_code == 0
+    assert result.output == committed, "run `rflow schema -o schemas/rflow.schema.json`"
+    out = tmp_path / "s.json"
+    result = runner.invoke(main, ["schema", "--output", str(out)])
+    assert result.exit_code == 0
+    assert out.read_text() == committed
+    schema = json.loads(committed)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["properties"]["workflows"]["description"] == "Workflows, by name."
