@@ -5,7 +5,7 @@ fails to decode raises :class:`DecodeError` with a reason meant for the dead-let
 """
 
 from rflow.codecs.envelope import MAX_RECORD_BYTES, DecodeError, decode, encode
-from rflow.codecs.records import DeadLetter, Record, TriggerRecord
+from rflow.codecs.records import DeadLetter, Record, TriggerRecord, TriggerRetracted
 
 __all__ = [
     "MAX_RECORD_BYTES",
@@ -13,6 +13,7 @@ __all__ = [
     "DecodeError",
     "Record",
     "TriggerRecord",
+    "TriggerRetracted",
     "decode",
     "encode",
 ]

@@ -42,6 +42,26 @@ class TriggerRecord(Record):
         return self.group if self.group is not None else self.trigger_key
 
 
+class TriggerRetracted(Record):
+    """A firing withdrawn by its source (a chain reorg removed the event's block).
+
+    Keyed like the firing it retracts; its run is cancelled if it has sent nothing, and
+    the retraction is recorded on the run either way.
+    """
+
+    kind: Literal["trigger_retracted"] = "trigger_retracted"
+    v: Literal[1] = 1
+    workflow: str = Field(min_length=1, max_length=200)
+    trigger_key: str = Field(min_length=1, max_length=512)
+    group: str | None = Field(None, max_length=512)
+    reason: str
+    retracted_at: datetime
+
+    @property
+    def partition_key(self) -> str:
+        return self.group if self.group is not None else self.trigger_key
+
+
 class DeadLetter(Record):
     """A record that could not be processed, with where it came from and why."""
 
@@ -58,9 +78,10 @@ class DeadLetter(Record):
     failed_at: datetime
 
 
-AnyRecord = Annotated[TriggerRecord | DeadLetter, Field(discriminator="kind")]
+AnyRecord = Annotated[TriggerRecord | TriggerRetracted | DeadLetter, Field(discriminator="kind")]
 
 KNOWN_VERSIONS: dict[str, frozenset[int]] = {
     "trigger": frozenset({1}),
+    "trigger_retracted": frozenset({1}),
     "dead_letter": frozenset({1}),
 }

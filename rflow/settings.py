@@ -23,6 +23,7 @@ _VARIABLES = {
     "APP_ID": "app_id",
     "TOPIC_PREFIX": "topic_prefix",
     "TOPICS_FILE": "topics_file",
+    "PROJECT": "project_path",
     "DATA_DIR": "data_dir",
     "WEB_PORT": "web_port",
     "BROKER_SESSION_TIMEOUT": "broker_session_timeout",
@@ -60,6 +61,9 @@ class Settings(BaseModel):
     )
     topic_prefix: str = Field("", description="prefix for every topic name (isolates test runs)")
     topics_file: Path = Field(_REPO_ROOT / "topics.yaml")
+    project_path: Path | None = Field(
+        None, description="the workflow files a worker runs (a file or a folder)"
+    )
     data_dir: Path = Field(Path(".rflow"), description="Faust table state (RocksDB or memory)")
     web_port: int = Field(6066, description="Faust web server port of a worker")
     broker_session_timeout: float = 30.0
@@ -88,6 +92,8 @@ class Settings(BaseModel):
         env = {}
         for suffix, field in _VARIABLES.items():
             value = getattr(self, field)
+            if value is None:
+                continue
             env[_PREFIX + suffix] = (
                 value.get_secret_value() if isinstance(value, SecretStr) else str(value)
             )

@@ -7,12 +7,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import faust
 
 from rflow.codecs import tables as table_codec
-from rflow.settings import Settings
+from rflow.lang import Project, load_project
+from rflow.settings import Settings, environ
 from rflow.streams import tables, views
 from rflow.streams.database import Database
 from rflow.streams.topics import Catalog
@@ -37,6 +38,8 @@ class Runtime:
 
     settings: Settings
     catalog: Catalog
+    project: Project | None = None
+    env: dict[str, str] = field(default_factory=dict)
     topics: Topics | None = None
     tables: tables.Tables | None = None
     database: Database | None = None
@@ -67,9 +70,17 @@ class RflowApp(faust.App):
         )
 
 
-def create_app(settings: Settings | None = None) -> RflowApp:
-    """Build the app with every agent, table and page attached."""
+def create_app(settings: Settings | None = None, project: Project | None = None) -> RflowApp:
+    """Build the app with every agent, table and page attached.
+
+    The workflows come from ``project``, else from ``settings.project_path``; a worker
+    without workflows still runs the pipeline (records for unknown workflows are
+    dead-lettered).
+    """
     settings = settings or Settings.from_env()
+    env = environ()
+    if project is None and settings.project_path is not None:
+        project = load_project(settings.project_path, env)
     catalog = Catalog.from_settings(settings)
     codec = table_codec.register()
     partitions = catalog.spec("rflow.triggers").partitions
@@ -92,7 +103,7 @@ def create_app(settings: Settings | None = None) -> RflowApp:
         # One event at a time per partition keeps per-group order; effects run as tasks.
         stream_buffer_maxsize=1024,
     )
-    app.rflow = runtime = Runtime(settings, catalog)
+    app.rflow = runtime = Runtime(settings, catalog, project, env)
     runtime.topics = Topics(
         triggers=app.declared_topic("rflow.triggers"),
         runs=app.declared_topic("rflow.runs"),

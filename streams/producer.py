@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from rflow.codecs import TriggerRecord, encode
+from rflow.codecs import Record, TriggerRecord, TriggerRetracted, encode
 from rflow.settings import Settings
 from rflow.streams.topics import Catalog
 
@@ -14,24 +14,54 @@ class ProduceError(Exception):
     """The record was not acknowledged by Kafka; the caller must not report success."""
 
 
-async def produce_trigger(settings: Settings, record: TriggerRecord) -> tuple[int, int]:
-    """Produce ``record`` to the triggers topic keyed by its group; returns (partition, offset)."""
-    topic = Catalog.from_settings(settings).full_name("rflow.triggers")
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_brokers,
-        acks="all",
-        enable_idempotence=True,
-        request_timeout_ms=15000,
-    )
-    try:
-        await producer.start()
-        meta = await producer.send_and_wait(
-            topic, value=encode(record), key=record.partition_key.encode()
+class Producer:
+    """A started Kafka producer for declared topics; use ``async with Producer(settings)``.
+
+    Idempotent and ``acks=all``: a record counts as delivered only once every in-sync
+    replica has it, which is when an ingress may acknowledge its caller.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.catalog = Catalog.from_settings(settings)
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_brokers,
+            acks="all",
+            enable_idempotence=True,
+            request_timeout_ms=15000,
         )
-    except KafkaError as exc:
-        raise ProduceError(
-            f"Kafka at {settings.kafka_brokers} did not accept the trigger: {exc}"
-        ) from None
-    finally:
-        await producer.stop()
-    return meta.partition, meta.offset
+
+    async def __aenter__(self) -> Producer:
+        try:
+            await self._producer.start()
+        except KafkaError as exc:
+            await self._producer.stop()
+            raise ProduceError(
+                f"cannot reach Kafka at {self.settings.kafka_brokers}: {exc}"
+            ) from None
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._producer.stop()
+
+    async def send(self, topic: str, key: str, record: Record) -> tuple[int, int]:
+        """Produce ``record`` to declared topic ``topic``; returns (partition, offset)."""
+        try:
+            meta = await self._producer.send_and_wait(
+                self.catalog.full_name(topic), value=encode(record), key=key.encode()
+            )
+        except KafkaError as exc:
+            raise ProduceError(
+                f"Kafka at {self.settings.kafka_brokers} did not accept the record: {exc}"
+            ) from None
+        return meta.partition, meta.offset
+
+    async def trigger(self, record: TriggerRecord | TriggerRetracted) -> tuple[int, int]:
+        """Produce a firing (or its retraction) to the triggers topic, keyed by its group."""
+        return await self.send("rflow.triggers", record.partition_key, record)
+
+
+async def produce_trigger(settings: Settings, record: TriggerRecord) -> tuple[int, int]:
+    """Produce one firing with a short-lived producer (the CLI's case)."""
+    async with Producer(settings) as producer:
+        return await producer.trigger(record)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 import click
 
@@ -66,11 +67,24 @@ async def _migrate(settings: Settings) -> list[str]:
 
 
 @main.command()
+@click.argument("project", required=False, type=click.Path(exists=True, path_type=Path))
 @click.option("--setup/--no-setup", default=True, help="Apply topics and migrations first.")
 @click.option("-l", "--loglevel", default="info", show_default=True)
-def worker(setup: bool, loglevel: str) -> None:
-    """Run a worker: the agents of every workflow, as one member of the consumer group."""
+def worker(project: Path | None, setup: bool, loglevel: str) -> None:
+    """Run a worker for the workflows in PROJECT (default: $RFLOW_PROJECT), as one member
+    of the consumer group."""
     settings = Settings.from_env()
+    if project is not None:
+        settings = settings.model_copy(update={"project_path": project})
+    if settings.project_path is not None:
+        from rflow.lang import validate_path
+        from rflow.settings import environ
+
+        report = validate_path(settings.project_path, environ())
+        for diagnostic in report.diagnostics:
+            click.echo(str(diagnostic), err=True)
+        if not report.ok:
+            _fail(f"{settings.project_path} has errors; the worker does not start")
     if setup:
         from rflow.streams import topics as topic_ops
 

@@ -1,0 +1,810 @@
+"""The run engine: ``advance(workflow, state, event, now) -> (state, effects)``.
+
+Pure: no I/O, no clock (``now`` is given), no randomness. Steps run strictly in order;
+each step either settles at once (``choose``, a skipped ``if``, the ``log``/``assert``/
+``fail`` commands) or asks for an effect and waits for the event that reports it.
+Every event names its run, step path, visit and attempt, so a duplicate or stale event
+is recognised and ignored.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from rflow.engine import keys
+from rflow.engine.context import compare, holds, render, run_context
+from rflow.engine.effects import Effect, Execute, Journal, Park, ScheduleTimer, Settle, Unpark
+from rflow.engine.events import CancelRequested, Event, Start, StepResult, TimerFired, WaitResolved
+from rflow.engine.retry import decide
+from rflow.engine.state import Fanout, RunState, RunStatus, StepRecord, StepStatus
+from rflow.failures import FailureKind, RflowError, StepError
+from rflow.lang.model import Workflow
+from rflow.lang.model.resources import Config
+from rflow.lang.timespec import parse_instant
+
+MAX_EXECUTIONS = 10_000
+"""Step starts one run may make; a ``goto`` loop past this fails the run."""
+
+MAX_HISTORY = 100
+"""Archived records (earlier visits of revisited steps) kept in the run state; the read
+model has every one through the journal effects."""
+
+STATE_KINDS = frozenset({"state_set", "list_add", "list_remove"})
+INLINE_COMMANDS = frozenset({"log", "assert", "fail"})
+
+
+def advance(
+    workflow: Workflow,
+    state: RunState | None,
+    event: Event,
+    now: datetime,
+    config: Config | None = None,
+) -> tuple[RunState | None, list[Effect]]:
+    """Apply ``event`` to the run ``state`` of ``workflow``; return the new state and effects.
+
+    ``config`` is the project's engine-wide configuration (the default approval timeout).
+    """
+    config = config or Config()
+    if isinstance(event, Start):
+        if state is not None:
+            return state, []  # a redelivered start
+        run = _Run.start(workflow, event, now, config)
+    else:
+        if state is None or state.settled:
+            return state, []  # a late or duplicate event for a run that is over
+        run = _Run(workflow, state, now, config)
+        run.apply(event)
+    run.proceed()
+    return run.freeze(), run.effects
+
+
+class _Run:
+    """A mutable working copy of one run for the duration of one ``advance``."""
+
+    def __init__(self, workflow: Workflow, state: RunState, now: datetime, config: Config) -> None:
+        self.workflow = workflow
+        self.config = config
+        self.now = now
+        self.fields = state.model_dump(exclude={"steps", "history", "visits", "state"})
+        self.steps: dict[str, StepRecord] = dict(state.steps)
+        self.history: list[StepRecord] = list(state.history)
+        self.visits: dict[str, int] = dict(state.visits)
+        self.values: dict[str, Any] = dict(state.state)
+        self.effects: list[Effect] = []
+        self.key = keys.run_key(state.workflow, state.trigger_key, state.matrix)
+
+    @classmethod
+    def start(cls, workflow: Workflow, event: Start, now: datetime, config: Config) -> _Run:
+        state = RunState(
+            run_id=event.run_id,
+            workflow=event.workflow,
+            version=event.version,
+            trigger_key=event.trigger_key,
+            matrix=event.matrix,
+            group=event.group,
+            trigger=event.trigger,
+            env=event.env,
+            state=event.state,
+            created_at=now,
+            updated_at=now,
+        )
+        run = cls(workflow, state, now, config)
+        run.journal("run_started", None, "running", trigger=event.trigger, matrix=event.matrix)
+        return run
+
+    # --- the snapshot the rest of the engine reads -------------------------------
+
+    def snapshot(self) -> RunState:
+        return RunState(
+            **self.fields,
+            steps=self.steps,
+            history=self.history,
+            visits=self.visits,
+            state=self.values,
+        )
+
+    def freeze(self) -> RunState:
+        if self.fields["phase"] == "main" and not RunStatus(self.fields["status"]).terminal:
+            parked = any(r.status == StepStatus.WAITING for r in self.steps.values())
+            self.fields["status"] = RunStatus.WAITING if parked else RunStatus.RUNNING
+        self.fields["updated_at"] = self.now
+        return self.snapshot()
+
+    def context(self, **extra: Any) -> dict[str, Any]:
+        return run_context(_View(self), **extra)
+
+    @property
+    def run_id(self) -> str:
+        return self.fields["run_id"]
+
+    def step_list(self, phase: str | None = None) -> list[Any]:
+        phase = phase or self.fields["phase"]
+        return list(self.workflow.steps) if phase == "main" else list(self.workflow.finally_)
+
+    def step_named(self, step_id: str) -> Any:
+        for step in (*self.workflow.steps, *self.workflow.finally_):
+            if step.id == step_id:
+                return step
+        raise KeyError(step_id)
+
+    def journal(self, event: str, path: str | None, status: str, **data: Any) -> None:
+        self.effects.append(
+            Journal(
+                run_id=self.run_id,
+                workflow=self.fields["workflow"],
+                event=event,
+                path=path,
+                status=status,
+                at=self.now,
+                data=data,
+            )
+        )
+
+    # --- events ---------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        if isinstance(event, StepResult):
+            self.on_result(event)
+        elif isinstance(event, TimerFired):
+            self.on_timer(event)
+        elif isinstance(event, WaitResolved):
+            self.on_wait_resolved(event)
+        elif isinstance(event, CancelRequested):
+            self.on_cancel(event)
+
+    def current(
+        self, path: str, visit: int, attempt: int | None, status: StepStatus
+    ) -> StepRecord | None:
+        record = self.steps.get(path)
+        if record is None or record.visit != visit or record.status != status:
+            return None
+        if attempt is not None and record.attempt != attempt:
+            return None
+        return record
+
+    def on_result(self, event: StepResult) -> None:
+        record = self.current(event.path, event.visit, event.attempt, StepStatus.RUNNING)
+        if record is None:
+            return
+        if event.error is None:
+            output = event.output
+            step = self.step_named(record.step)
+            if step.kind in STATE_KINDS and isinstance(output, dict):
+                self.values.update(output.get("state") or {})
+            self.settle(record, StepStatus.SUCCEEDED, output=output)
+        else:
+            self.failed_attempt(record, event.error)
+        self.after_settle(record)
+
+    def on_timer(self, event: TimerFired) -> None:
+        if event.purpose == "retry":
+            record = self.current(event.path, event.visit, event.attempt, StepStatus.RETRYING)
+            if record is None:
+                return
+            step = self.step_named(record.step)
+            attempt = record.attempt + 1
+            self.steps[record.path] = record.model_copy(
+                update={"status": StepStatus.RUNNING, "attempt": attempt}
+            )
+            self.begin_action(step, record.path, record.visit, attempt, self.item_context(record))
+            self.after_settle(self.steps[record.path])
+            return
+        record = self.current(event.path, event.visit, event.attempt, StepStatus.WAITING)
+        if record is None:
+            return
+        step = self.step_named(record.step)
+        if event.purpose == "delay" and step.kind == "delay":
+            self.settle(record, StepStatus.SUCCEEDED, output={"until": event.due_at.isoformat()})
+        elif event.purpose == "wait_timeout" and step.kind == "wait_for":
+            self.unpark(record)
+            self.wait_timed_out(step, record)
+        self.after_settle(record)
+
+    def on_wait_resolved(self, event: WaitResolved) -> None:
+        record = self.steps.get(event.path)
+        if record is None or record.status != StepStatus.WAITING or record.wait_id != event.wait_id:
+            return
+        self.unpark(record)
+        payload = event.payload
+        if isinstance(payload, dict) and payload.get("decision") == "reject":
+            by = payload.get("by") or "an approver"
+            self.settle(
+                record,
+                StepStatus.FAILED,
+                output=payload,
+                error=StepError(kind=FailureKind.ASSERT_FAILED, message=f"rejected by {by}"),
+            )
+        else:
+            self.settle(record, StepStatus.SUCCEEDED, output=payload)
+        self.after_settle(record)
+
+    def on_cancel(self, event: CancelRequested) -> None:
+        if self.fields["cancel_requested"] is not None or self.fields["phase"] != "main":
+            return
+        self.fields["cancel_requested"] = event.reason
+        # A fan-out starts nothing new; parked steps hold nothing in flight, so they stop
+        # now. A running action (a send handed to the relayer, say) finishes first and
+        # the run stops at that boundary.
+        for record in list(self.steps.values()):
+            if record.fanout is not None and not record.status.settled:
+                self.set_fanout(self.step_named(record.step), halted=True)
+        for record in list(self.steps.values()):
+            if record.phase == "main" and record.status in (
+                StepStatus.WAITING,
+                StepStatus.RETRYING,
+            ):
+                self.unpark(record)
+                error = StepError(kind=FailureKind.CANCELLED, message=event.reason)
+                self.settle(record, StepStatus.FAILED, error=error)
+                self.after_settle(record)
+        for record in list(self.steps.values()):
+            if record.fanout is not None and not record.status.settled:
+                step = self.step_named(record.step)
+                self.maybe_settle_fanout(step)
+                self.after_settle(self.steps[step.id])
+
+    # --- moving on --------------------------------------------------------------------
+
+    def proceed(self) -> None:
+        while self.fields["phase"] != "done":
+            steps = self.step_list()
+            cursor = self.fields["cursor"]
+            if cursor >= len(steps):
+                self.end_phase()
+                continue
+            step = steps[cursor]
+            record = self.steps.get(step.id)
+            if record is not None:
+                if not record.status.settled:
+                    return
+                self.fields["cursor"] = cursor + 1
+                continue
+            if self.fields["phase"] == "main" and self.fields["cancel_requested"] is not None:
+                self.finish_main(
+                    RunStatus.CANCELLED,
+                    StepError(kind=FailureKind.CANCELLED, message=self.fields["cancel_requested"]),
+                )
+                continue
+            self.begin_step(step)
+            record = self.steps.get(step.id)
+            if record is not None and record.status.settled:
+                self.after_settle(record)
+
+    def end_phase(self) -> None:
+        if self.fields["phase"] == "main":
+            status = RunStatus(self.fields["status"])
+            self.finish_main(
+                RunStatus.SUCCEEDED if not status.terminal else status, self.fields["error"]
+            )
+            return
+        self.fields["phase"] = "done"
+        status = RunStatus(self.fields["status"])
+        error = self.fields["error"]
+        error = StepError.model_validate(error) if isinstance(error, dict) else error
+        on_failure = self.workflow.on_failure if status == RunStatus.FAILED else None
+        self.journal(
+            "run_settled", None, str(status), error=error.model_dump(mode="json") if error else None
+        )
+        journal = self.freeze().model_dump(mode="json") if on_failure == "dead_letter" else {}
+        self.effects.append(
+            Settle(
+                run_id=self.run_id,
+                workflow=self.fields["workflow"],
+                status=status,
+                on_failure=on_failure,
+                error=error,
+                journal=journal,
+            )
+        )
+
+    def finish_main(self, status: RunStatus, error: StepError | None) -> None:
+        self.fields["status"] = status
+        self.fields["error"] = error
+        self.fields["phase"] = "finally"
+        self.fields["cursor"] = 0
+
+    # --- starting steps ---------------------------------------------------------------
+
+    def begin_step(self, step: Any) -> None:
+        visit = self.visits.get(step.id, 1)
+        if step.foreach is not None:
+            self.begin_foreach(step, visit)
+            return
+        context = self.context(run_status=self.status_for_finally())
+        try:
+            runs = holds(step.if_, context)
+        except RflowError as exc:
+            self.record(step, step.id, visit, StepStatus.RUNNING)
+            self.settle(self.steps[step.id], StepStatus.FAILED, error=exc.as_data())
+            return
+        if not runs:
+            self.record(step, step.id, visit, StepStatus.SKIPPED, settled=True)
+            self.journal("step_settled", step.id, "skipped")
+            return
+        if not self.count_execution(step, step.id, visit):
+            return
+        self.record(step, step.id, visit, StepStatus.RUNNING)
+        self.begin_action(step, step.id, visit, 1, context)
+
+    def status_for_finally(self) -> str | None:
+        return str(self.fields["status"]) if self.fields["phase"] == "finally" else None
+
+    def count_execution(self, step: Any, path: str, visit: int) -> bool:
+        self.fields["executions"] += 1
+        if self.fields["executions"] <= MAX_EXECUTIONS:
+            return True
+        self.record(step, path, visit, StepStatus.RUNNING)
+        message = (
+            f"more than {MAX_EXECUTIONS} step executions in one run (a goto loop that never ends?)"
+        )
+        self.settle(
+            self.steps[path],
+            StepStatus.FAILED,
+            error=StepError(kind=FailureKind.ASSERT_FAILED, message=message),
+        )
+        return False
+
+    def record(
+        self,
+        step: Any,
+        path: str,
+        visit: int,
+        status: StepStatus,
+        *,
+        settled: bool = False,
+        **extra: Any,
+    ) -> None:
+        self.steps[path] = StepRecord(
+            path=path,
+            step=step.id,
+            phase=self.fields["phase"],
+            status=status,
+            visit=visit,
+            started_at=self.now,
+            settled_at=self.now if settled else None,
+            **extra,
+        )
+
+    def item_context(self, record: StepRecord) -> dict[str, Any]:
+        if record.path == record.step:
+            return self.context(run_status=self.status_for_finally())
+        parent = self.steps[record.step]
+        index = int(record.path[len(record.step) + 1 : -1])
+        return self.context(
+            item=parent.fanout.items[index], item_index=index, run_status=self.status_for_finally()
+        )
+
+    def begin_action(
+        self, step: Any, path: str, visit: int, attempt: int, context: dict[str, Any]
+    ) -> None:
+        """Start (or restart, for a retry) the action of ``step`` at ``path``."""
+        record = self.steps[path]
+        try:
+            self._begin_action(step, record, visit, attempt, context)
+        except RflowError as exc:
+            self.settle(self.steps[path], StepStatus.FAILED, error=exc.as_data())
+
+    def _begin_action(
+        self, step: Any, record: StepRecord, visit: int, attempt: int, context: dict[str, Any]
+    ) -> None:
+        path, kind = record.path, step.kind
+        key = keys.idempotency_key(self.key, path, visit)
+        if attempt == 1:
+            self.journal("step_started", path, "running", kind=kind)
+        if kind == "choose":
+            self.settle(record, StepStatus.SUCCEEDED, output=self.choose(step, context))
+            return
+        if kind == "command" and step.command.name in INLINE_COMMANDS:
+            self.inline_command(step, record, context)
+            return
+        if kind == "delay":
+            due = self.delay_until(step, context)
+            self.steps[path] = record.model_copy(
+                update={"status": StepStatus.WAITING, "input": {"until": due.isoformat()}}
+            )
+            self.effects.append(
+                ScheduleTimer(
+                    run_id=self.run_id,
+                    path=path,
+                    visit=visit,
+                    attempt=attempt,
+                    purpose="delay",
+                    due_at=due,
+                    key=key,
+                )
+            )
+            return
+        if kind == "wait_for":
+            self.park(step, record, visit, attempt, key, context)
+            return
+        action = render(_dump(step.action), context)
+        self.steps[path] = record.model_copy(
+            update={"status": StepStatus.RUNNING, "attempt": attempt, "input": action}
+        )
+        self.effects.append(
+            Execute(
+                run_id=self.run_id,
+                workflow=self.fields["workflow"],
+                path=path,
+                visit=visit,
+                attempt=attempt,
+                key=key,
+                kind=kind,
+                action=action,
+                timeout=step.timeout.total_seconds() if step.timeout else None,
+            )
+        )
+
+    def choose(self, step: Any, context: dict[str, Any]) -> dict[str, Any]:
+        for index, branch in enumerate(step.choose.branches):
+            test = branch.when
+            if isinstance(test, str):
+                matched = holds(test, context)
+            else:
+                matched = compare(test.op, render(test.value, context), render(test.to, context))
+            if matched:
+                return {"branch": index, "goto": branch.goto}
+        default = step.choose.default
+        return {"branch": "default", "goto": None if default == "continue" else default.goto}
+
+    def inline_command(self, step: Any, record: StepRecord, context: dict[str, Any]) -> None:
+        command = step.command
+        args = render(_dump(command.args), context)
+        self.steps[record.path] = record = record.model_copy(
+            update={"input": {"name": command.name, "args": args}}
+        )
+        if command.name == "log":
+            self.settle(record, StepStatus.SUCCEEDED, output={"message": args["message"]})
+        elif command.name == "assert" and holds(command.args.that, context):
+            self.settle(record, StepStatus.SUCCEEDED, output={"holds": True})
+        else:
+            message = args["message"]
+            self.settle(
+                record,
+                StepStatus.FAILED,
+                error=StepError(kind=FailureKind.ASSERT_FAILED, message=message),
+            )
+
+    def delay_until(self, step: Any, context: dict[str, Any]) -> datetime:
+        delay = step.delay
+        if delay.duration is not None:
+            return self.now + delay.duration
+        text = render(delay.until, context)
+        try:
+            instant = parse_instant(str(text))
+        except Exception as exc:  # the parser's own error type, reworded as a failure kind
+            raise RflowError(FailureKind.INVALID_INPUT, f"delay until: {exc}") from None
+        if instant.tzinfo is None:
+            instant = instant.replace(tzinfo=ZoneInfo(delay.timezone))
+        return instant
+
+    def park(
+        self,
+        step: Any,
+        record: StepRecord,
+        visit: int,
+        attempt: int,
+        key: str,
+        context: dict[str, Any],
+    ) -> None:
+        wait = render(_dump(step.wait_for), context)
+        timeout = step.wait_for.timeout
+        if timeout is None and step.wait_for.approval is not None:
+            timeout = self.config.approval_timeout
+        due = self.now + timeout if timeout is not None else None
+        self.steps[record.path] = record.model_copy(
+            update={"status": StepStatus.WAITING, "input": wait, "wait_id": key}
+        )
+        self.effects.append(
+            Park(
+                run_id=self.run_id,
+                workflow=self.fields["workflow"],
+                path=record.path,
+                wait_id=key,
+                wait=wait,
+                timeout_at=due,
+            )
+        )
+        if due is not None:
+            self.effects.append(
+                ScheduleTimer(
+                    run_id=self.run_id,
+                    path=record.path,
+                    visit=visit,
+                    attempt=attempt,
+                    purpose="wait_timeout",
+                    due_at=due,
+                    key=key,
+                )
+            )
+
+    def unpark(self, record: StepRecord) -> None:
+        if record.wait_id is not None:
+            self.effects.append(Unpark(run_id=self.run_id, wait_id=record.wait_id))
+
+    def wait_timed_out(self, step: Any, record: StepRecord) -> None:
+        on_timeout = step.wait_for.on_timeout
+        timeout = step.wait_for.timeout
+        if on_timeout == "continue":
+            self.settle(record, StepStatus.SUCCEEDED, output={"timed_out": True})
+        elif on_timeout == "approve":
+            self.settle(
+                record, StepStatus.SUCCEEDED, output={"timed_out": True, "decision": "approve"}
+            )
+        elif on_timeout == "reject":
+            error = StepError(
+                kind=FailureKind.ASSERT_FAILED, message="rejected: no decision before the timeout"
+            )
+            self.settle(
+                record,
+                StepStatus.FAILED,
+                output={"timed_out": True, "decision": "reject"},
+                error=error,
+            )
+        elif on_timeout == "fail":
+            message = f"no answer within {timeout}" if timeout else "no answer before the timeout"
+            self.settle(
+                record,
+                StepStatus.FAILED,
+                error=StepError(kind=FailureKind.TIMEOUT, message=message),
+            )
+        else:
+            self.settle(
+                record, StepStatus.SUCCEEDED, output={"timed_out": True, "goto": on_timeout.goto}
+            )
+
+    # --- foreach ----------------------------------------------------------------------
+
+    def begin_foreach(self, step: Any, visit: int) -> None:
+        context = self.context(run_status=self.status_for_finally())
+        self.record(step, step.id, visit, StepStatus.RUNNING)
+        self.journal("step_started", step.id, "running", kind=step.kind, foreach=True)
+        try:
+            items = (
+                step.foreach if isinstance(step.foreach, list) else render(step.foreach, context)
+            )
+        except RflowError as exc:
+            self.settle(self.steps[step.id], StepStatus.FAILED, error=exc.as_data())
+            return
+        if not isinstance(items, list):
+            error = StepError(
+                kind=FailureKind.INVALID_INPUT,
+                message=f"foreach expects a list, got {type(items).__name__}",
+            )
+            self.settle(self.steps[step.id], StepStatus.FAILED, error=error)
+            return
+        if step.batch_size:
+            items = [items[i : i + step.batch_size] for i in range(0, len(items), step.batch_size)]
+        fanout = Fanout(items=items)
+        self.steps[step.id] = self.steps[step.id].model_copy(
+            update={"fanout": fanout, "input": {"items": len(items)}}
+        )
+        self.launch(step)
+
+    def launch(self, step: Any) -> None:
+        """Start iterations up to ``max_parallel``; settle the parent when all are done."""
+        while True:
+            parent = self.steps[step.id]
+            fan = parent.fanout
+            if fan.halted or fan.launched >= len(fan.items) or fan.in_flight >= step.parallelism:
+                break
+            index = fan.launched
+            path = keys.step_path(step.id, index)
+            self.set_fanout(step, launched=index + 1)
+            context = self.context(
+                item=fan.items[index], item_index=index, run_status=self.status_for_finally()
+            )
+            self.set_fanout(step, in_flight=self.steps[step.id].fanout.in_flight + 1)
+            try:
+                runs = holds(step.if_, context)
+            except RflowError as exc:
+                self.record(step, path, parent.visit, StepStatus.RUNNING)
+                self.settle(self.steps[path], StepStatus.FAILED, error=exc.as_data())
+                runs = None
+            if runs is False:
+                self.record(step, path, parent.visit, StepStatus.SKIPPED, settled=True)
+                self.journal("step_settled", path, "skipped")
+            elif runs and self.count_execution(step, path, parent.visit):
+                self.record(step, path, parent.visit, StepStatus.RUNNING)
+                self.begin_action(step, path, parent.visit, 1, context)
+            if self.steps[path].status.settled:
+                # Settled at once (skipped, an inline command, bad input): account for it
+                # here rather than recursing, so a long list never deepens the stack.
+                self.account(step, self.steps[path])
+        self.maybe_settle_fanout(step)
+
+    def set_fanout(self, step: Any, **changes: Any) -> None:
+        parent = self.steps[step.id]
+        self.steps[step.id] = parent.model_copy(
+            update={"fanout": parent.fanout.model_copy(update=changes)}
+        )
+
+    def maybe_settle_fanout(self, step: Any) -> None:
+        parent = self.steps[step.id]
+        fan = parent.fanout
+        if parent.status.settled or fan.in_flight > 0:
+            return
+        if not fan.halted and fan.launched < len(fan.items):
+            return
+        outputs = [self.iteration_output(step.id, index) for index in range(fan.launched)]
+        outputs += [None] * (len(fan.items) - fan.launched)
+        if fan.failed:
+            first = self.steps[keys.step_path(step.id, fan.failed[0])].error
+            error = StepError(
+                kind=first.kind, message=f"iteration {fan.failed[0]} failed: {first.message}"
+            )
+            self.settle(parent, StepStatus.FAILED, output=outputs, error=error)
+        elif fan.halted:
+            error = StepError(
+                kind=FailureKind.CANCELLED, message=self.fields["cancel_requested"] or "halted"
+            )
+            self.settle(parent, StepStatus.FAILED, output=outputs, error=error)
+        else:
+            self.settle(parent, StepStatus.SUCCEEDED, output=outputs)
+
+    def iteration_output(self, step_id: str, index: int) -> Any:
+        record = self.steps.get(keys.step_path(step_id, index))
+        return (
+            record.output if record is not None and record.status == StepStatus.SUCCEEDED else None
+        )
+
+    # --- settling ---------------------------------------------------------------------
+
+    def failed_attempt(self, record: StepRecord, error: StepError) -> None:
+        step = self.step_named(record.step)
+        decision = decide(
+            step.retry,
+            error,
+            record.attempt,
+            self.item_context(record),
+            (self.run_id, record.path, record.visit, record.attempt),
+        )
+        if not decision.retry:
+            self.settle(record, StepStatus.FAILED, error=error)
+            return
+        due = self.now + decision.delay
+        self.steps[record.path] = record.model_copy(
+            update={"status": StepStatus.RETRYING, "error": error}
+        )
+        self.journal(
+            "step_retrying",
+            record.path,
+            "retrying",
+            attempt=record.attempt,
+            error=error.model_dump(mode="json"),
+            due_at=due.isoformat(),
+        )
+        self.effects.append(
+            ScheduleTimer(
+                run_id=self.run_id,
+                path=record.path,
+                visit=record.visit,
+                attempt=record.attempt,
+                purpose="retry",
+                due_at=due,
+                key=keys.idempotency_key(self.key, record.path, record.visit),
+            )
+        )
+
+    def settle(
+        self,
+        record: StepRecord,
+        status: StepStatus,
+        *,
+        output: Any = None,
+        error: StepError | None = None,
+    ) -> None:
+        record = self.steps.get(record.path, record)
+        self.steps[record.path] = record.model_copy(
+            update={"status": status, "output": output, "error": error, "settled_at": self.now}
+        )
+        data: dict[str, Any] = {"attempt": record.attempt}
+        if error is not None:
+            data["error"] = error.model_dump(mode="json")
+        self.journal("step_settled", record.path, str(status), **data)
+
+    def after_settle(self, record: StepRecord) -> None:
+        """Apply what a settled step means: fanout progress, goto, the failure policy."""
+        record = self.steps[record.path]
+        if not record.status.settled:
+            return
+        step = self.step_named(record.step)
+        if record.path != record.step:
+            self.iteration_settled(step, record)
+            return
+        if (
+            record.status == StepStatus.SUCCEEDED
+            and isinstance(record.output, dict)
+            and record.output.get("goto")
+        ):
+            if step.kind in ("choose", "wait_for"):
+                self.jump(record.output["goto"])
+            return
+        if (
+            record.status == StepStatus.FAILED
+            and record.phase == "main"
+            and self.fields["phase"] == "main"
+        ):
+            if record.error is not None and record.error.kind == FailureKind.CANCELLED:
+                self.finish_main(RunStatus.CANCELLED, record.error)
+            elif not step.continue_on_error:
+                self.finish_main(RunStatus.FAILED, record.error)
+
+    def iteration_settled(self, step: Any, record: StepRecord) -> None:
+        parent = self.steps[step.id]
+        if parent.fanout is None or parent.status.settled:
+            return
+        self.account(step, record)
+        self.launch(step)
+        parent = self.steps[step.id]
+        if parent.status.settled:
+            self.after_settle(parent)
+
+    def account(self, step: Any, record: StepRecord) -> None:
+        """Fold one settled iteration into its parent's progress."""
+        fan = self.steps[step.id].fanout
+        index = int(record.path[len(step.id) + 1 : -1])
+        changes: dict[str, Any] = {"in_flight": max(0, fan.in_flight - 1)}
+        if record.status == StepStatus.FAILED:
+            changes["halted"] = True
+            changes["failed"] = [*fan.failed, index]
+        self.set_fanout(step, **changes)
+
+    def jump(self, target: str) -> None:
+        steps = self.step_list()
+        ids = [s.id for s in steps]
+        if target not in ids:
+            # Validation rejects this; an unvalidated definition still must not loop.
+            error = StepError(
+                kind=FailureKind.INVALID_INPUT,
+                message=f"goto {target!r}: no such step in this list",
+            )
+            if self.fields["phase"] == "main":
+                self.finish_main(RunStatus.FAILED, error)
+            else:
+                self.fields["cursor"] += 1
+            return
+        to, at = ids.index(target), self.fields["cursor"]
+        if to <= at:
+            # Revisit target..current: archive their records and count a new visit, so
+            # their effects get fresh idempotency keys (a loop's second send is new).
+            for step in steps[to : at + 1]:
+                for path in [p for p, r in self.steps.items() if r.step == step.id]:
+                    self.history.append(self.steps.pop(path))
+                self.visits[step.id] = self.visits.get(step.id, 1) + 1
+            del self.history[:-MAX_HISTORY]
+        else:
+            for step in steps[at + 1 : to]:
+                if step.id not in self.steps:
+                    self.record(
+                        step, step.id, self.visits.get(step.id, 1), StepStatus.SKIPPED, settled=True
+                    )
+                    self.journal("step_settled", step.id, "skipped", reason=f"goto {target}")
+        self.fields["cursor"] = to
+
+
+class _View:
+    """The attributes :func:`run_context` reads, straight from a working copy."""
+
+    def __init__(self, run: _Run) -> None:
+        fields = run.fields
+        self.trigger = fields["trigger"]
+        self.steps = run.steps
+        self.matrix = fields["matrix"]
+        self.run_id = fields["run_id"]
+        self.workflow = fields["workflow"]
+        self.version = fields["version"]
+        self.trigger_key = fields["trigger_key"]
+        self.status = RunStatus(fields["status"])
+        self.state = run.values
+        self.env = fields["env"]
+        error = fields["error"]
+        self.error = StepError.model_validate(error) if isinstance(error, dict) else error
+
+
+def _dump(action: Any) -> Any:
+    if hasattr(action, "model_dump"):
+        return action.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return action

@@ -1,0 +1,73 @@
+"""What happens to a run: the engine's inputs, each naming its run, step path and attempt."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from rflow.engine.state import Frozen
+from rflow.failures import StepError
+
+
+class Start(Frozen):
+    """Create the run (the admission agent decided it starts)."""
+
+    type: Literal["start"] = "start"
+    run_id: str
+    workflow: str
+    version: str
+    trigger_key: str
+    matrix: dict[str, Any] | None = None
+    group: str | None = None
+    trigger: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    state: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepResult(Frozen):
+    """An effect finished: the output, or the failure as data."""
+
+    type: Literal["step_result"] = "step_result"
+    run_id: str
+    path: str
+    visit: int = 1
+    attempt: int
+    output: Any = None
+    error: StepError | None = None
+
+
+class TimerFired(Frozen):
+    """A durable timer came due: a retry backoff, a delay, or a wait's timeout."""
+
+    type: Literal["timer"] = "timer"
+    run_id: str
+    path: str
+    visit: int = 1
+    attempt: int
+    purpose: Literal["retry", "delay", "wait_timeout"]
+    due_at: datetime
+
+
+class WaitResolved(Frozen):
+    """A parked wait got its answer: an event, a webhook request, or a decision."""
+
+    type: Literal["wait_resolved"] = "wait_resolved"
+    run_id: str
+    path: str
+    wait_id: str
+    payload: Any = None
+
+
+class CancelRequested(Frozen):
+    """Stop the run at its next step boundary; a send in flight is never cut off."""
+
+    type: Literal["cancel"] = "cancel"
+    run_id: str
+    reason: str
+
+
+Event = Annotated[
+    Start | StepResult | TimerFired | WaitResolved | CancelRequested, Field(discriminator="type")
+]

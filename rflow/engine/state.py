@@ -1,0 +1,101 @@
+"""Run state: what the engine knows about one run, journaled in a Faust table."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rflow.failures import StepError
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RunStatus(StrEnum):
+    """Where a run is. ``succeeded``, ``failed`` and ``cancelled`` are terminal."""
+
+    RUNNING = "running"
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class StepStatus(StrEnum):
+    """Where one step (or one foreach iteration) is."""
+
+    RUNNING = "running"
+    RETRYING = "retrying"
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+    @property
+    def settled(self) -> bool:
+        return self in (StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.SKIPPED)
+
+
+class Fanout(Frozen):
+    """The progress of a foreach step over its (fixed) items."""
+
+    items: list[Any]
+    launched: int = 0
+    in_flight: int = 0
+    halted: bool = False
+    failed: list[int] = Field(default_factory=list)
+
+
+class StepRecord(Frozen):
+    """The journal entry of one step or iteration (``path`` is ``id`` or ``id[i]``)."""
+
+    path: str
+    step: str
+    phase: Literal["main", "finally"]
+    status: StepStatus
+    visit: int = 1
+    attempt: int = 1
+    input: Any = None
+    output: Any = None
+    error: StepError | None = None
+    started_at: datetime
+    settled_at: datetime | None = None
+    fanout: Fanout | None = None
+    wait_id: str | None = None
+
+
+class RunState(Frozen):
+    """One run: its identity, where it is, and the journal of every step so far."""
+
+    run_id: str
+    workflow: str
+    version: str
+    trigger_key: str
+    matrix: dict[str, Any] | None = None
+    group: str | None = None
+    trigger: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    state: dict[str, Any] = Field(default_factory=dict)
+    status: RunStatus = RunStatus.RUNNING
+    phase: Literal["main", "finally", "done"] = "main"
+    cursor: int = 0
+    steps: dict[str, StepRecord] = Field(default_factory=dict)
+    history: list[StepRecord] = Field(default_factory=list)
+    visits: dict[str, int] = Field(default_factory=dict)
+    executions: int = 0
+    cancel_requested: str | None = None
+    error: StepError | None = None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def settled(self) -> bool:
+        return self.phase == "done"

@@ -1,0 +1,69 @@
+"""The failure taxonomy: every step failure carries exactly one kind.
+
+The first twelve kinds are the seeds' taxonomy; the rest name failures the seeds
+describe in prose (a budget cap, a permission, a cancelled run, an expression that
+could not be evaluated at run time). Only :data:`RETRYABLE` kinds are ever retried.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class FailureKind(StrEnum):
+    """Why a step failed."""
+
+    SIMULATION_FAILED = "simulation_failed"
+    REVERTED = "reverted"
+    INSUFFICIENT_FUNDS = "insufficient_funds"
+    RPC_TIMEOUT = "rpc_timeout"
+    RATE_LIMITED = "rate_limited"
+    NONCE_CONFLICT = "nonce_conflict"
+    TIMEOUT = "timeout"
+    EXPIRED = "expired"
+    DROPPED = "dropped"
+    DATA_UNAVAILABLE = "data_unavailable"
+    ASSERT_FAILED = "assert_failed"
+    GAS_CAP_EXCEEDED = "gas_cap_exceeded"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    PERMISSION_DENIED = "permission_denied"
+    INVALID_INPUT = "invalid_input"
+    CANCELLED = "cancelled"
+
+
+RETRYABLE: frozenset[FailureKind] = frozenset(
+    {
+        FailureKind.RPC_TIMEOUT,
+        FailureKind.RATE_LIMITED,
+        FailureKind.DATA_UNAVAILABLE,
+        FailureKind.GAS_CAP_EXCEEDED,
+    }
+)
+"""Pre-queue and off-chain failures: the only kinds ``retry`` applies to."""
+
+
+class StepError(BaseModel):
+    """A failure as data: its kind and a message for a person."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: FailureKind
+    message: str
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE
+
+
+class RflowError(Exception):
+    """The one error type that carries a failure kind across layers."""
+
+    def __init__(self, kind: FailureKind, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+    def as_data(self) -> StepError:
+        return StepError(kind=self.kind, message=self.message)
