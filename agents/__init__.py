@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rflow.agents import dead_letters, intake
+from rflow.agents import dead_letters, projector, runner, timers
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -12,5 +12,8 @@ if TYPE_CHECKING:
 
 def attach(app: RflowApp) -> None:
     """Declare every agent on ``app``."""
-    intake.attach(app)
+    run = runner.attach(app)
+    timers.attach(app, run.effects)
+    projector.attach(app)
     dead_letters.attach(app)
+    app.rflow.runner = run

@@ -5,13 +5,22 @@ fails to decode raises :class:`DecodeError` with a reason meant for the dead-let
 """
 
 from rflow.codecs.envelope import MAX_RECORD_BYTES, DecodeError, decode, encode
-from rflow.codecs.records import DeadLetter, Record, TriggerRecord, TriggerRetracted
+from rflow.codecs.records import (
+    DeadLetter,
+    Record,
+    RunEvent,
+    RunJournal,
+    TriggerRecord,
+    TriggerRetracted,
+)
 
 __all__ = [
     "MAX_RECORD_BYTES",
     "DeadLetter",
     "DecodeError",
     "Record",
+    "RunEvent",
+    "RunJournal",
     "TriggerRecord",
     "TriggerRetracted",
     "decode",

@@ -12,6 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rflow.engine.effects import Journal, Settle
+from rflow.engine.events import Event
+
 
 class Record(BaseModel):
     """Base of every topic record."""
@@ -78,10 +81,31 @@ class DeadLetter(Record):
     failed_at: datetime
 
 
-AnyRecord = Annotated[TriggerRecord | TriggerRetracted | DeadLetter, Field(discriminator="kind")]
+class RunEvent(Record):
+    """Something that happened to a run (on the runs topic, keyed like its firing)."""
+
+    kind: Literal["run_event"] = "run_event"
+    v: Literal[1] = 1
+    event: Event
+
+
+class RunJournal(Record):
+    """A journal entry of a run for the read model (on the events topic, keyed by run id)."""
+
+    kind: Literal["run_journal"] = "run_journal"
+    v: Literal[1] = 1
+    entry: Annotated[Journal | Settle, Field(discriminator="type")]
+
+
+AnyRecord = Annotated[
+    TriggerRecord | TriggerRetracted | RunEvent | RunJournal | DeadLetter,
+    Field(discriminator="kind"),
+]
 
 KNOWN_VERSIONS: dict[str, frozenset[int]] = {
     "trigger": frozenset({1}),
     "trigger_retracted": frozenset({1}),
+    "run_event": frozenset({1}),
+    "run_journal": frozenset({1}),
     "dead_letter": frozenset({1}),
 }

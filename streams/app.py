@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import faust
 
@@ -43,6 +44,7 @@ class Runtime:
     topics: Topics | None = None
     tables: tables.Tables | None = None
     database: Database | None = None
+    runner: Any = None
 
 
 class RflowApp(faust.App):

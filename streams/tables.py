@@ -18,6 +18,7 @@ class Tables:
     """The app's tables."""
 
     triggers: faust.Table
+    runs: faust.Table
 
 
 def _table(app: RflowApp, name: str, changelog: str, help: str) -> faust.Table:
@@ -55,5 +56,12 @@ def create(app: RflowApp) -> Tables:
             "rflow.state.triggers",
             "Accepted trigger firings, keyed by trigger key (the firing's idempotency key): "
             "the record as received. A key already present is a duplicate delivery.",
+        ),
+        runs=_table(
+            app,
+            "runs",
+            "rflow.state.runs",
+            "Run state, keyed by run id: where the run is, the journal of every step "
+            "(inputs, outputs, errors, attempts) and the workflow version it is pinned to.",
         ),
     )

@@ -5,7 +5,7 @@ feed it events, carry out its effects and journal its states, and replay tests f
 recorded events and expect the same decisions.
 """
 
-from rflow.engine.advance import MAX_EXECUTIONS, advance
+from rflow.engine.advance import MAX_EXECUTIONS, advance, resume
 from rflow.engine.effects import Effect, Execute, Journal, Park, ScheduleTimer, Settle, Unpark
 from rflow.engine.events import CancelRequested, Event, Start, StepResult, TimerFired, WaitResolved
 from rflow.engine.keys import idempotency_key, matrix_combinations, matrix_suffix, run_id, run_key
@@ -35,6 +35,7 @@ __all__ = [
     "idempotency_key",
     "matrix_combinations",
     "matrix_suffix",
+    "resume",
     "run_id",
     "run_key",
 ]

@@ -35,6 +35,17 @@ STATE_KINDS = frozenset({"state_set", "list_add", "list_remove"})
 INLINE_COMMANDS = frozenset({"log", "assert", "fail"})
 
 
+def resume(
+    workflow: Workflow, state: RunState | None, config: Config | None = None
+) -> list[Effect]:
+    """The effects an unsettled run is waiting on, to issue again after a restart or a
+    rebalance: every in-flight action (same idempotency key and attempt), every pending
+    timer and wait. Each is idempotent where it lands, so re-issuing is always safe."""
+    if state is None or state.settled:
+        return []
+    return _Run(workflow, state, state.updated_at, config or Config()).pending_effects()
+
+
 def advance(
     workflow: Workflow,
     state: RunState | None,
@@ -91,7 +102,16 @@ class _Run:
             updated_at=now,
         )
         run = cls(workflow, state, now, config)
-        run.journal("run_started", None, "running", trigger=event.trigger, matrix=event.matrix)
+        run.journal(
+            "run_started",
+            None,
+            "running",
+            trigger=event.trigger,
+            matrix=event.matrix,
+            version=event.version,
+            trigger_key=event.trigger_key,
+            group=event.group,
+        )
         return run
 
     # --- the snapshot the rest of the engine reads -------------------------------
@@ -130,6 +150,8 @@ class _Run:
         raise KeyError(step_id)
 
     def journal(self, event: str, path: str | None, status: str, **data: Any) -> None:
+        if path is not None and path in self.steps:
+            data.setdefault("visit", self.steps[path].visit)
         self.effects.append(
             Journal(
                 run_id=self.run_id,
@@ -401,41 +423,78 @@ class _Run:
             return
         if kind == "delay":
             due = self.delay_until(step, context)
-            self.steps[path] = record.model_copy(
-                update={"status": StepStatus.WAITING, "input": {"until": due.isoformat()}}
+            self.steps[path] = record = record.model_copy(
+                update={
+                    "status": StepStatus.WAITING,
+                    "input": {"until": due.isoformat()},
+                    "due_at": due,
+                }
             )
-            self.effects.append(
-                ScheduleTimer(
-                    run_id=self.run_id,
-                    path=path,
-                    visit=visit,
-                    attempt=attempt,
-                    purpose="delay",
-                    due_at=due,
-                    key=key,
-                )
-            )
+            self.effects.append(self.timer_effect(record, "delay"))
             return
         if kind == "wait_for":
             self.park(step, record, visit, attempt, key, context)
             return
         action = render(_dump(step.action), context)
-        self.steps[path] = record.model_copy(
+        self.steps[path] = record = record.model_copy(
             update={"status": StepStatus.RUNNING, "attempt": attempt, "input": action}
         )
-        self.effects.append(
-            Execute(
-                run_id=self.run_id,
-                workflow=self.fields["workflow"],
-                path=path,
-                visit=visit,
-                attempt=attempt,
-                key=key,
-                kind=kind,
-                action=action,
-                timeout=step.timeout.total_seconds() if step.timeout else None,
-            )
+        self.effects.append(self.execute_effect(step, record))
+
+    # --- effect construction (shared with resume) ---------------------------------------
+
+    def execute_effect(self, step: Any, record: StepRecord) -> Execute:
+        return Execute(
+            run_id=self.run_id,
+            workflow=self.fields["workflow"],
+            path=record.path,
+            visit=record.visit,
+            attempt=record.attempt,
+            key=keys.idempotency_key(self.key, record.path, record.visit),
+            kind=step.kind,
+            action=record.input,
+            timeout=step.timeout.total_seconds() if step.timeout else None,
         )
+
+    def timer_effect(self, record: StepRecord, purpose: str) -> ScheduleTimer:
+        return ScheduleTimer(
+            run_id=self.run_id,
+            path=record.path,
+            visit=record.visit,
+            attempt=record.attempt,
+            purpose=purpose,
+            due_at=record.due_at,
+            key=keys.idempotency_key(self.key, record.path, record.visit),
+        )
+
+    def park_effect(self, record: StepRecord) -> Park:
+        return Park(
+            run_id=self.run_id,
+            workflow=self.fields["workflow"],
+            path=record.path,
+            wait_id=record.wait_id,
+            wait=record.input,
+            timeout_at=record.due_at,
+        )
+
+    def pending_effects(self) -> list[Effect]:
+        """Effects that in-flight records are waiting on, as issued when they started."""
+        effects: list[Effect] = []
+        for record in self.steps.values():
+            if record.fanout is not None:
+                continue
+            step = self.step_named(record.step)
+            if record.status == StepStatus.RUNNING:
+                effects.append(self.execute_effect(step, record))
+            elif record.status == StepStatus.RETRYING:
+                effects.append(self.timer_effect(record, "retry"))
+            elif record.status == StepStatus.WAITING and step.kind == "delay":
+                effects.append(self.timer_effect(record, "delay"))
+            elif record.status == StepStatus.WAITING:
+                effects.append(self.park_effect(record))
+                if record.due_at is not None:
+                    effects.append(self.timer_effect(record, "wait_timeout"))
+        return effects
 
     def choose(self, step: Any, context: dict[str, Any]) -> dict[str, Any]:
         for index, branch in enumerate(step.choose.branches):
@@ -494,31 +553,12 @@ class _Run:
         if timeout is None and step.wait_for.approval is not None:
             timeout = self.config.approval_timeout
         due = self.now + timeout if timeout is not None else None
-        self.steps[record.path] = record.model_copy(
-            update={"status": StepStatus.WAITING, "input": wait, "wait_id": key}
+        self.steps[record.path] = record = record.model_copy(
+            update={"status": StepStatus.WAITING, "input": wait, "wait_id": key, "due_at": due}
         )
-        self.effects.append(
-            Park(
-                run_id=self.run_id,
-                workflow=self.fields["workflow"],
-                path=record.path,
-                wait_id=key,
-                wait=wait,
-                timeout_at=due,
-            )
-        )
+        self.effects.append(self.park_effect(record))
         if due is not None:
-            self.effects.append(
-                ScheduleTimer(
-                    run_id=self.run_id,
-                    path=record.path,
-                    visit=visit,
-                    attempt=attempt,
-                    purpose="wait_timeout",
-                    due_at=due,
-                    key=key,
-                )
-            )
+            self.effects.append(self.timer_effect(record, "wait_timeout"))
 
     def unpark(self, record: StepRecord) -> None:
         if record.wait_id is not None:
@@ -665,8 +705,8 @@ class _Run:
             self.settle(record, StepStatus.FAILED, error=error)
             return
         due = self.now + decision.delay
-        self.steps[record.path] = record.model_copy(
-            update={"status": StepStatus.RETRYING, "error": error}
+        self.steps[record.path] = record = record.model_copy(
+            update={"status": StepStatus.RETRYING, "error": error, "due_at": due}
         )
         self.journal(
             "step_retrying",
@@ -676,17 +716,7 @@ class _Run:
             error=error.model_dump(mode="json"),
             due_at=due.isoformat(),
         )
-        self.effects.append(
-            ScheduleTimer(
-                run_id=self.run_id,
-                path=record.path,
-                visit=record.visit,
-                attempt=record.attempt,
-                purpose="retry",
-                due_at=due,
-                key=keys.idempotency_key(self.key, record.path, record.visit),
-            )
-        )
+        self.effects.append(self.timer_effect(record, "retry"))
 
     def settle(
         self,
@@ -700,7 +730,12 @@ class _Run:
         self.steps[record.path] = record.model_copy(
             update={"status": status, "output": output, "error": error, "settled_at": self.now}
         )
-        data: dict[str, Any] = {"attempt": record.attempt}
+        data: dict[str, Any] = {
+            "attempt": record.attempt,
+            "visit": record.visit,
+            "input": record.input,
+            "output": output,
+        }
         if error is not None:
             data["error"] = error.model_dump(mode="json")
         self.journal("step_settled", record.path, str(status), **data)

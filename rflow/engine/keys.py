@@ -55,3 +55,15 @@ def fraction(*parts: object) -> float:
     """A number in [0, 1) determined by ``parts``: deterministic jitter without randomness."""
     digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def workflow_version(definition: Any) -> str:
+    """A content address of a workflow definition: equal definitions, equal versions."""
+    from rflow.codecs import json  # the one JSON writer; imported late to keep keys light
+
+    dumped = (
+        definition.model_dump(mode="json", by_alias=True)
+        if hasattr(definition, "model_dump")
+        else definition
+    )
+    return "v" + hashlib.sha256(json.dumps(dumped)).hexdigest()[:16]

@@ -70,6 +70,8 @@ class StepRecord(Frozen):
     settled_at: datetime | None = None
     fanout: Fanout | None = None
     wait_id: str | None = None
+    due_at: datetime | None = None
+    """When this record's pending timer (retry, delay or wait timeout) comes due."""
 
 
 class RunState(Frozen):

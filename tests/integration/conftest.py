@@ -92,3 +92,13 @@ def worker_factory(settings: Settings, tmp_path: Path) -> Iterator:
     yield start
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture
+async def sink():
+    """An HTTP sink on 127.0.0.1 that records every request."""
+    from tests.integration.sink import Sink
+
+    started = await Sink().start()
+    yield started
+    await started.stop()

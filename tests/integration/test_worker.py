@@ -18,6 +18,29 @@ from tests.integration.harness import WorkerProcess, produce, wait_until
 
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
+PROJECT = """
+channels:
+  ops: { type: log }
+workflows:
+  sweep:
+    trigger: { manual: {} }
+    steps:
+      - id: note
+        notify: { channel: ops, message: "sweeping" }
+"""
+
+
+@pytest.fixture
+def worker_factory(worker_factory, tmp_path):
+    """Workers of this module run the `sweep` workflow."""
+    project = tmp_path / "project.yaml"
+    project.write_text(PROJECT)
+
+    def start(**overrides):
+        return worker_factory(**{"project_path": project, **overrides})
+
+    return start
+
 
 def trigger(key: str, **payload) -> TriggerRecord:
     return TriggerRecord(

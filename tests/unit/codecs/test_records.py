@@ -52,7 +52,7 @@ def test_encoding_is_stable():
         (None, "empty record (no value)"),
         (b"\x00\xff", "not JSON: "),
         (b'"text"', "expected a JSON object, got str"),
-        (b"{}", "unknown record kind None; known: dead_letter, trigger"),
+        (b"{}", "unknown record kind None; known: dead_letter, run_event, run_journal, trigger, trigger_retracted"),
         (
             b'{"kind": "trigger"}',
             "unsupported version None of 'trigger' records; this worker reads: 1",

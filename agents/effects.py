@@ -1,0 +1,209 @@
+"""Carrying out the engine's effects without blocking the partition that asked for them.
+
+Actions run as tasks with bounded concurrency; their results come back as run events
+on the runs topic, keyed like the run, where the engine journals them. Timers and waits
+are rows in Postgres; journal entries go to the events topic for the read model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from rflow.agents.executors import Executors
+from rflow.classify import classify
+from rflow.codecs import RunEvent, RunJournal, encode
+from rflow.engine import (
+    Effect,
+    Execute,
+    Journal,
+    Park,
+    RunState,
+    ScheduleTimer,
+    Settle,
+    StepResult,
+    Unpark,
+)
+from rflow.engine.events import Event
+from rflow.failures import FailureKind, RflowError, StepError
+from rflow.storage import controls, timers, waits
+
+if TYPE_CHECKING:
+    from rflow.streams.app import RflowApp
+
+log = logging.getLogger(__name__)
+DEFAULT_STEP_TIMEOUT = 300.0
+MAX_CONCURRENT_ACTIONS = 64
+
+
+def partition_key(state: RunState) -> str:
+    """The Kafka key of a run's events: its firing's concurrency group or trigger key."""
+    return state.group if state.group is not None else state.trigger_key
+
+
+class EffectRunner:
+    """Carries out effects for the runner agent of one worker."""
+
+    def __init__(self, app: RflowApp) -> None:
+        self.app = app
+        self.runtime = app.rflow
+        self.executors = Executors(app.rflow)
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.limit = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
+
+    async def close(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.executors.close()
+
+    def spawn(self, work: Awaitable[Any], what: str) -> None:
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+
+        def done(finished: asyncio.Task[Any]) -> None:
+            self.tasks.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None:
+                log.error("%s failed: %r", what, finished.exception())
+
+        task.add_done_callback(done)
+
+    async def carry_out(self, state: RunState, effects: list[Effect], partition: int) -> None:
+        """Start every effect; only the journal sends are awaited (they are buffered)."""
+        key = partition_key(state)
+        for effect in effects:
+            if isinstance(effect, Execute):
+                self.spawn(self.execute(effect, key), f"step {effect.key}")
+            elif isinstance(effect, ScheduleTimer):
+                self.spawn(
+                    self.db(self._timer(effect, key, partition), "timer"), f"timer {effect.key}"
+                )
+            elif isinstance(effect, Park):
+                self.spawn(self.db(self._park(effect, key), "wait"), f"wait {effect.wait_id}")
+            elif isinstance(effect, Unpark):
+                self.spawn(
+                    self.db(lambda conn, e=effect: waits.delete(conn, e.wait_id), "unpark"),
+                    "unpark",
+                )
+            elif isinstance(effect, Journal | Settle):
+                await self.publish(effect)
+                if isinstance(effect, Settle):
+                    self.settled(effect)
+
+    def settled(self, effect: Settle) -> None:
+        self.spawn(
+            self.db(lambda conn: timers.delete_run(conn, effect.run_id), "timer cleanup"),
+            "timer cleanup",
+        )
+        if effect.on_failure == "halt":
+            reason = (
+                f"run {effect.run_id} failed: {effect.error.message if effect.error else 'unknown'}"
+            )
+            self.spawn(
+                self.db(
+                    lambda conn: controls.pause(
+                        conn, effect.workflow, by="on_failure", reason=reason
+                    ),
+                    "halt",
+                ),
+                f"halt {effect.workflow}",
+            )
+            log.warning("workflow %s halted: %s", effect.workflow, reason)
+
+    # --- actions ----------------------------------------------------------------------
+
+    async def execute(self, effect: Execute, key: str) -> None:
+        async with self.limit:
+            output: Any = None
+            error: StepError | None = None
+            timeout = effect.timeout or DEFAULT_STEP_TIMEOUT
+            try:
+                output = await asyncio.wait_for(self.executors.run(effect), timeout)
+            except RflowError as exc:
+                error = exc.as_data()
+            except TimeoutError:
+                error = StepError(
+                    kind=FailureKind.TIMEOUT, message=f"no result within {timeout:g}s"
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # every failure of an action becomes data with a kind
+                error = StepError(kind=classify(exc), message=f"{type(exc).__name__}: {exc}"[:500])
+        result = StepResult(
+            run_id=effect.run_id,
+            path=effect.path,
+            visit=effect.visit,
+            attempt=effect.attempt,
+            output=output,
+            error=error,
+        )
+        await self.send_event(key, result)
+
+    async def send_event(self, key: str, event: Event) -> None:
+        """Produce a run event and wait for the broker; retried until it lands."""
+        delay = 0.1
+        value = encode(RunEvent(event=event))
+        while True:
+            try:
+                fut = await self.runtime.topics.runs.send(key=key.encode(), value=value)
+                await fut
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Kafka away: keep the result, try again
+                log.warning(
+                    "cannot produce run event for %s, retrying in %.1fs: %r",
+                    event.run_id,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def publish(self, entry: Journal | Settle) -> None:
+        await self.runtime.topics.events.send(
+            key=entry.run_id.encode(), value=encode(RunJournal(entry=entry))
+        )
+
+    # --- rows ---------------------------------------------------------------------------
+
+    async def db(self, work: Callable[[Any], Awaitable[Any]], what: str) -> Any:
+        return await self.runtime.database.run(work, what=what)
+
+    def _timer(
+        self, effect: ScheduleTimer, key: str, partition: int
+    ) -> Callable[[Any], Awaitable[None]]:
+        async def work(conn: Any) -> None:
+            await timers.schedule(
+                conn,
+                run_id=effect.run_id,
+                partition_key=key,
+                kafka_partition=partition,
+                path=effect.path,
+                visit=effect.visit,
+                attempt=effect.attempt,
+                purpose=effect.purpose,
+                due_at=effect.due_at,
+            )
+
+        return work
+
+    def _park(self, effect: Park, key: str) -> Callable[[Any], Awaitable[None]]:
+        kind = next((k for k in ("approval", "webhook", "event") if effect.wait.get(k)), "approval")
+
+        async def work(conn: Any) -> None:
+            await waits.park(
+                conn,
+                wait_id=effect.wait_id,
+                run_id=effect.run_id,
+                workflow=effect.workflow,
+                path=effect.path,
+                partition_key=key,
+                kind=kind,
+                spec=effect.wait,
+                timeout_at=effect.timeout_at,
+            )
+
+        return work

@@ -1,0 +1,281 @@
+"""Executors: how each off-chain action of an ``Execute`` effect is carried out.
+
+Each takes the effect (with its rendered action and idempotency key) and returns the
+step's output, or raises; the caller classifies exceptions into failure kinds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from eth_abi import decode as abi_decode
+from eth_abi import encode as abi_encode
+from eth_utils import function_signature_to_4byte_selector, to_checksum_address
+from web3 import AsyncHTTPProvider, AsyncWeb3
+
+from rflow.classify import http_status_kind
+from rflow.codecs import json
+from rflow.engine import Execute
+from rflow.failures import FailureKind, RflowError
+from rflow.lang.abi import parse_signature
+from rflow.storage import workflow_state
+
+if TYPE_CHECKING:
+    from rflow.streams.app import Runtime
+
+log = logging.getLogger("rflow.steps")
+DEFAULT_HTTP_TIMEOUT = 30.0
+MAX_BODY = 1 << 20
+
+Executor = Callable[[Execute], Awaitable[Any]]
+
+
+class Executors:
+    """The executors of one worker, sharing its HTTP session and RPC clients."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._session: aiohttp.ClientSession | None = None
+        self._web3: dict[str, AsyncWeb3] = {}
+        self.table: dict[str, Executor] = {
+            "http_call": self.http_call,
+            "notify": self.notify,
+            "read": self.read,
+            "query": self.query,
+            "state_set": self.state,
+            "list_add": self.state,
+            "list_remove": self.state,
+            "send_transaction": self.send_transaction,
+            "command": self.command,
+        }
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+        for w3 in self._web3.values():
+            await w3.provider.disconnect()
+
+    async def run(self, effect: Execute) -> Any:
+        executor = self.table.get(effect.kind)
+        if executor is None:
+            raise RflowError(FailureKind.INVALID_INPUT, f"no executor for {effect.kind} steps")
+        return await executor(effect)
+
+    # --- HTTP -------------------------------------------------------------------------
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=DEFAULT_HTTP_TIMEOUT)
+            )
+        return self._session
+
+    async def http_call(self, effect: Execute) -> dict[str, Any]:
+        action = effect.action
+        headers = {str(k): str(v) for k, v in (action.get("headers") or {}).items()}
+        # Attempts of one step share the key, so the receiver can deduplicate retries.
+        headers.setdefault("Idempotency-Key", effect.key)
+        body = action.get("body")
+        async with self.session.request(
+            action.get("method", "GET"),
+            action["url"],
+            headers=headers,
+            json=body if body is not None else None,
+            allow_redirects=False,
+        ) as response:
+            raw = await response.content.read(MAX_BODY + 1)
+            text = raw[:MAX_BODY].decode("utf-8", "replace")
+            expected = action.get("expect_status") or []
+            ok = response.status in expected if expected else 200 <= response.status < 300
+            if not ok:
+                raise RflowError(
+                    http_status_kind(response.status),
+                    f"HTTP {response.status} from {action['url']}: {text[:200]}",
+                )
+            output: dict[str, Any] = {
+                "status": response.status,
+                "body": text,
+                "headers": dict(response.headers),
+            }
+            if response.content_type == "application/json":
+                try:
+                    output["json"] = json.loads(raw[:MAX_BODY])
+                except json.JSONDecodeError:
+                    output["json"] = None
+            return output
+
+    # --- notify -----------------------------------------------------------------------
+
+    async def notify(self, effect: Execute) -> dict[str, Any]:
+        action = effect.action
+        project = self.runtime.project
+        channel = project.channels.get(action["channel"]) if project else None
+        if channel is None:
+            raise RflowError(FailureKind.INVALID_INPUT, f"unknown channel {action['channel']!r}")
+        message, severity = action["message"], action.get("severity", "info")
+        env = self.runtime.env
+        if channel.type == "log":
+            log.log(
+                logging.getLevelName(channel.level.upper()), "[%s] %s", effect.workflow, message
+            )
+            return {"channel": action["channel"], "delivered": True}
+        if channel.type == "webhook":
+            url, payload, headers = (
+                channel.url,
+                {
+                    "message": message,
+                    "severity": severity,
+                    "workflow": effect.workflow,
+                    "run_id": effect.run_id,
+                },
+                dict(channel.headers),
+            )
+        elif channel.type == "slack":
+            url, payload, headers = _secret(env, channel.webhook_url_env), {"text": message}, {}
+        else:
+            url = _secret(env, "RFLOW_PAGERDUTY_URL", "https://events.pagerduty.com/v2/enqueue")
+            payload = {
+                "routing_key": _secret(env, channel.routing_key_env),
+                "event_action": "trigger",
+                "dedup_key": effect.key,
+                "payload": {
+                    "summary": message,
+                    "severity": "critical" if severity == "critical" else severity,
+                    "source": f"rflow/{effect.workflow}",
+                },
+            }
+            headers = {}
+        headers.setdefault("Idempotency-Key", effect.key)
+        async with self.session.post(url, json=payload, headers=headers) as response:
+            if not 200 <= response.status < 300:
+                text = (await response.content.read(500)).decode("utf-8", "replace")
+                raise RflowError(
+                    http_status_kind(response.status),
+                    f"channel {action['channel']}: HTTP {response.status}: {text}",
+                )
+        return {"channel": action["channel"], "delivered": True}
+
+    # --- chain reads ------------------------------------------------------------------
+
+    def web3(self, network: str) -> AsyncWeb3:
+        if network not in self._web3:
+            project = self.runtime.project
+            spec = project.networks.get(network) if project else None
+            if spec is None:
+                raise RflowError(FailureKind.INVALID_INPUT, f"unknown network {network!r}")
+            url = self.runtime.env.get(
+                spec.rpc_env_name(network)
+            ) or self.runtime.settings.rpc_urls.get(network)
+            if not url:
+                raise RflowError(
+                    FailureKind.INVALID_INPUT,
+                    f"no RPC URL for network {network}: set {spec.rpc_env_name(network)}",
+                )
+            self._web3[network] = AsyncWeb3(AsyncHTTPProvider(url, request_kwargs={"timeout": 15}))
+        return self._web3[network]
+
+    def address_of(self, action: Mapping[str, Any]) -> str:
+        if action.get("to"):
+            return to_checksum_address(action["to"])
+        project = self.runtime.project
+        contract = project.contracts.get(action["contract"]) if project else None
+        address = contract.address.get(action["network"]) if contract else None
+        if address is None:
+            raise RflowError(
+                FailureKind.INVALID_INPUT,
+                f"contract {action.get('contract')!r} has no address on {action['network']}",
+            )
+        return to_checksum_address(address)
+
+    async def read(self, effect: Execute) -> Any:
+        action = effect.action
+        signature = parse_signature(action["function"])
+        selector = function_signature_to_4byte_selector(
+            f"{signature.name}({','.join(signature.inputs)})"
+        )
+        args = [
+            _abi_arg(kind, value)
+            for kind, value in zip(signature.inputs, action.get("args") or [], strict=True)
+        ]
+        data = selector + abi_encode(list(signature.inputs), args)
+        w3 = self.web3(action["network"])
+        raw = await w3.eth.call(
+            {"to": self.address_of(action), "data": "0x" + data.hex()},
+            action.get("block", "latest"),
+        )
+        if not signature.outputs:
+            return "0x" + bytes(raw).hex()
+        values = abi_decode(list(signature.outputs), bytes(raw))
+        decoded = [_jsonable(v) for v in values]
+        return decoded[0] if len(decoded) == 1 else decoded
+
+    async def query(self, effect: Execute) -> Any:
+        action = effect.action
+        w3 = self.web3(action["network"])
+        response = await w3.provider.make_request(
+            action["method"], list(action.get("params") or [])
+        )
+        if "error" in response:
+            error = response["error"]
+            raise RflowError(
+                FailureKind.DATA_UNAVAILABLE, f"{action['method']}: {error.get('message', error)}"
+            )
+        return _jsonable(response.get("result"))
+
+    # --- state, sends, commands -------------------------------------------------------
+
+    async def state(self, effect: Execute) -> dict[str, Any]:
+        async def apply(conn):
+            return await workflow_state.apply(
+                conn,
+                workflow=effect.workflow,
+                op_key=effect.key,
+                kind=effect.kind,
+                action=effect.action,
+            )
+
+        return await self.runtime.database.run(apply, what=f"{effect.kind} of {effect.workflow}")
+
+    async def send_transaction(self, effect: Execute) -> Any:
+        raise RflowError(
+            FailureKind.PERMISSION_DENIED,
+            "this worker has no relayer: send_transaction steps need the relayer agent",
+        )
+
+    async def command(self, effect: Execute) -> Any:
+        raise RflowError(
+            FailureKind.INVALID_INPUT, f"command {effect.action.get('name')!r} is not runnable here"
+        )
+
+
+def _secret(env: Mapping[str, str], name: str, default: str | None = None) -> str:
+    value = env.get(name) or default
+    if not value:
+        raise RflowError(FailureKind.INVALID_INPUT, f"environment variable {name} is not set")
+    return value
+
+
+def _abi_arg(kind: str, value: Any) -> Any:
+    if kind.startswith(("uint", "int")) and isinstance(value, str):
+        return int(value, 0)
+    if kind == "address" and isinstance(value, str):
+        return to_checksum_address(value)
+    if kind.startswith("bytes") and isinstance(value, str):
+        return bytes.fromhex(value.removeprefix("0x"))
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return "0x" + bytes(value).hex()
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if hasattr(value, "hex") and not isinstance(value, (int, str)):
+        return "0x" + value.hex().removeprefix("0x")
+    return value

@@ -1,0 +1,206 @@
+"""The runner agent: admits trigger firings and advances runs, one event at a time.
+
+It consumes the triggers and runs topics together (co-partitioned by the firing's
+concurrency group), so everything about one group is decided in order on one worker.
+Each event goes through the pure engine; the new state is written to the ``runs`` table
+(its changelog is the journal) and the effects are handed to the :class:`EffectRunner`.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from aiokafka.partitioner import DefaultPartitioner
+
+from rflow.agents.dead_letters import send_dead_letter
+from rflow.agents.effects import EffectRunner, partition_key
+from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
+from rflow.engine import CancelRequested, RunState, Start, advance, resume
+from rflow.engine.keys import matrix_combinations, run_id, workflow_version
+from rflow.lang.model.resources import Config
+from rflow.storage import workflow_state
+
+if TYPE_CHECKING:
+    from rflow.lang.model import Workflow
+    from rflow.streams.app import RflowApp
+
+log = logging.getLogger(__name__)
+
+
+class Runner:
+    """The runner's decisions, with the tables and effects of one worker."""
+
+    def __init__(self, app: RflowApp) -> None:
+        self.app = app
+        self.runtime = app.rflow
+        self.triggers = app.rflow.tables.triggers
+        self.runs = app.rflow.tables.runs
+        self.effects = EffectRunner(app)
+        project = app.rflow.project
+        self.workflows = dict(project.workflows) if project else {}
+        self.config = project.config if project else Config()
+        self.versions = {name: workflow_version(wf) for name, wf in self.workflows.items()}
+        self.uses_state = {name: _reads_state(wf) for name, wf in self.workflows.items()}
+        self.partitions: frozenset[int] = frozenset()
+
+    # --- admission --------------------------------------------------------------------
+
+    async def admit(self, record: TriggerRecord, message: Any) -> None:
+        workflow = self.workflows.get(record.workflow)
+        if workflow is None:
+            await send_dead_letter(self.app, message, f"unknown workflow {record.workflow!r}")
+            return
+        if self.triggers.get(record.trigger_key) is not None:
+            log.info("duplicate delivery of trigger %s ignored", record.trigger_key)
+            return
+        accepted = record.model_dump(mode="json")
+        if workflow.paused:
+            self.triggers[record.trigger_key] = {**accepted, "skipped": "workflow paused"}
+            log.info(
+                "workflow %s is paused: trigger %s starts no run",
+                record.workflow,
+                record.trigger_key,
+            )
+            return
+        combinations = matrix_combinations(workflow.strategy.matrix) if workflow.strategy else [{}]
+        run_ids = [
+            run_id(record.workflow, record.trigger_key, combo or None) for combo in combinations
+        ]
+        self.triggers[record.trigger_key] = {**accepted, "runs": run_ids}
+        for combo, rid in zip(combinations, run_ids, strict=True):
+            start = Start(
+                run_id=rid,
+                workflow=record.workflow,
+                version=self.versions[record.workflow],
+                trigger_key=record.trigger_key,
+                matrix=combo or None,
+                group=record.group,
+                trigger=record.payload,
+                env={
+                    name: self.runtime.env[name]
+                    for name in workflow.env
+                    if name in self.runtime.env
+                },
+            )
+            if self.uses_state[record.workflow]:
+                # Reading durable state is I/O: fetch it off the partition, then start.
+                self.effects.spawn(
+                    self._start_with_state(start, record.partition_key), f"start {rid}"
+                )
+            else:
+                await self.apply(start, message.partition)
+
+    async def _start_with_state(self, start: Start, key: str) -> None:
+        state = await self.runtime.database.run(
+            lambda conn: workflow_state.load(conn, start.workflow), what="workflow state"
+        )
+        await self.effects.send_event(key, start.model_copy(update={"state": state}))
+
+    async def retract(self, record: TriggerRetracted, message: Any) -> None:
+        accepted = self.triggers.get(record.trigger_key)
+        if accepted is None:
+            # Retracted before it was admitted: remember, so a late firing starts nothing.
+            self.triggers[record.trigger_key] = {"retracted": record.reason}
+            return
+        self.triggers[record.trigger_key] = {**accepted, "retracted": record.reason}
+        for rid in accepted.get("runs", []):
+            await self.apply(
+                CancelRequested(run_id=rid, reason=f"trigger retracted: {record.reason}"),
+                message.partition,
+            )
+
+    # --- advancing ----------------------------------------------------------------------
+
+    def state_of(self, rid: str) -> RunState | None:
+        stored = self.runs.get(rid)
+        return RunState.model_validate(stored) if stored is not None else None
+
+    async def apply(self, event: Any, partition: int) -> None:
+        state = self.state_of(event.run_id)
+        name = event.workflow if isinstance(event, Start) else (state.workflow if state else None)
+        workflow = self.workflows.get(name) if name else None
+        if workflow is None:
+            log.warning("event for run %s of unknown workflow %r ignored", event.run_id, name)
+            return
+        new_state, effects = advance(workflow, state, event, datetime.now(UTC), self.config)
+        if new_state is None or new_state is state:
+            return
+        self.runs[event.run_id] = new_state.model_dump(mode="json")
+        await self.effects.carry_out(new_state, effects, partition)
+
+    async def resume_partitions(self, assigned: frozenset[int]) -> None:
+        """After a rebalance: re-issue what every unsettled run of new partitions awaits."""
+        fresh = assigned - self.partitions
+        self.partitions = assigned
+        if not fresh:
+            return
+        partitioner = DefaultPartitioner()
+        count = self.runtime.catalog.spec("rflow.runs").partitions
+        all_partitions = list(range(count))
+        resumed = 0
+        for stored in list(self.runs.values()):
+            state = RunState.model_validate(stored)
+            if state.settled:
+                continue
+            key = partition_key(state)
+            partition = partitioner(key.encode(), all_partitions, all_partitions)
+            if partition not in fresh:
+                continue
+            workflow = self.workflows.get(state.workflow)
+            if workflow is None:
+                continue
+            await self.effects.carry_out(state, resume(workflow, state, self.config), partition)
+            resumed += 1
+        if resumed:
+            log.info("resumed %d unsettled runs on partitions %s", resumed, sorted(fresh))
+
+
+def _reads_state(workflow: Workflow) -> bool:
+    return "state." in workflow.model_dump_json(by_alias=True)
+
+
+def attach(app: RflowApp) -> Runner:
+    """Declare the runner agent on ``app``."""
+    runtime = app.rflow
+    runner = Runner(app)
+    channel = app.topic(
+        runtime.catalog.full_name("rflow.triggers"),
+        runtime.catalog.full_name("rflow.runs"),
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+
+    @app.agent(channel, name="rflow.runner", concurrency=1)
+    async def run_events(stream):
+        """Admit trigger firings (once per trigger key) and advance runs step by step."""
+        async for event in stream.events():
+            message = event.message
+            try:
+                record = decode(event.value)
+            except DecodeError as exc:
+                await send_dead_letter(app, message, exc.reason)
+                continue
+            if isinstance(record, TriggerRecord):
+                await runner.admit(record, message)
+            elif isinstance(record, TriggerRetracted):
+                await runner.retract(record, message)
+            elif isinstance(record, RunEvent):
+                await runner.apply(record.event, message.partition)
+            else:
+                await send_dead_letter(
+                    app, message, f"a {record.kind!r} record does not belong on {message.topic}"
+                )
+
+    async def on_rebalance_complete(sender: Any = None, **kwargs: Any) -> None:
+        runs_topic = runtime.catalog.full_name("rflow.runs")
+        assigned = frozenset(
+            tp.partition for tp in app.assignor.assigned_actives() if tp.topic == runs_topic
+        )
+        await runner.resume_partitions(assigned)
+
+    app.on_rebalance_complete.connect(on_rebalance_complete)
+    return runner

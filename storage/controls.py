@@ -1,0 +1,35 @@
+"""Workflow controls: pauses by an operator, by `on_failure: halt`, or by a circuit breaker."""
+
+from __future__ import annotations
+
+import psycopg
+
+from rflow.storage.errors import translated
+
+_PAUSE = """
+INSERT INTO workflow_controls (workflow, paused, paused_by, reason, updated_at)
+VALUES (%s, true, %s, %s, now())
+ON CONFLICT (workflow) DO UPDATE SET paused = true, paused_by = EXCLUDED.paused_by,
+    reason = EXCLUDED.reason, updated_at = now()
+"""
+_RESUME = "UPDATE workflow_controls SET paused = false, paused_by = NULL, reason = NULL, updated_at = now() WHERE workflow = %s"
+_PAUSED = "SELECT workflow, paused_by, reason FROM workflow_controls WHERE paused"
+
+
+async def pause(conn: psycopg.AsyncConnection, workflow: str, *, by: str, reason: str) -> None:
+    """Pause ``workflow``: it starts no runs until resumed."""
+    with translated():
+        await conn.execute(_PAUSE, (workflow, by, reason))
+
+
+async def resume(conn: psycopg.AsyncConnection, workflow: str) -> None:
+    """Lift any pause of ``workflow``."""
+    with translated():
+        await conn.execute(_RESUME, (workflow,))
+
+
+async def paused(conn: psycopg.AsyncConnection) -> dict[str, tuple[str, str]]:
+    """Paused workflows: name -> (who paused it, why)."""
+    with translated():
+        cur = await conn.execute(_PAUSED)
+        return {workflow: (by, reason) for workflow, by, reason in await cur.fetchall()}
