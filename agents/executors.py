@@ -6,7 +6,9 @@ step's output, or raises; the caller classifies exceptions into failure kinds.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -247,9 +249,59 @@ class Executors:
         )
 
     async def command(self, effect: Execute) -> Any:
-        raise RflowError(
-            FailureKind.INVALID_INPUT, f"command {effect.action.get('name')!r} is not runnable here"
+        """Run a declared executable: no shell, ``args`` as JSON on stdin, JSON on stdout.
+
+        The command sees only the environment variables its declaration lists, plus
+        RFLOW_IDEMPOTENCY_KEY so it can deduplicate a step re-run after a crash.
+        """
+        name = effect.action["name"]
+        project = self.runtime.project
+        spec = project.commands.get(name) if project else None
+        if spec is None:
+            raise RflowError(
+                FailureKind.INVALID_INPUT, f"command {name!r} is not declared under commands"
+            )
+        executable = spec.path if "/" in spec.path else shutil.which(spec.path)
+        if executable is None:
+            raise RflowError(
+                FailureKind.INVALID_INPUT, f"command {name!r}: {spec.path} is not on PATH"
+            )
+        env = {var: self.runtime.env[var] for var in spec.env if var in self.runtime.env}
+        env["RFLOW_IDEMPOTENCY_KEY"] = effect.key
+        process = await asyncio.create_subprocess_exec(
+            executable,
+            *spec.args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
         )
+        stdin = json.dumps(effect.action.get("args"))
+        try:
+            stdout, stderr = await asyncio.wait_for(
+                process.communicate(stdin), spec.timeout.total_seconds()
+            )
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise RflowError(
+                FailureKind.TIMEOUT, f"command {name!r} ran longer than {spec.timeout}"
+            ) from None
+        if process.returncode != 0:
+            detail = stderr[-500:].decode("utf-8", "replace").strip()
+            raise RflowError(
+                FailureKind.ASSERT_FAILED,
+                f"command {name!r} exited with {process.returncode}: {detail}",
+            )
+        if not stdout.strip():
+            return None
+        try:
+            return json.loads(stdout[:MAX_BODY])
+        except json.JSONDecodeError:
+            raise RflowError(
+                FailureKind.ASSERT_FAILED, f"command {name!r} printed something that is not JSON"
+            ) from None
 
 
 def _secret(env: Mapping[str, str], name: str, default: str | None = None) -> str:

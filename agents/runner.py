@@ -18,7 +18,7 @@ from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import EffectRunner, partition_key
 from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
 from rflow.engine import CancelRequested, RunState, Start, advance, resume
-from rflow.engine.keys import matrix_combinations, run_id, workflow_version
+from rflow.engine.keys import matrix_combinations, run_id, run_key, workflow_version
 from rflow.lang.model.resources import Config
 from rflow.storage import workflow_state
 
@@ -52,12 +52,13 @@ class Runner:
         if workflow is None:
             await send_dead_letter(self.app, message, f"unknown workflow {record.workflow!r}")
             return
-        if self.triggers.get(record.trigger_key) is not None:
-            log.info("duplicate delivery of trigger %s ignored", record.trigger_key)
+        gate = run_key(record.workflow, record.trigger_key)
+        if self.triggers.get(gate) is not None:
+            log.info("duplicate delivery of trigger %s ignored", gate)
             return
         accepted = record.model_dump(mode="json")
         if workflow.paused:
-            self.triggers[record.trigger_key] = {**accepted, "skipped": "workflow paused"}
+            self.triggers[gate] = {**accepted, "skipped": "workflow paused"}
             log.info(
                 "workflow %s is paused: trigger %s starts no run",
                 record.workflow,
@@ -68,7 +69,7 @@ class Runner:
         run_ids = [
             run_id(record.workflow, record.trigger_key, combo or None) for combo in combinations
         ]
-        self.triggers[record.trigger_key] = {**accepted, "runs": run_ids}
+        self.triggers[gate] = {**accepted, "runs": run_ids}
         for combo, rid in zip(combinations, run_ids, strict=True):
             start = Start(
                 run_id=rid,
@@ -99,12 +100,13 @@ class Runner:
         await self.effects.send_event(key, start.model_copy(update={"state": state}))
 
     async def retract(self, record: TriggerRetracted, message: Any) -> None:
-        accepted = self.triggers.get(record.trigger_key)
+        gate = run_key(record.workflow, record.trigger_key)
+        accepted = self.triggers.get(gate)
         if accepted is None:
             # Retracted before it was admitted: remember, so a late firing starts nothing.
-            self.triggers[record.trigger_key] = {"retracted": record.reason}
+            self.triggers[gate] = {"retracted": record.reason}
             return
-        self.triggers[record.trigger_key] = {**accepted, "retracted": record.reason}
+        self.triggers[gate] = {**accepted, "retracted": record.reason}
         for rid in accepted.get("runs", []):
             await self.apply(
                 CancelRequested(run_id=rid, reason=f"trigger retracted: {record.reason}"),

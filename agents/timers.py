@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rflow.agents.effects import EffectRunner
 from rflow.engine import TimerFired, WaitResolved
-from rflow.storage import timers, waits
+from rflow.storage import runs, timers, waits
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 TIMER_INTERVAL = 0.1
 WAIT_SWEEP_INTERVAL = 2.0
 WAIT_GRACE = timedelta(seconds=5)
+RETENTION_INTERVAL = 600.0
 
 
 def attach(app: RflowApp, effects: EffectRunner) -> None:
@@ -74,3 +75,27 @@ def attach(app: RflowApp, effects: EffectRunner) -> None:
                 payload=row["resolution"],
             )
             await effects.send_event(row["partition_key"], event)
+
+    @app.timer(interval=RETENTION_INTERVAL, name="rflow.retention")
+    async def apply_retention() -> None:
+        """Delete settled runs older than their workflow's ``retention`` (idempotent, so
+        every worker may do it)."""
+        project = runtime.project
+        if project is None:
+            return
+        now = datetime.now(UTC)
+        for name, workflow in project.workflows.items():
+            if workflow.retention is None:
+                continue
+            before = now - timedelta(days=workflow.retention)
+            removed = await runtime.database.run(
+                lambda conn, name=name, before=before: runs.purge(conn, name, before),
+                what="retention",
+            )
+            if removed:
+                log.info(
+                    "retention: removed %d runs of %s older than %s days",
+                    removed,
+                    name,
+                    workflow.retention,
+                )

@@ -54,8 +54,9 @@ def create(app: RflowApp) -> Tables:
             app,
             "triggers",
             "rflow.state.triggers",
-            "Accepted trigger firings, keyed by trigger key (the firing's idempotency key): "
-            "the record as received. A key already present is a duplicate delivery.",
+            "Accepted trigger firings, keyed by <workflow>:<trigger key> (the firing's "
+            "idempotency key): the record as received and the runs it started. A key "
+            "already present is a duplicate delivery.",
         ),
         runs=_table(
             app,

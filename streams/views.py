@@ -23,7 +23,8 @@ def attach(app: RflowApp) -> None:
 
     @app.page("/rflow/triggers/{key}/")
     class TriggerView(View):
-        """One accepted trigger firing, as this worker's table holds it."""
+        """One accepted trigger firing (``key`` is ``<workflow>:<trigger key>``), as this
+        worker's table holds it."""
 
         async def get(self, request: Request, key: str) -> Response:
             record = app.rflow.tables.triggers.get(key)

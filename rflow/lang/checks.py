@@ -17,6 +17,7 @@ from typing import Any
 from rflow.lang.abi import Abi, SignatureError, parse_signature, read_abi_file
 from rflow.lang.diagnostics import DataPath, Diagnostic
 from rflow.lang.messages import did_you_mean
+from rflow.lang.model.actions import COMMANDS
 from rflow.lang.model.chain import Call, Read, SendTransaction
 from rflow.lang.model.common import has_expression
 from rflow.lang.model.project import Project
@@ -73,6 +74,7 @@ class ProjectView:
     contracts: dict[str, Contract] = field(default_factory=dict)
     relayers: dict[str, Relayer] = field(default_factory=dict)
     channels: dict[str, Channel] = field(default_factory=dict)
+    commands: dict[str, Any] = field(default_factory=dict)
     budgets: dict[str, Budget] = field(default_factory=dict)
     config: Config = field(default_factory=Config)
     workflows: dict[str, WorkflowView] = field(default_factory=dict)
@@ -86,6 +88,7 @@ class ProjectView:
             dict(project.contracts),
             dict(project.relayers),
             dict(project.channels),
+            dict(project.commands),
             dict(project.budgets),
             project.config,
             {name: WorkflowView.of(w) for name, w in project.workflows.items()},
@@ -94,6 +97,7 @@ class ProjectView:
                 "contracts": frozenset(project.contracts),
                 "relayers": frozenset(project.relayers),
                 "channels": frozenset(project.channels),
+                "commands": frozenset(project.commands),
                 "budgets": frozenset(project.budgets),
                 "workflows": frozenset(project.workflows),
             },
@@ -105,6 +109,7 @@ _KIND = {
     "contracts": "contract",
     "relayers": "relayer",
     "channels": "channel",
+    "commands": "command",
     "budgets": "budget",
 }
 
@@ -315,6 +320,8 @@ class Checker:
             self._networks(workflow, (*where, "network"), action.network)
         elif step.kind == "notify":
             self._declared("channels", action.channel, (*where, "channel"))
+        elif step.kind == "command" and action.name not in COMMANDS:
+            self._declared("commands", action.name, (*where, "name"))
         elif step.kind == "wait_for" and action.event is not None:
             self._event((*where, "event"), action.event, "a wait for an event")
 

@@ -27,7 +27,15 @@ from rflow.lang.diagnostics import (
 from rflow.lang.messages import Translator
 from rflow.lang.model.common import Name
 from rflow.lang.model.project import SECTIONS, Project
-from rflow.lang.model.resources import Budget, Channel, Config, Contract, Network, Relayer
+from rflow.lang.model.resources import (
+    Budget,
+    Channel,
+    CommandSpec,
+    Config,
+    Contract,
+    Network,
+    Relayer,
+)
 from rflow.lang.model.steps import Step
 from rflow.lang.model.triggers import Trigger
 from rflow.lang.model.workflow import CircuitBreaker, Permissions, Strategy, Workflow
@@ -42,6 +50,7 @@ _SINGULAR = {
     "contracts": "contract",
     "relayers": "relayer",
     "channels": "channel",
+    "commands": "command",
     "budgets": "budget",
     "workflows": "workflow",
     "config": "config setting",
@@ -257,6 +266,7 @@ def _lenient(data: dict[str, Any]) -> ProjectView:
         ("contracts", Contract),
         ("relayers", Relayer),
         ("channels", Channel),
+        ("commands", CommandSpec),
         ("budgets", Budget),
     ):
         target = getattr(view, section)

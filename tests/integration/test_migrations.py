@@ -29,13 +29,15 @@ async def test_migrations_apply_to_an_empty_schema_and_are_idempotent(settings, 
     ]
 
     applied = await storage.migrate(conn, schema)
-    assert applied == ["0001_init.sql"]
+    assert applied == [f"{m.version:04d}_{m.name}.sql" for m in storage.available()]
+    assert applied[0] == "0001_init.sql"
     assert await storage.pending(conn, schema) == []
     cur = await conn.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
         (schema,),
     )
-    assert [row[0] for row in await cur.fetchall()] == ["dead_letters", "schema_migrations"]
+    tables = {row[0] for row in await cur.fetchall()}
+    assert {"dead_letters", "schema_migrations", "runs", "step_logs", "timers", "waits"} <= tables
 
     assert await storage.migrate(conn, schema) == []
 
@@ -62,3 +64,39 @@ async def test_unreachable_database_is_a_storage_error_not_a_driver_error(settin
         storage.Unavailable, match=r"cannot reach Postgres at postgresql://rflow@127.0.0.1:1/rflow"
     ):
         await storage.connect(bad)
+
+
+async def test_retention_purges_only_old_settled_runs_of_the_workflow(settings, conn):
+    from datetime import UTC, datetime, timedelta
+
+    from rflow.engine.effects import Journal
+    from rflow.storage import runs
+
+    await storage.migrate(conn, settings.database_schema)
+    await conn.execute(
+        sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.database_schema))
+    )
+    now = datetime.now(UTC)
+    entries = []
+    for rid, workflow, age, settled in [
+        ("old", "w", 40, True),
+        ("old-running", "w", 40, False),
+        ("new", "w", 1, True),
+        ("other", "x", 40, True),
+    ]:
+        at = now - timedelta(days=age)
+        entries.append(
+            Journal(
+                run_id=rid, workflow=workflow, event="run_started", status="running", at=at, data={}
+            )
+        )
+        if settled:
+            entries.append(
+                Journal(
+                    run_id=rid, workflow=workflow, event="run_settled", status="succeeded", at=at
+                )
+            )
+    await runs.project(conn, entries)
+    assert await runs.purge(conn, "w", now - timedelta(days=30)) == 1
+    remaining = {r["run_id"] for r in await runs.list_runs(conn, limit=10)}
+    assert remaining == {"old-running", "new", "other"}

@@ -172,3 +172,50 @@ async def test_a_killed_worker_successor_finishes_every_run_without_rerunning_st
         keys = sink.keys(f"/{step}")
         assert set(keys) == {f"flow:manual:flow:k{n}:{step}" for n in range(5)}
     assert all(count == 1 for count in sink.keys("/c").values())
+
+
+async def test_a_command_runs_without_a_shell_with_json_in_and_out(
+    settings, worker_factory, tmp_path, sink, monkeypatch
+):
+    import sys
+
+    script = tmp_path / "double.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "data = json.load(sys.stdin)\n"
+        "print(json.dumps({'double': data['n'] * 2, 'key': os.environ['RFLOW_IDEMPOTENCY_KEY'],\n"
+        "                  'allowed': os.environ.get('CMD_ALLOWED'), 'hidden': os.environ.get('CMD_HIDDEN'),\n"
+        "                  'argv': sys.argv[1:]}))\n"
+    )
+    monkeypatch.setenv("CMD_ALLOWED", "yes")
+    monkeypatch.setenv("CMD_HIDDEN", "no")
+    path = tmp_path / "project.yaml"
+    path.write_text(
+        f"""
+commands:
+  double:
+    path: {sys.executable}
+    args: ["{script}", "; rm -rf /"]
+    env: [CMD_ALLOWED]
+    timeout: 20s
+workflows:
+  flow:
+    trigger: {{ manual: {{}} }}
+    steps:
+      - id: run
+        command: {{ name: double, args: {{ n: "${{{{ trigger.n }}}}" }} }}
+"""
+    )
+    worker = worker_factory(project_path=path)
+    await worker.wait_ready()
+    rid = await fire(settings, path, "flow", "manual:flow:cmd", {"n": 21})
+    run = await settled_run(settings, rid)
+    assert run["status"] == "succeeded", (run["error_kind"], run["error_message"])
+    [step] = run["steps"]
+    assert step["output"] == {
+        "double": 42,
+        "key": "flow:manual:flow:cmd:run",
+        "allowed": "yes",
+        "hidden": None,
+        "argv": ["; rm -rf /"],  # one literal argument: no shell ever sees it
+    }

@@ -58,7 +58,7 @@ async def send_trigger(settings: Settings, record: TriggerRecord) -> None:
 
 async def table_entry(worker, key: str):
     async def present():
-        status, body = await worker.get(f"/rflow/triggers/{key}/")
+        status, body = await worker.get(f"/rflow/triggers/sweep:{key}/")
         return body if status == 200 else None
 
     return await wait_until(present, timeout=30, what=f"trigger {key} in the table")
@@ -78,7 +78,7 @@ async def test_trigger_is_recorded_and_survives_a_restart(settings, worker_facto
     # A new process with a new data dir: the table can only come from its changelog.
     restarted = worker_factory(data_dir=settings.data_dir.parent / "fresh")
     await restarted.wait_ready()
-    status, body = await restarted.get(f"/rflow/triggers/{record.trigger_key}/")
+    status, body = await restarted.get(f"/rflow/triggers/sweep:{record.trigger_key}/")
     assert status == 200
     assert body == stored
 
@@ -94,7 +94,7 @@ async def test_duplicate_delivery_keeps_the_first_record(settings, worker_factor
     marker = trigger("manual:sweep:after-dup")
     await send_trigger(settings, marker)
     await table_entry(worker, marker.trigger_key)
-    _, body = await worker.get(f"/rflow/triggers/{first.trigger_key}/")
+    _, body = await worker.get(f"/rflow/triggers/sweep:{first.trigger_key}/")
     assert body["payload"] == {"n": 1}
 
 

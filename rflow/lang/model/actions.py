@@ -8,12 +8,14 @@ from pydantic import (
     BeforeValidator,
     Discriminator,
     Field,
+    Tag,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from rflow.lang.model.common import (
+    NAME_PATTERN,
     Condition,
     Duration,
     Model,
@@ -69,9 +71,43 @@ class FailCommand(Model):
     args: FailArgs
 
 
+class RunCommand(Model):
+    """Run an executable declared under `commands`, with no shell: ``args`` goes to its
+    stdin as JSON, and its stdout, read as JSON, is the step's output."""
+
+    name: Annotated[
+        Name,
+        WithJsonSchema(
+            {
+                "type": "string",
+                "pattern": NAME_PATTERN,
+                "not": {"enum": ["log", "assert", "fail"]},
+                "description": "a command declared under `commands`",
+            }
+        ),
+    ]
+    """A command declared under `commands`."""
+    args: Any = None
+    """The JSON value written to the command's stdin (expressions allowed)."""
+
+
 COMMANDS = ("log", "assert", "fail")
-Command = Annotated[LogCommand | AssertCommand | FailCommand, Discriminator("name")]
-"""A built-in command (there is no shell)."""
+"""The built-in commands; any other name runs a declared executable."""
+
+
+def _command_kind(value: Any) -> str:
+    name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+    return name if name in COMMANDS else "run"
+
+
+Command = Annotated[
+    Annotated[LogCommand, Tag("log")]
+    | Annotated[AssertCommand, Tag("assert")]
+    | Annotated[FailCommand, Tag("fail")]
+    | Annotated[RunCommand, Tag("run")],
+    Discriminator(_command_kind),
+]
+"""A built-in command, or a declared executable (there is no shell)."""
 
 
 def _status_list(value: Any) -> Any:

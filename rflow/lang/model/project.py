@@ -5,10 +5,27 @@ from __future__ import annotations
 from pydantic import Field
 
 from rflow.lang.model.common import Model, Name
-from rflow.lang.model.resources import Budget, Channel, Config, Contract, Network, Relayer
+from rflow.lang.model.resources import (
+    Budget,
+    Channel,
+    CommandSpec,
+    Config,
+    Contract,
+    Network,
+    Relayer,
+)
 from rflow.lang.model.workflow import Workflow
 
-SECTIONS = ("networks", "contracts", "relayers", "channels", "budgets", "config", "workflows")
+SECTIONS = (
+    "networks",
+    "contracts",
+    "relayers",
+    "channels",
+    "commands",
+    "budgets",
+    "config",
+    "workflows",
+)
 """Top-level keys, in the order the loader merges them."""
 
 
@@ -26,6 +43,8 @@ class Project(Model):
     """Transaction signers, by name."""
     channels: dict[Name, Channel] = {}
     """Notification channels, by name."""
+    commands: dict[Name, CommandSpec] = {}
+    """Executables that `command` steps may run, by name."""
     budgets: dict[Name, Budget] = {}
     """Durable spend caps, by name."""
     config: Config = Field(default_factory=Config)

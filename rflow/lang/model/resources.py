@@ -111,6 +111,20 @@ Channel = Annotated[
 """Where ``notify`` messages go."""
 
 
+class CommandSpec(Model):
+    """An executable that `command` steps may run: no shell, JSON in on stdin, JSON out
+    on stdout, a time limit, and only the environment variables listed."""
+
+    path: str
+    """The executable: an absolute path, or a name looked up on PATH."""
+    args: list[str] = []
+    """Fixed arguments (never built from run data, so a run cannot inject any)."""
+    env: list[EnvVar] = []
+    """Environment variables passed through; the command sees no others."""
+    timeout: Duration = timedelta(seconds=30)
+    """Kill the command and fail the step with kind timeout after this long."""
+
+
 class BudgetScope(Model):
     """Which sends charge a budget; an omitted list means every one."""
 

@@ -98,6 +98,8 @@ class Workflow(Model):
     """Steps that run after the run settles, success or failure."""
     on_failure: Literal["dead_letter", "drop", "halt"] = "dead_letter"
     """dead_letter (to the DLQ), drop (log and forget) or halt (pause the workflow)."""
+    retention: int | None = Field(None, ge=1, le=36_500)
+    """Days of run history (runs, step logs) kept in the read model; default: forever."""
 
     def all_steps(self) -> list[Any]:
         """The main steps, then the finally steps."""

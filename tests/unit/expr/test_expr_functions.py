@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from decimal import Decimal
 from typing import Any
 
@@ -245,13 +244,11 @@ def test_function_limits(source: str, message: str | None) -> None:
             "numbers": list(range(100_000)),
         }
     }
-    started = time.perf_counter()
     if message is None:
         ev(source, context)
     else:
         error = failure(source, context)
         assert (error.kind, error.message) == ("limit", message)
-    assert time.perf_counter() - started < 0.5
 
 
 def test_json_depth_check_ignores_brackets_in_strings() -> None:
@@ -284,11 +281,9 @@ def test_functions_are_callable_directly() -> None:
 
 def test_evaluation_budget_stops_expensive_expressions() -> None:
     context = {"inputs": {"big": list(range(100_000))}}
-    started = time.perf_counter()
     source = " and ".join(["contains(inputs.big, -1) == false"] * 100)
     error = failure(source, context)
     assert (error.kind, error.message) == (
         "limit",
         "expression exceeded its evaluation budget of 100000 steps",
     )
-    assert time.perf_counter() - started < 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from decimal import Decimal
 
 import pytest
@@ -208,9 +207,7 @@ def test_error_excerpt_points_at_the_offset() -> None:
     ],
 )
 def test_parse_limits(source: str, message: str) -> None:
-    started = time.perf_counter()
     error = syntax(source)
-    assert time.perf_counter() - started < 0.5
     assert (error.kind, error.message) == ("limit", message)
 
 

@@ -149,8 +149,8 @@ def test_tagged_unions_report_the_tag() -> None:
     ) == [
         "wf.yaml:2:18: error: channels.pager.type: unknown type 'pagerdutty': expected 'webhook', "
         "'slack', 'pagerduty' or 'log' — did you mean 'pagerduty'?",
-        "wf.yaml:8:26: error: workflows.w.steps[0].command.name: unknown command 'shell': expected "
-        "'log', 'assert' or 'fail'",
+        "wf.yaml:8:26: error: workflows.w.steps[0].command.name: unknown command 'shell' "
+        "(declare it under commands)",
     ]
 
 

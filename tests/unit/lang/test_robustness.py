@@ -14,19 +14,26 @@ from rflow.lang import validate_sources
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 PROJECT = (EXAMPLES / "project.yaml").read_text()
-WORKFLOWS = [yaml.safe_load((EXAMPLES / n).read_text()) for n in ("copy-trade.yaml", "withdrawals.yaml", "relayer-gas.yaml")]
+WORKFLOWS = [
+    yaml.safe_load((EXAMPLES / n).read_text())
+    for n in ("copy-trade.yaml", "withdrawals.yaml", "relayer-gas.yaml")
+]
 
 leaves = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=False),
-    st.sampled_from(["", "x", "1 ether", "10s", "${{ steps.gate.output }}", "${{ (", "0x00", "@daily", "goto"]),
+    st.sampled_from(
+        ["", "x", "1 ether", "10s", "${{ steps.gate.output }}", "${{ (", "0x00", "@daily", "goto"]
+    ),
     st.text(max_size=8),
 )
 values = st.recursive(
     leaves,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 
@@ -44,7 +51,9 @@ def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.integers(0, len(WORKFLOWS) - 1), pick=st.integers(min_value=0), value=values)
-def test_any_mutation_of_an_example_is_reported_not_raised(which: int, pick: int, value: Any) -> None:
+def test_any_mutation_of_an_example_is_reported_not_raised(
+    which: int, pick: int, value: Any
+) -> None:
     data = copy.deepcopy(WORKFLOWS[which])
     paths = _paths(data)[1:]
     path = paths[pick % len(paths)]

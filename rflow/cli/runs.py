@@ -1,0 +1,184 @@
+"""``rflow runs``: list, inspect, answer and cancel runs."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import sys
+from datetime import datetime
+from typing import Any
+
+import click
+
+from rflow.cli import main
+from rflow.settings import Settings
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(
+        value, indent=2, default=lambda v: v.isoformat() if isinstance(v, datetime) else str(v)
+    )
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    return "\n".join(lines)
+
+
+async def _with_conn(work):
+    from rflow import storage
+
+    try:
+        conn = await storage.connect(Settings.from_env())
+    except storage.StorageError as exc:
+        _fail(str(exc))
+    async with conn:
+        return await work(conn)
+
+
+@main.group()
+def runs() -> None:
+    """Runs: their status, journals, approvals and cancellation."""
+
+
+@runs.command("list")
+@click.option("--workflow", "-w", default=None, help="Only runs of this workflow.")
+@click.option("--status", "-s", default=None, help="running, succeeded, failed, cancelled...")
+@click.option("--failed", is_flag=True, help="Only failed runs (the dead-letter queue).")
+@click.option("--limit", default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def list_runs(
+    workflow: str | None, status: str | None, failed: bool, limit: int, as_json: bool
+) -> None:
+    """The newest runs."""
+    from rflow.storage import runs as store
+
+    rows = asyncio.run(
+        _with_conn(
+            lambda conn: store.list_runs(
+                conn, workflow=workflow, status="failed" if failed else status, limit=limit
+            )
+        )
+    )
+    if as_json:
+        click.echo(_json(rows))
+        return
+    table = [
+        [r["run_id"], r["workflow"], r["status"], _when(r["created_at"]), r["error_kind"] or ""]
+        for r in rows
+    ]
+    click.echo(_table(table, ["RUN", "WORKFLOW", "STATUS", "STARTED", "ERROR"]))
+
+
+@runs.command("show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+def show(run_id: str, as_json: bool) -> None:
+    """One run's journal, step by step: inputs, outputs, errors and timings."""
+    from rflow.storage import runs as store
+
+    run = asyncio.run(_with_conn(lambda conn: store.get_run(conn, run_id)))
+    if run is None:
+        _fail(f"no run {run_id}")
+    if as_json:
+        click.echo(_json(run))
+        return
+    click.echo(f"run       {run['run_id']}")
+    click.echo(f"workflow  {run['workflow']} ({run['version']})")
+    click.echo(f"trigger   {run['trigger_key']}")
+    click.echo(
+        f"status    {run['status']}"
+        + (f" ({run['error_kind']}: {run['error_message']})" if run["error_kind"] else "")
+    )
+    click.echo(f"started   {_when(run['created_at'])}   settled {_when(run['settled_at'])}")
+    click.echo("")
+    rows = []
+    for step in run["steps"]:
+        took = ""
+        if step["started_at"] and step["settled_at"]:
+            took = f"{(step['settled_at'] - step['started_at']).total_seconds() * 1000:.0f} ms"
+        detail = (
+            f"{step['error_kind']}: {step['error_message']}"
+            if step["error_kind"]
+            else json.dumps(step["output"], default=str)
+        )
+        rows.append([step["path"], step["status"], str(step["attempt"]), took, detail[:80]])
+    click.echo(_table(rows, ["STEP", "STATUS", "ATTEMPT", "TOOK", "OUTPUT / ERROR"]))
+
+
+def _answer(run_id: str, step: str | None, payload: dict[str, Any], as_json: bool) -> None:
+    from rflow.streams.control import ControlError, answer
+
+    try:
+        result = asyncio.run(answer(Settings.from_env(), run_id, step, payload))
+    except ControlError as exc:
+        _fail(str(exc))
+    click.echo(
+        _json(result)
+        if as_json
+        else f"{payload.get('decision', 'answered')}: run {run_id} step {result['step']}"
+    )
+
+
+@runs.command()
+@click.argument("run_id")
+@click.option("--step", default=None, help="The waiting step (needed when several wait).")
+@click.option("--by", default=None, help="Who decides (default: the current user).")
+@click.option("--choice", default=None, help="The chosen option, for a choice approval.")
+@click.option("--text", default=None, help="Free text, for a freeform approval.")
+@click.option("--json", "as_json", is_flag=True)
+def approve(
+    run_id: str,
+    step: str | None,
+    by: str | None,
+    choice: str | None,
+    text: str | None,
+    as_json: bool,
+) -> None:
+    """Approve a run waiting for a human decision."""
+    payload: dict[str, Any] = {"decision": "approve", "by": by or getpass.getuser()}
+    if choice is not None:
+        payload["choice"] = choice
+    if text is not None:
+        payload["text"] = text
+    _answer(run_id, step, payload, as_json)
+
+
+@runs.command()
+@click.argument("run_id")
+@click.option("--step", default=None, help="The waiting step (needed when several wait).")
+@click.option("--by", default=None, help="Who decides (default: the current user).")
+@click.option("--json", "as_json", is_flag=True)
+def reject(run_id: str, step: str | None, by: str | None, as_json: bool) -> None:
+    """Reject a run waiting for a human decision (its step fails)."""
+    _answer(run_id, step, {"decision": "reject", "by": by or getpass.getuser()}, as_json)
+
+
+@runs.command()
+@click.argument("run_id")
+@click.option("--reason", default="cancelled by an operator", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def cancel(run_id: str, reason: str, as_json: bool) -> None:
+    """Cancel a run at its next step boundary (finally steps still run)."""
+    from rflow.streams.control import ControlError
+    from rflow.streams.control import cancel as request_cancel
+
+    try:
+        result = asyncio.run(request_cancel(Settings.from_env(), run_id, reason))
+    except ControlError as exc:
+        _fail(str(exc))
+    click.echo(_json(result) if as_json else f"cancel requested: run {run_id}")

@@ -1,0 +1,128 @@
+"""Approvals, cancellation and the runs CLI against a real worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rflow import storage
+from rflow.storage import waits
+from tests.integration.harness import wait_until
+from tests.integration.test_runs import fire, settled_run
+
+pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
+
+PROJECT = """
+channels:
+  ops: { type: log }
+workflows:
+  gated:
+    trigger: { manual: {} }
+    steps:
+      - id: ok
+        wait_for:
+          approval: { prompt: "Pay ${{ trigger.amount }}?" }
+          timeout: 1h
+      - id: pay
+        notify: { channel: ops, message: "approved by ${{ steps.ok.output.by }}" }
+  sleepy:
+    trigger: { manual: {} }
+    steps:
+      - id: nap
+        delay: { duration: 1h }
+      - id: never
+        notify: { channel: ops, message: "woke" }
+    finally:
+      - id: cleanup
+        notify: { channel: ops, message: "ended ${{ run.status }}" }
+"""
+
+
+def rflow(settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rflow.cli", *args],
+        env={**os.environ, **settings.to_env()},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+async def worker(worker_factory, tmp_path):
+    path = tmp_path / "project.yaml"
+    path.write_text(PROJECT)
+    worker = worker_factory(project_path=path)
+    await worker.wait_ready()
+    worker.project_path = path
+    return worker
+
+
+async def parked(settings, rid: str):
+    async def open_wait():
+        conn = await storage.connect(settings)
+        async with conn:
+            return await waits.open_waits(conn, rid)
+
+    return await wait_until(open_wait, timeout=30, what=f"run {rid} to park")
+
+
+async def test_approve_resumes_the_run_once(settings, worker):
+    rid = await fire(settings, worker.project_path, "gated", "manual:gated:1", {"amount": 5})
+    [wait] = await parked(settings, rid)
+    assert wait["spec"]["approval"]["prompt"] == "Pay 5?"
+    result = rflow(settings, "runs", "approve", rid, "--by", "alice")
+    assert result.returncode == 0, result.stderr
+    run = await settled_run(settings, rid)
+    assert run["status"] == "succeeded"
+    assert {s["path"]: s["output"] for s in run["steps"]}["ok"]["by"] == "alice"
+    again = rflow(settings, "runs", "approve", rid)
+    assert again.returncode == 1
+    assert "has no open wait" in again.stderr
+
+
+async def test_reject_fails_the_step(settings, worker):
+    rid = await fire(settings, worker.project_path, "gated", "manual:gated:2", {"amount": 5})
+    await parked(settings, rid)
+    assert rflow(settings, "runs", "reject", rid, "--by", "bob").returncode == 0
+    run = await settled_run(settings, rid)
+    assert run["status"] == "failed"
+    assert run["error_message"] == "rejected by bob"
+
+
+async def test_cancel_stops_a_parked_run_and_runs_finally(settings, worker):
+    rid = await fire(settings, worker.project_path, "sleepy", "manual:sleepy:1", {})
+
+    async def started():
+        conn = await storage.connect(settings)
+        async with conn:
+            run = await storage.runs.get_run(conn, rid)
+        return run and any(s["path"] == "nap" for s in run["steps"])
+
+    await wait_until(started, timeout=30, what="the run to start sleeping")
+    result = rflow(settings, "runs", "cancel", rid, "--reason", "not needed")
+    assert result.returncode == 0, result.stderr
+    run = await settled_run(settings, rid)
+    assert run["status"] == "cancelled"
+    steps = {s["path"]: s for s in run["steps"]}
+    assert "never" not in steps
+    assert steps["cleanup"]["status"] == "succeeded"
+
+
+async def test_runs_list_and_show(settings, worker):
+    rid = await fire(settings, worker.project_path, "gated", "manual:gated:3", {"amount": 1})
+    await parked(settings, rid)
+    rflow(settings, "runs", "approve", rid)
+    await settled_run(settings, rid)
+    listing = rflow(settings, "runs", "list", "--workflow", "gated", "--json")
+    assert [r["run_id"] for r in json.loads(listing.stdout)] == [rid]
+    shown = rflow(settings, "runs", "show", rid)
+    assert shown.returncode == 0
+    assert "status    succeeded" in shown.stdout
+    assert "ok" in shown.stdout and "pay" in shown.stdout
+    missing = rflow(settings, "runs", "show", "r-nope")
+    assert missing.returncode == 1 and "no run r-nope" in missing.stderr
