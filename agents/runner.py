@@ -17,13 +17,13 @@ from aiokafka.partitioner import DefaultPartitioner
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import EffectRunner, partition_key
 from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
-from rflow.engine import CancelRequested, RunState, Start, advance, resume
+from rflow.engine import CancelRequested, RunState, RunStatus, Settle, Start, advance, resume
 from rflow.engine.keys import matrix_combinations, run_id, run_key, workflow_version
+from rflow.lang.model import Workflow
 from rflow.lang.model.resources import Config
 from rflow.storage import workflow_state
 
 if TYPE_CHECKING:
-    from rflow.lang.model import Workflow
     from rflow.streams.app import RflowApp
 
 log = logging.getLogger(__name__)
@@ -69,29 +69,83 @@ class Runner:
         run_ids = [
             run_id(record.workflow, record.trigger_key, combo or None) for combo in combinations
         ]
-        self.triggers[gate] = {**accepted, "runs": run_ids}
-        for combo, rid in zip(combinations, run_ids, strict=True):
-            start = Start(
-                run_id=rid,
-                workflow=record.workflow,
-                version=self.versions[record.workflow],
-                trigger_key=record.trigger_key,
-                matrix=combo or None,
-                group=record.group,
-                trigger=record.payload,
-                env={
-                    name: self.runtime.env[name]
-                    for name in workflow.env
-                    if name in self.runtime.env
-                },
+        limit = (workflow.strategy.max_parallel if workflow.strategy else None) or len(combinations)
+        entry = {**accepted, "runs": run_ids}
+        if workflow.strategy is not None:
+            # Matrix bookkeeping lives with the firing: every combination's run is keyed
+            # like the firing, so they all settle on this partition, in order.
+            entry["matrix"] = {
+                "pending": list(range(limit, len(combinations))),
+                "active": run_ids[:limit],
+                "failed": False,
+            }
+        self.triggers[gate] = entry
+        for index in range(min(limit, len(combinations))):
+            await self.start_run(
+                workflow, record, combinations[index], run_ids[index], message.partition
             )
-            if self.uses_state[record.workflow]:
-                # Reading durable state is I/O: fetch it off the partition, then start.
-                self.effects.spawn(
-                    self._start_with_state(start, record.partition_key), f"start {rid}"
-                )
-            else:
-                await self.apply(start, message.partition)
+
+    async def start_run(
+        self,
+        workflow: Workflow,
+        record: TriggerRecord,
+        combo: dict[str, Any],
+        rid: str,
+        partition: int,
+    ) -> None:
+        start = Start(
+            run_id=rid,
+            workflow=record.workflow,
+            version=self.versions[record.workflow],
+            trigger_key=record.trigger_key,
+            matrix=combo or None,
+            group=record.group,
+            trigger=record.payload,
+            env={name: self.runtime.env[name] for name in workflow.env if name in self.runtime.env},
+        )
+        if self.uses_state[record.workflow]:
+            # Reading durable state is I/O: fetch it off the partition, then start.
+            self.effects.spawn(self._start_with_state(start, record.partition_key), f"start {rid}")
+        else:
+            await self.apply(start, partition)
+
+    async def matrix_run_settled(self, state: RunState, settle: Settle, partition: int) -> None:
+        """A combination finished: apply fail_fast, then start the next within max_parallel."""
+        gate = run_key(state.workflow, state.trigger_key)
+        entry = self.triggers.get(gate)
+        workflow = self.workflows.get(state.workflow)
+        if entry is None or "matrix" not in entry or workflow is None or workflow.strategy is None:
+            return
+        matrix = dict(entry["matrix"])
+        active = [rid for rid in matrix["active"] if rid != state.run_id]
+        pending = list(matrix["pending"])
+        cancel: list[str] = []
+        if (
+            settle.status == RunStatus.FAILED
+            and workflow.strategy.fail_fast
+            and not matrix["failed"]
+        ):
+            matrix["failed"] = True
+            pending, cancel = [], active
+        record = TriggerRecord.model_validate(
+            {k: v for k, v in entry.items() if k in TriggerRecord.model_fields}
+        )
+        combinations = matrix_combinations(workflow.strategy.matrix)
+        limit = workflow.strategy.max_parallel or len(combinations)
+        starting = []
+        while pending and len(active) < limit:
+            index = pending.pop(0)
+            active.append(entry["runs"][index])
+            starting.append(index)
+        self.triggers[gate] = {**entry, "matrix": {**matrix, "active": active, "pending": pending}}
+        for rid in cancel:
+            await self.apply(
+                CancelRequested(run_id=rid, reason=f"fail_fast: {state.run_id} failed"), partition
+            )
+        for index in starting:
+            await self.start_run(
+                workflow, record, combinations[index], entry["runs"][index], partition
+            )
 
     async def _start_with_state(self, start: Start, key: str) -> None:
         state = await self.runtime.database.run(
@@ -131,6 +185,10 @@ class Runner:
             return
         self.runs[event.run_id] = new_state.model_dump(mode="json")
         await self.effects.carry_out(new_state, effects, partition)
+        if new_state.matrix is not None:
+            for effect in effects:
+                if isinstance(effect, Settle):
+                    await self.matrix_run_settled(new_state, effect, partition)
 
     async def resume_partitions(self, assigned: frozenset[int]) -> None:
         """After a rebalance: re-issue what every unsettled run of new partitions awaits."""

@@ -8,6 +8,8 @@ which read the strings back as exact integers.
 
 from __future__ import annotations
 
+import json as stdlib_json
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -58,9 +60,20 @@ def dumps(value: Any) -> bytes:
     return orjson.dumps(_widen(value), default=_default, option=_OPTIONS)
 
 
+_LONG_NUMBER = re.compile(rb"\d{20,}")
+
+
 def loads(data: bytes | str) -> Any:
-    """Decode one JSON document; any failure is a :class:`JSONDecodeError`."""
+    """Decode one JSON document; any failure is a :class:`JSONDecodeError`.
+
+    orjson reads integers beyond 64 bits as floats, which would round a wei amount; a
+    document with a run of 20 or more digits is read by the standard library instead,
+    which keeps every integer exact.
+    """
+    raw = data.encode() if isinstance(data, str) else data
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        if _LONG_NUMBER.search(raw):
+            return stdlib_json.loads(raw)
+        return orjson.loads(raw)
+    except (orjson.JSONDecodeError, ValueError) as exc:
         raise JSONDecodeError(str(exc)) from exc

@@ -9,7 +9,7 @@ Payload shapes (``${{ trigger... }}`` in expressions):
 - event: ``{network, chain_id, contract, address, event, args, block: {number, hash,
   timestamp}, tx: {hash, index}, log_index}``; key ``event:<chain id>:<block hash>:<log index>``
 - webhook: ``{path, body, headers, query, event_type, delivery}``; key
-  ``webhook:<path>:<idempotency key or body digest>``
+  ``webhook:<workflow>:<idempotency key or delivery id>:<generation>``
 - schedule: ``{cron, timezone, fire_time, fire_time_utc}``; key ``schedule:<UTC fire time>``
 - manual: the input object (also ``${{ inputs.<name> }}``); key ``manual:<id>``
 """

@@ -61,7 +61,7 @@ LIMIT %(limit)s
 """
 
 _GET = "SELECT * FROM runs WHERE run_id = %s"
-_STEPS = "SELECT * FROM step_logs WHERE run_id = %s ORDER BY coalesce(started_at, settled_at), path, visit"
+_STEPS = "SELECT * FROM step_logs WHERE run_id = %s ORDER BY seq"
 _GET_DEAD = "SELECT * FROM dead_runs WHERE run_id = %s"
 _PURGE = "DELETE FROM runs WHERE workflow = %s AND created_at < %s AND settled_at IS NOT NULL"
 

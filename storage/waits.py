@@ -94,3 +94,19 @@ async def delete(conn: psycopg.AsyncConnection, wait_id: str) -> None:
     """The run has taken the answer (or the wait timed out): forget the wait."""
     with translated():
         await conn.execute(_DELETE, (wait_id,))
+
+
+_WEBHOOK_WAITS = """
+SELECT wait_id, run_id, workflow, path, partition_key, spec
+FROM waits
+WHERE kind = 'webhook' AND resolved_at IS NULL AND spec -> 'webhook' ->> 'path' = %s
+ORDER BY created_at
+"""
+
+
+async def webhook_waits(conn: psycopg.AsyncConnection, url_path: str) -> list[dict[str, Any]]:
+    """The unanswered waits for a webhook request at ``url_path``."""
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_WEBHOOK_WAITS, (url_path,))
+            return list(await cur.fetchall())

@@ -116,11 +116,17 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
 
     runtime.tables = tables.create(app)
     runtime.database = app.add_dependency(Database(settings))
+    from rflow.ingress.scheduler import SchedulerService
+
+    app.add_dependency(SchedulerService(app))
 
     from rflow import agents
 
     agents.attach(app)
     views.attach(app)
+    from rflow.streams import ingress_views
+
+    ingress_views.attach(app)
     return app
 
 

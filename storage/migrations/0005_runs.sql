@@ -67,6 +67,8 @@ CREATE TABLE step_logs (
     error_message  text,
     started_at     timestamptz,
     settled_at     timestamptz,
+    -- Journal order: steps settled by one engine decision share a timestamp.
+    seq            bigserial,
     PRIMARY KEY (run_id, path, visit)
 );
 

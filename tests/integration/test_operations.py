@@ -126,3 +126,66 @@ async def test_runs_list_and_show(settings, worker):
     assert "ok" in shown.stdout and "pay" in shown.stdout
     missing = rflow(settings, "runs", "show", "r-nope")
     assert missing.returncode == 1 and "no run r-nope" in missing.stderr
+
+
+async def test_a_webhook_answers_a_parked_wait(settings, worker_factory, tmp_path, monkeypatch):
+    import asyncio
+    import urllib.request
+
+    from rflow.ingress import sign
+
+    monkeypatch.setenv("CONFIRM_SECRET", "s3cret")
+    path = tmp_path / "project.yaml"
+    path.write_text(
+        """
+channels:
+  ops: { type: log }
+workflows:
+  confirm:
+    trigger: { manual: {} }
+    steps:
+      - id: wait
+        wait_for:
+          webhook:
+            path: "/hooks/confirm/${{ run.id }}"
+            match: { status: ok }
+            auth: { type: hmac, secret_env: CONFIRM_SECRET }
+          timeout: 1h
+      - id: done
+        notify: { channel: ops, message: "confirmed by ${{ steps.wait.output.body.who }}" }
+"""
+    )
+    worker = worker_factory(project_path=path)
+    await worker.wait_ready()
+    rid = await fire(settings, path, "confirm", "manual:confirm:1", {})
+    await parked(settings, rid)
+
+    def post(body: bytes, signature: str | None) -> tuple[int, dict]:
+        request = urllib.request.Request(
+            f"{worker.url}/hooks/confirm/{rid}", data=body, method="POST"
+        )
+        request.add_header("Content-Type", "application/json")
+        if signature:
+            request.add_header("X-Hub-Signature-256", signature)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    good = b'{"status": "ok", "who": "carol"}'
+    status, body = await asyncio.to_thread(post, good, sign("wrong", good, "sha256"))
+    assert (status, body["error"]) == (401, "signature does not match")
+    other = b'{"status": "nope"}'
+    status, body = await asyncio.to_thread(post, other, sign("s3cret", other, "sha256"))
+    assert (status, body["accepted"]) == (202, False)
+    status, body = await asyncio.to_thread(post, good, sign("s3cret", good, "sha256"))
+    assert (status, body) == (202, {"accepted": True, "resumed": [rid]})
+    run = await settled_run(settings, rid)
+    assert run["status"] == "succeeded"
+    assert {s["path"]: s["output"] for s in run["steps"]}["wait"]["body"] == {
+        "status": "ok",
+        "who": "carol",
+    }
+    status, _ = await asyncio.to_thread(post, good, sign("s3cret", good, "sha256"))
+    assert status == 404  # answered: nothing waits there any more

@@ -219,3 +219,75 @@ workflows:
         "hidden": None,
         "argv": ["; rm -rf /"],  # one literal argument: no shell ever sees it
     }
+
+
+async def test_a_matrix_runs_one_run_per_combination_within_max_parallel(
+    settings, worker_factory, tmp_path, sink
+):
+    sink.delay = 0.2
+    path = tmp_path / "project.yaml"
+    path.write_text(
+        f"""
+workflows:
+  flow:
+    strategy:
+      matrix: {{ n: [1, 2, 3, 4] }}
+      max_parallel: 2
+    trigger: {{ manual: {{}} }}
+    steps:
+      - id: call
+        http_call: {{ url: "{sink.url}/m", method: POST, body: {{ n: "${{{{ matrix.n }}}}" }} }}
+"""
+    )
+    worker = worker_factory(project_path=path)
+    await worker.wait_ready()
+    await fire(settings, path, "flow", "manual:flow:m", {})
+    rids = [run_id("flow", "manual:flow:m", {"n": n}) for n in (1, 2, 3, 4)]
+    for rid in rids:
+        assert (await settled_run(settings, rid))["status"] == "succeeded"
+    assert set(sink.keys("/m")) == {f"flow:manual:flow:m:matrix:n={n}:call" for n in (1, 2, 3, 4)}
+    assert sink.peak == 2
+
+
+@pytest.mark.parametrize("fail_fast", [True, False])
+async def test_fail_fast_stops_the_remaining_combinations(
+    settings, worker_factory, tmp_path, sink, fail_fast
+):
+    path = tmp_path / "project.yaml"
+    path.write_text(
+        f"""
+workflows:
+  flow:
+    strategy:
+      matrix: {{ n: [1, 2, 3] }}
+      max_parallel: 1
+      fail_fast: {str(fail_fast).lower()}
+    trigger: {{ manual: {{}} }}
+    steps:
+      - id: check
+        command: {{ name: assert, args: {{ that: "${{{{ matrix.n != 1 }}}}", message: "one fails" }} }}
+"""
+    )
+    worker = worker_factory(project_path=path)
+    await worker.wait_ready()
+    await fire(settings, path, "flow", "manual:flow:ff", {})
+    first = await settled_run(settings, run_id("flow", "manual:flow:ff", {"n": 1}))
+    assert first["status"] == "failed"
+    if not fail_fast:
+        for n in (2, 3):
+            assert (await settled_run(settings, run_id("flow", "manual:flow:ff", {"n": n})))[
+                "status"
+            ] == "succeeded"
+        return
+
+    # The firing's record says so: nothing pending, nothing active, failed.
+    async def firing():
+        status, body = await worker.get("/rflow/triggers/flow:manual:flow:ff/")
+        return body if status == 200 and not body["matrix"]["active"] else None
+
+    entry = await wait_until(firing, timeout=30, what="the firing to record the failure")
+    assert entry["matrix"] == {"pending": [], "active": [], "failed": True}
+    conn = await storage.connect(settings)
+    async with conn:
+        listed = {r["run_id"] for r in await runs.list_runs(conn, workflow="flow")}
+    assert listed == {run_id("flow", "manual:flow:ff", {"n": 1})}

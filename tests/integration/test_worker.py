@@ -167,4 +167,4 @@ async def test_the_faust_cli_runs_the_same_app(settings, worker_factory):
     )
     assert listing.returncode == 0, listing.stderr
     assert "triggers" in listing.stdout
-    assert "keyed by trigger key" in listing.stdout
+    assert "keyed by <workflow>:<trigger key>" in listing.stdout

@@ -29,7 +29,7 @@ def test_the_examples_folder_is_a_valid_project() -> None:
         "environment variable WITHDRAWALS_WEBHOOK_SECRET",
     }
     assert report.project is not None
-    assert len(report.project.workflows) == len(WORKFLOW_FILES) == 7
+    assert len(report.project.workflows) == len(WORKFLOW_FILES) == 8
 
 
 @pytest.mark.parametrize("name", WORKFLOW_FILES)

@@ -42,7 +42,8 @@ class WaitWebhook(Model):
     """Park until a matching webhook request arrives."""
 
     path: str
-    """URL path; may hold expressions such as /approvals/${{ run.id }}."""
+    """URL path under /hooks/ on the workers' web server; may hold expressions, such as
+    /hooks/approvals/${{ run.id }}."""
     match: dict[str, Any] = {}
     """JSON path -> value every accepted request must carry."""
     auth: WebhookAuth = AuthNone(type="none")
@@ -50,8 +51,10 @@ class WaitWebhook(Model):
     @field_validator("path")
     @classmethod
     def _path(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise invalid(f"a webhook path starts with '/', got {value!r}")
+        if not value.startswith("/hooks/"):
+            raise invalid(
+                f"a wait's webhook path starts with /hooks/ (where workers listen), got {value!r}"
+            )
         return value
 
 

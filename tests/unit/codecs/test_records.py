@@ -52,7 +52,10 @@ def test_encoding_is_stable():
         (None, "empty record (no value)"),
         (b"\x00\xff", "not JSON: "),
         (b'"text"', "expected a JSON object, got str"),
-        (b"{}", "unknown record kind None; known: dead_letter, run_event, run_journal, trigger, trigger_retracted"),
+        (
+            b"{}",
+            "unknown record kind None; known: dead_letter, run_event, run_journal, trigger, trigger_retracted",
+        ),
         (
             b'{"kind": "trigger"}',
             "unsupported version None of 'trigger' records; this worker reads: 1",
@@ -113,3 +116,9 @@ json_values = st.recursive(
 @given(json_values)
 def test_json_round_trips_within_64_bits(value):
     assert rjson.loads(rjson.dumps(value)) == value
+
+
+def test_big_integers_written_as_json_numbers_by_other_producers_stay_exact():
+    raw = b'{"kind": "trigger", "v": 1, "workflow": "w", "trigger_key": "k", "source": "manual", '
+    raw += b'"received_at": "2026-01-01T00:00:00Z", "payload": {"wei": 123456789012345678901234567890}}'
+    assert decode(raw).payload["wei"] == 123456789012345678901234567890

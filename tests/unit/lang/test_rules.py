@@ -630,10 +630,10 @@ def test_wait_for_rules() -> None:
           w:
             trigger: { manual: {} }
             steps:
-              - { id: a, wait_for: { webhook: { path: /x }, approval: { prompt: ok } } }
+              - { id: a, wait_for: { webhook: { path: /hooks/x }, approval: { prompt: ok } } }
               - { id: b, wait_for: { approval: { type: choice, prompt: pick, choices: [one] } } }
               - { id: c, wait_for: { event: { contract: USDC, name: Transfer, network: ethereum }, on_timeout: approve, timeout: 1h } }
-              - { id: d, wait_for: { webhook: { path: /y }, on_timeout: continue } }
+              - { id: d, wait_for: { webhook: { path: /hooks/y }, on_timeout: continue } }
         """
     ) == [
         "wf.yaml:5:28: error: workflows.w.steps[0].wait_for: wait_for needs exactly one of "

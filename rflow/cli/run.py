@@ -1,0 +1,134 @@
+"""``rflow run``: start a run of a workflow with a manual trigger, checked against its project."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from rflow.cli import main
+from rflow.settings import Settings
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def parse_inputs(values: tuple[str, ...]) -> dict[str, Any]:
+    """Merge ``--input`` values: JSON objects, or ``NAME=VALUE`` pairs (the value a string).
+
+    Raises :class:`click.BadParameter` naming the value that is neither.
+    """
+    inputs: dict[str, Any] = {}
+    for value in values:
+        if value.lstrip().startswith("{"):
+            try:
+                doc = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise click.BadParameter(f"{value!r} is not JSON: {exc}") from None
+            if not isinstance(doc, dict):
+                raise click.BadParameter(f"{value!r} is not a JSON object")
+            inputs.update(doc)
+            continue
+        name, sep, text = value.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{value!r}: give a JSON object or NAME=VALUE")
+        inputs[name.strip()] = text
+    return inputs
+
+
+@main.command("run")
+@click.argument("workflow")
+@click.option(
+    "--input",
+    "input_values",
+    multiple=True,
+    metavar="JSON|NAME=VALUE",
+    help="The run's inputs: a JSON object, or NAME=VALUE (repeatable).",
+)
+@click.option("--key", default=None, help="Idempotency key: the same key starts one run only.")
+@click.option(
+    "--project",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="The workflow files (default: $RFLOW_PROJECT).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def run_workflow(
+    workflow: str,
+    input_values: tuple[str, ...],
+    key: str | None,
+    project: Path | None,
+    as_json: bool,
+) -> None:
+    """Start a run of WORKFLOW through its manual trigger.
+
+    With a project (--project or $RFLOW_PROJECT) the workflow must exist, have a manual
+    trigger and take exactly the given inputs, and the record is keyed by its concurrency
+    group. Prints the run's trigger key once Kafka has acknowledged the firing.
+    """
+    from rflow.ingress import ManualRunError, manual_record, manual_workflow
+    from rflow.lang import ConfigError, load_project
+    from rflow.settings import environ
+    from rflow.streams.producer import ProduceError, produce_trigger
+
+    try:
+        inputs = parse_inputs(input_values)
+    except click.BadParameter as exc:
+        _fail(f"--input {exc.message}")
+    settings = Settings.from_env()
+    path = project or settings.project_path
+    loaded = None
+    if path is None:
+        click.echo(
+            "warning: no project (--project or RFLOW_PROJECT): the workflow and its inputs "
+            "are not checked, and the run is not keyed by its concurrency group",
+            err=True,
+        )
+    else:
+        try:
+            loaded = load_project(path, environ())
+        except FileNotFoundError as exc:
+            _fail(str(exc))
+        except ConfigError as exc:
+            for diagnostic in exc.diagnostics:
+                click.echo(str(diagnostic), err=True)
+            _fail(f"{path} has errors")
+    try:
+        definition = None if loaded is None else manual_workflow(loaded, workflow)
+        record = manual_record(
+            workflow,
+            definition,
+            inputs,
+            run_id=key or uuid.uuid4().hex,
+            received_at=datetime.now(UTC),
+        )
+    except ManualRunError as exc:
+        _fail(exc.reason)
+    try:
+        partition, offset = asyncio.run(produce_trigger(settings, record))
+    except ProduceError as exc:
+        _fail(str(exc), code=1)
+    from rflow.engine.keys import matrix_combinations, run_id
+
+    strategy = definition.strategy if definition is not None else None
+    combinations = matrix_combinations(strategy.matrix) if strategy else [{}]
+    result = {
+        "workflow": workflow,
+        "trigger_key": record.trigger_key,
+        "run_ids": [run_id(workflow, record.trigger_key, combo or None) for combo in combinations],
+        "group": record.group,
+        "partition": partition,
+        "offset": offset,
+    }
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo(f"{record.trigger_key} -> run {', '.join(result['run_ids'])}")

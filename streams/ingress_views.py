@@ -1,0 +1,216 @@
+"""The HTTP ingress on the worker's web server: webhooks and manual runs.
+
+- ``POST /hooks/...`` and every other declared webhook path: :class:`WebhookIngress`
+  (the request path is matched against the triggers' ``path`` exactly);
+- ``POST /api/workflows/{name}/runs``: :class:`ManualIngress`, the body being the inputs.
+
+The worker has one ingress producer, started on the first request and stopped with the
+app, and keeps idempotency claims in Postgres through the app's :class:`Database`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+from uuid import UUID
+
+import psycopg
+from aiohttp import web as aiohttp_web
+from faust.web import Request, Response, View
+from mode import Service
+
+from rflow.codecs import TriggerRecord
+from rflow.ingress import DEFAULT_MAX_BODY_BYTES, ManualIngress, Reply, WebhookIngress
+from rflow.ingress.wait_hooks import WaitHooks
+from rflow.settings import Settings
+from rflow.storage import Unavailable, waits, webhooks
+from rflow.streams.database import Database
+from rflow.streams.producer import ProduceError, Producer
+
+if TYPE_CHECKING:
+    from rflow.streams.app import RflowApp
+
+T = TypeVar("T")
+
+WEBHOOK_PREFIX = "/hooks/"
+"""Every path under this prefix is answered by the webhook ingress (404 with a reason
+for paths no trigger declares); declared paths outside it are mounted one by one."""
+
+STORE_TIMEOUT = 10.0
+"""Seconds a request waits for Postgres before answering 503 (senders time out too)."""
+
+_READ_CHUNK = 64 * 1024
+
+
+class IngressProducer(Service):
+    """The worker's one Kafka producer for ingress: started on first use, stopped with the app.
+
+    Starting lazily keeps workers that never receive a request from holding a producer,
+    and a failed start (Kafka away) is retried by the next request.
+    """
+
+    def __init__(self, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._ingress_settings = settings
+        self._kafka: Producer | None = None
+        self._kafka_exit = AsyncExitStack()
+        self._kafka_lock = asyncio.Lock()
+        self._kafka_closed = False
+
+    async def trigger(self, record: TriggerRecord) -> tuple[int, int]:
+        """Produce ``record`` to the triggers topic, acknowledged by all in-sync replicas."""
+        return await (await self._running_producer()).trigger(record)
+
+    async def send(self, topic: str, key: str, record: Any) -> tuple[int, int]:
+        """Produce ``record`` to declared topic ``topic``, acknowledged by all in-sync replicas."""
+        return await (await self._running_producer()).send(topic, key, record)
+
+    async def _running_producer(self) -> Producer:
+        if self._kafka is None:
+            async with self._kafka_lock:
+                if self._kafka_closed:
+                    # A request racing the shutdown must not start a producer nobody stops.
+                    raise ProduceError("the worker is stopping")
+                if self._kafka is None:
+                    self._kafka = await self._kafka_exit.enter_async_context(
+                        Producer(self._ingress_settings)
+                    )
+        return self._kafka
+
+    async def on_stop(self) -> None:
+        async with self._kafka_lock:
+            self._kafka_closed = True
+            await self._kafka_exit.aclose()
+            self._kafka = None
+
+
+class PostgresDeliveries:
+    """Webhook idempotency claims in Postgres, each call bounded by :data:`STORE_TIMEOUT`."""
+
+    def __init__(self, database: Database, *, timeout: float = STORE_TIMEOUT) -> None:
+        self._database = database
+        self._timeout = timeout
+
+    async def claim(
+        self, workflow: str, key: str, *, claim_id: UUID, ttl: timedelta
+    ) -> webhooks.Claim:
+        return await self._run(
+            lambda conn: webhooks.claim(conn, workflow, key, claim_id=claim_id, ttl=ttl),
+            "claiming a webhook delivery",
+        )
+
+    async def accept(self, workflow: str, key: str, *, generation: int, ttl: timedelta) -> bool:
+        return await self._run(
+            lambda conn: webhooks.accept(conn, workflow, key, generation=generation, ttl=ttl),
+            "accepting a webhook delivery",
+        )
+
+    async def release(self, workflow: str, key: str, *, claim_id: UUID) -> bool:
+        return await self._run(
+            lambda conn: webhooks.release(conn, workflow, key, claim_id=claim_id),
+            "releasing a webhook delivery",
+        )
+
+    async def _run(self, work: Callable[[psycopg.AsyncConnection], Awaitable[T]], what: str) -> T:
+        # Database.run retries for as long as Postgres is away; a request cannot wait that
+        # long, and every claim operation is safe to abandon (a claim goes stale).
+        try:
+            return await asyncio.wait_for(self._database.run(work, what=what), self._timeout)
+        except TimeoutError:
+            raise Unavailable(f"no answer from Postgres within {self._timeout}s {what}") from None
+
+
+class PostgresWaits:
+    """Open webhook waits in Postgres, behind the same time limit as the deliveries."""
+
+    def __init__(self, database: Database, *, timeout: float = STORE_TIMEOUT) -> None:
+        self._database = database
+        self._timeout = timeout
+
+    async def webhook_waits(self, path: str) -> list[dict[str, Any]]:
+        return await asyncio.wait_for(
+            self._database.run(lambda conn: waits.webhook_waits(conn, path), what="webhook waits"),
+            self._timeout,
+        )
+
+    async def resolve(self, wait_id: str, answer: Any, at: datetime) -> dict[str, Any] | None:
+        return await asyncio.wait_for(
+            self._database.run(
+                lambda conn: waits.resolve(conn, wait_id, answer, at), what="answer a wait"
+            ),
+            self._timeout,
+        )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def read_body(request: aiohttp_web.Request, limit: int) -> bytes:
+    """The request body, read no further than ``limit + 1`` bytes.
+
+    The ingress answers 413 for anything longer; a declared Content-Length over the
+    limit is refused before any byte is read. aiohttp's own ``client_max_size`` does not
+    apply to the raw stream read here, so the limit is the ingress's alone.
+    """
+    if request.content_length is not None and request.content_length > limit:
+        return b""
+    body = bytearray()
+    while len(body) <= limit:
+        chunk = await request.content.read(min(_READ_CHUNK, limit + 1 - len(body)))
+        if not chunk:
+            break
+        body += chunk
+    return bytes(body)
+
+
+def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    """Mount the webhook and manual-run endpoints on ``app``'s web server."""
+    runtime = app.rflow
+    assert runtime.database is not None, "attach the database before the ingress"
+    producer = app.add_dependency(IngressProducer(runtime.settings))
+    hooks = WebhookIngress(
+        runtime.project,
+        runtime.env,
+        producer,
+        PostgresDeliveries(runtime.database),
+        _now,
+        max_body_bytes=max_body_bytes,
+    )
+    runs = ManualIngress(runtime.project, producer, _now, max_body_bytes=max_body_bytes)
+    wait_hooks = WaitHooks(
+        PostgresWaits(runtime.database), producer, runtime.env, _now, max_body_bytes=max_body_bytes
+    )
+
+    def respond(view: View, reply: Reply) -> Response:
+        return view.json(reply.body, status=reply.status, headers=dict(reply.headers))
+
+    @app.page("/api/workflows/{name}/runs", name="rflow.manual_runs")
+    class ManualRunView(View):
+        """Start a run of a workflow with a manual trigger; the JSON body holds its inputs."""
+
+        async def post(self, request: Request, name: str) -> Response:
+            body = await read_body(request, runs.max_body_bytes)
+            return respond(self, await runs.handle(name, request.headers, body))
+
+    class WebhookView(View):
+        """Deliver a webhook to the workflow whose trigger declares this path."""
+
+        async def post(self, request: Request, **_match: str) -> Response:
+            body = await read_body(request, hooks.max_body_bytes)
+            if request.path not in hooks.routes:
+                # No trigger here: a run parked in wait_for may be waiting for this request.
+                answered = await wait_hooks.handle(request.path, request.headers, body)
+                if answered is not None:
+                    return respond(self, answered)
+            reply = await hooks.handle(request.path, request.headers, body, request.query)
+            return respond(self, reply)
+
+    app.page(WEBHOOK_PREFIX + "{tail:.*}", name="rflow.webhooks")(WebhookView)
+    for i, path in enumerate(sorted(hooks.routes)):
+        if not path.startswith(WEBHOOK_PREFIX):
+            exact = type(f"WebhookView{i}", (WebhookView,), {})
+            app.page(path, name=f"rflow.webhooks.{i}")(exact)

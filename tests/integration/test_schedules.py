@@ -1,0 +1,377 @@
+"""The scheduler against the real Kafka and Postgres, its clock stepped by the test."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from rflow import storage
+from rflow.codecs import TriggerRecord, decode
+from rflow.ingress.scheduler import PostgresCursors, Scheduler, SchedulerService, Step
+from rflow.lang import Project, load_project
+from rflow.lang.model import ScheduleSpec
+from rflow.settings import Settings
+from rflow.storage import StorageError, schedules
+from rflow.streams.app import create_app
+from rflow.streams.database import Database
+from rflow.streams.producer import Producer
+from rflow.streams.topics import Catalog
+from tests.integration.harness import wait_until
+
+pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
+
+STEPS = """
+    steps:
+      - id: mark
+        command: { name: assert, args: { that: "${{ true }}" } }
+"""
+
+
+def write_project(
+    path: Path, triggers: dict[str, str], extra: dict[str, str] | None = None
+) -> Path:
+    """A project with one trivial workflow per entry: name -> trigger (YAML flow style)."""
+    text = "workflows:\n"
+    for name, trigger in triggers.items():
+        text += f"  {name}:\n"
+        if extra and name in extra:
+            text += f"    {extra[name]}\n"
+        text += f"    trigger: {trigger}\n{STEPS}"
+    path.write_text(text)
+    return path
+
+
+def schedule(cron: str, zone: str) -> str:
+    return f'{{ schedule: {{ cron: "{cron}", timezone: {zone} }} }}'
+
+
+def utc(*fields: int) -> datetime:
+    return datetime(*fields, tzinfo=UTC)
+
+
+def every(start: datetime, end: datetime, step: timedelta) -> Iterator[datetime]:
+    moment = start
+    while moment <= end:
+        yield moment
+        moment += step
+
+
+def key(moment: datetime) -> str:
+    return "schedule:" + moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Fired:
+    """One record on the triggers topic."""
+
+    kafka_key: str
+    partition: int
+    offset: int
+    record: TriggerRecord
+
+
+async def fired(settings: Settings) -> list[Fired]:
+    """Every record on this test's triggers topic, read to its end, by (partition, offset)."""
+    topic = settings.topic_prefix + "rflow.triggers"
+    count = Catalog.from_settings(settings).spec("rflow.triggers").partitions
+    partitions = [TopicPartition(topic, p) for p in range(count)]
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        end = await consumer.end_offsets(partitions)
+        found = []
+        while any([await consumer.position(tp) < end[tp] for tp in partitions]):
+            for tp, messages in (await consumer.getmany(timeout_ms=1000)).items():
+                found += [
+                    Fired(m.key.decode(), tp.partition, m.offset, decode(m.value, TriggerRecord))
+                    for m in messages
+                ]
+        return sorted(found, key=lambda f: (f.partition, f.offset))
+    finally:
+        await consumer.stop()
+
+
+def keys_by_workflow(records: list[Fired]) -> dict[str, list[str]]:
+    by_workflow: dict[str, list[str]] = {}
+    for item in records:
+        by_workflow.setdefault(item.record.workflow, []).append(item.record.trigger_key)
+    return {name: sorted(found) for name, found in by_workflow.items()}
+
+
+@asynccontextmanager
+async def scheduler(settings: Settings, project: Project, **kwargs) -> AsyncIterator[Scheduler]:
+    """A scheduler with its own database pool and producer, as in its own process."""
+    async with AsyncExitStack() as stack:
+        database = await stack.enter_async_context(Database(settings))
+        producer = await stack.enter_async_context(Producer(settings))
+        store = kwargs.pop("store", None) or PostgresCursors(database)
+        yield Scheduler(settings, project, producer, store, **kwargs)
+
+
+async def cursor_of(settings: Settings, workflow: str) -> datetime | None:
+    conn = await storage.connect(settings)
+    async with conn:
+        row = await schedules.get(conn, workflow)
+    return None if row is None else row.last_fire
+
+
+async def test_a_schedule_across_a_dst_change(settings, tmp_path):
+    """Paris springs forward on 29 March 2026 (02:00 -> 03:00): the daily 09:00 run moves
+    from 08:00 to 07:00 UTC, and the nonexistent 02:30 fires once, at 03:00 CEST."""
+    project = load_project(
+        write_project(
+            tmp_path / "project.yaml",
+            {
+                "paris-nine": schedule("0 9 * * *", "Europe/Paris"),
+                "paris-half-two": schedule("30 2 * * *", "Europe/Paris"),
+            },
+            extra={"paris-nine": 'concurrency: { group: "reports-${{ trigger.timezone }}" }'},
+        ),
+        {},
+    )
+    async with scheduler(settings, project) as paris:
+        for now in every(utc(2026, 3, 28), utc(2026, 3, 30, 12), timedelta(minutes=5)):
+            await paris.tick(now)
+
+    records = await fired(settings)
+    assert keys_by_workflow(records) == {
+        "paris-nine": [
+            key(utc(2026, 3, 28, 8)),
+            key(utc(2026, 3, 29, 7)),
+            key(utc(2026, 3, 30, 7)),
+        ],
+        "paris-half-two": [
+            key(utc(2026, 3, 28, 1, 30)),
+            key(utc(2026, 3, 29, 1)),
+            key(utc(2026, 3, 30, 0, 30)),
+        ],
+    }
+    by_key = {(f.record.workflow, f.record.trigger_key): f for f in records}
+    gap = by_key["paris-half-two", key(utc(2026, 3, 29, 1))]
+    assert gap.record.source == "schedule"
+    assert gap.record.payload == {
+        "cron": "30 2 * * *",
+        "timezone": "Europe/Paris",
+        "fire_time": "2026-03-29T03:00:00+02:00",
+        "fire_time_utc": "2026-03-29T01:00:00Z",
+    }
+    assert gap.kafka_key == gap.record.trigger_key  # no concurrency group
+    assert gap.record.received_at == utc(2026, 3, 29, 1)  # the first tick at or after it
+    nine = by_key["paris-nine", key(utc(2026, 3, 29, 7))]
+    assert nine.kafka_key == nine.record.group == "reports-Europe/Paris"
+    assert nine.record.payload["fire_time"] == "2026-03-29T09:00:00+02:00"
+    assert await cursor_of(settings, "paris-nine") == utc(2026, 3, 30, 7)
+
+
+async def test_the_repeated_hour_of_a_fall_back_change(settings, tmp_path):
+    """New York falls back on 1 November 2026 (02:00 EDT -> 01:00 EST): 01:30 fires once,
+    every 15 minutes keeps firing every 15 minutes of real time."""
+    project = load_project(
+        write_project(
+            tmp_path / "project.yaml",
+            {
+                "ny-half-one": schedule("30 1 * * *", "America/New_York"),
+                "ny-quarter": schedule("*/15 * * * *", "America/New_York"),
+            },
+        ),
+        {},
+    )
+    async with scheduler(settings, project) as ny:
+        for now in every(utc(2026, 11, 1, 2), utc(2026, 11, 1, 8), timedelta(minutes=5)):
+            await ny.tick(now)
+
+    records = await fired(settings)
+    quarters = list(every(utc(2026, 11, 1, 2, 15), utc(2026, 11, 1, 8), timedelta(minutes=15)))
+    assert keys_by_workflow(records) == {
+        "ny-half-one": [key(utc(2026, 11, 1, 5, 30))],
+        "ny-quarter": [key(moment) for moment in quarters],
+    }
+    local = sorted(
+        f.record.payload["fire_time"] for f in records if f.record.workflow == "ny-quarter"
+    )
+    assert "2026-11-01T01:30:00-04:00" in local
+    assert "2026-11-01T01:30:00-05:00" in local
+
+
+async def test_two_schedulers_at_the_same_times_fire_each_time_once(settings, tmp_path):
+    project = load_project(
+        write_project(
+            tmp_path / "project.yaml",
+            {
+                "ny-half-two": schedule("30 2 * * *", "America/New_York"),
+                "ny-half-hourly": schedule("*/30 * * * *", "America/New_York"),
+            },
+        ),
+        {},
+    )
+    async with scheduler(settings, project) as first, scheduler(settings, project) as second:
+        for now in every(utc(2026, 3, 8, 5), utc(2026, 3, 8, 8), timedelta(minutes=5)):
+            await asyncio.gather(first.tick(now), second.tick(now))
+
+    records = await fired(settings)
+    # The cursor row serialises them: the second finds the fire already handled.
+    assert keys_by_workflow(records) == {
+        "ny-half-two": [key(utc(2026, 3, 8, 7))],  # 02:30 EST does not exist: 03:00 EDT
+        "ny-half-hourly": [
+            key(moment)
+            for moment in every(utc(2026, 3, 8, 5, 30), utc(2026, 3, 8, 8), timedelta(minutes=30))
+        ],
+    }
+
+
+class LosesTheFirstCursorWrite:
+    """A cursor store whose first write after a fire fails, as if the scheduler died
+    between Kafka's acknowledgement and the commit."""
+
+    def __init__(self, inner: PostgresCursors) -> None:
+        self.inner = inner
+        self.lost: str | None = None
+
+    async def update(self, workflow: str, spec: ScheduleSpec, step: Step) -> datetime | None:
+        async def crashing(cursor: datetime | None) -> datetime | None:
+            moved = await step(cursor)
+            if self.lost is None and cursor is not None and moved is not None:
+                self.lost = workflow
+                raise StorageError("connection lost before commit")
+            return moved
+
+        return await self.inner.update(workflow, spec, crashing)
+
+
+async def test_a_firing_produced_twice_has_one_key_and_one_table_entry(
+    settings, tmp_path, worker_factory
+):
+    triggers = {
+        "ny-half-two": schedule("30 2 * * *", "America/New_York"),
+        "ny-hourly": schedule("@hourly", "America/New_York"),
+    }
+    project = load_project(write_project(tmp_path / "project.yaml", triggers), {})
+    ticks = list(every(utc(2026, 3, 8, 5), utc(2026, 3, 8, 8), timedelta(minutes=5)))
+    async with AsyncExitStack() as stack:
+        database = await stack.enter_async_context(Database(settings))
+        crashing = LosesTheFirstCursorWrite(PostgresCursors(database))
+        first = await stack.enter_async_context(scheduler(settings, project, store=crashing))
+        second = await stack.enter_async_context(scheduler(settings, project))
+        for now in ticks:
+            await first.tick(now)
+            await second.tick(now + timedelta(seconds=1))
+    assert crashing.lost == "ny-hourly"  # its 06:00Z fire, at the 06:00Z tick
+
+    records = await fired(settings)
+    expected = {
+        "ny-half-two": [key(utc(2026, 3, 8, 7))],
+        "ny-hourly": [key(utc(2026, 3, 8, hour)) for hour in (6, 7, 8)],
+    }
+    assert {name: sorted(set(found)) for name, found in keys_by_workflow(records).items()} == (
+        expected
+    )
+    twice = [f for f in records if f.record.trigger_key == key(utc(2026, 3, 8, 6))]
+    assert [f.record.received_at for f in twice] == [utc(2026, 3, 8, 6), utc(2026, 3, 8, 6, 0, 1)]
+    assert len(records) == 5
+
+    # The worker's gate keeps one entry per workflow and trigger key: the first delivered. Its project
+    # names the same workflows with manual triggers, so that it runs no scheduler of its own.
+    worker_project = write_project(
+        tmp_path / "worker.yaml", dict.fromkeys(triggers, "{ manual: {} }")
+    )
+    worker = worker_factory(project_path=worker_project)
+    await worker.wait_ready()
+    for item in records:
+        path = f"/rflow/triggers/{item.record.workflow}:{item.record.trigger_key}/"
+
+        async def entry(path: str = path) -> dict | None:
+            status, body = await worker.get(path)
+            return body if status == 200 else None
+
+        stored = await wait_until(entry, timeout=30, what=f"{path} on the worker")
+        first_delivery = next(
+            f
+            for f in records
+            if (f.record.workflow, f.record.trigger_key) == (item.record.workflow, item.record.trigger_key)
+        )
+        expected_entry = first_delivery.record.model_dump(mode="json")
+        # The entry may carry more than the record (what the worker did with it).
+        assert {field: stored.get(field) for field in expected_entry} == expected_entry
+
+
+async def test_a_restart_after_three_hours_down_fires_each_schedule_once(settings, tmp_path):
+    project = load_project(
+        write_project(
+            tmp_path / "project.yaml",
+            {
+                "ny-half-one": schedule("30 1 * * *", "America/New_York"),
+                "ny-quarter": schedule("*/15 * * * *", "America/New_York"),
+            },
+        ),
+        {},
+    )
+    async with scheduler(settings, project) as before:
+        for now in every(utc(2026, 11, 1, 4), utc(2026, 11, 1, 5, 1), timedelta(minutes=1)):
+            await before.tick(now)
+    # Down from 05:01Z (01:01 EDT) to 08:01:30Z (03:01 EST), through the repeated hour.
+    assert await cursor_of(settings, "ny-quarter") == utc(2026, 11, 1, 5)
+    async with scheduler(settings, project) as after:
+        back = utc(2026, 11, 1, 8, 1, 30)
+        assert len(await after.tick(back)) == 2
+        assert await after.tick(back + timedelta(seconds=20)) == []
+        assert [r.trigger_key for r in await after.tick(utc(2026, 11, 1, 8, 15))] == [
+            key(utc(2026, 11, 1, 8, 15))
+        ]
+
+    records = await fired(settings)
+    assert keys_by_workflow(records) == {
+        # 01:30 EDT (05:30Z) was missed: it fires once on return.
+        "ny-half-one": [key(utc(2026, 11, 1, 5, 30))],
+        "ny-quarter": [
+            key(m)
+            for m in every(utc(2026, 11, 1, 4, 15), utc(2026, 11, 1, 5), timedelta(minutes=15))
+        ]
+        + [key(utc(2026, 11, 1, 8)), key(utc(2026, 11, 1, 8, 15))],
+    }
+
+
+class SteppingClock:
+    """Reads ``start`` once, then ``later`` ever after: one tick starts the cursors, the
+    next finds a fire due."""
+
+    def __init__(self, start: datetime, later: datetime) -> None:
+        self.readings = [start]
+        self.later = later
+
+    def __call__(self) -> datetime:
+        return self.readings.pop(0) if self.readings else self.later
+
+
+async def test_the_service_runs_the_scheduler_until_stopped(settings, tmp_path):
+    project = load_project(
+        write_project(
+            tmp_path / "project.yaml",
+            {"paris-nine": schedule("0 9 * * *", "Europe/Paris"), "by-hand": "{ manual: {} }"},
+        ),
+        {},
+    )
+    app = create_app(settings, project)
+    clock = SteppingClock(utc(2026, 3, 29, 6), utc(2026, 3, 29, 7, 0, 5))
+    service = SchedulerService(app, clock=clock)
+    async with app.rflow.database:
+        await service.start()
+        try:
+
+            async def fire_produced() -> list[Fired]:
+                return await fired(settings)
+
+            records = await wait_until(fire_produced, timeout=30, what="the scheduled fire")
+        finally:
+            await service.stop()
+    assert [f.record.trigger_key for f in records] == [key(utc(2026, 3, 29, 7))]
+    assert service.scheduler is not None
+    assert list(service.scheduler.workflows) == ["paris-nine"]
