@@ -296,7 +296,8 @@ async def test_a_firing_produced_twice_has_one_key_and_one_table_entry(
         first_delivery = next(
             f
             for f in records
-            if (f.record.workflow, f.record.trigger_key) == (item.record.workflow, item.record.trigger_key)
+            if (f.record.workflow, f.record.trigger_key)
+            == (item.record.workflow, item.record.trigger_key)
         )
         expected_entry = first_delivery.record.model_dump(mode="json")
         # The entry may carry more than the record (what the worker did with it).
