@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from rflow.jsonlimits import MAX_DEPTH, nesting_depth
+
 _OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
@@ -73,6 +75,8 @@ def loads(data: bytes | str) -> Any:
     raw = data.encode() if isinstance(data, str) else data
     try:
         if _LONG_NUMBER.search(raw):
+            if nesting_depth(raw) > MAX_DEPTH:
+                raise JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels")
             return stdlib_json.loads(raw)
         return orjson.loads(raw)
     except (orjson.JSONDecodeError, ValueError) as exc:

@@ -7,10 +7,8 @@ big integers and decimals keep every digit and floats never appear.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from itertools import accumulate
 from typing import Any
 
 from rflow.expr.errors import eval_error, limit_error
@@ -25,6 +23,7 @@ from rflow.expr.limits import (
     check_list_length,
 )
 from rflow.expr.values import decimal_text, int_text, is_list, type_name
+from rflow.jsonlimits import nesting_depth
 
 
 def to_text(value: Any, budget: Budget) -> str:
@@ -113,9 +112,6 @@ def dumps(value: Any, budget: Budget) -> str:
     return "".join(parts)
 
 
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKETS = re.compile(r"[\[\]{}]")
-_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _MAX_INT_DIGITS = len(str(MAX_INT))
 
 
@@ -146,9 +142,7 @@ def loads(text: str, budget: Budget) -> Any:
 def _check_depth(text: str) -> None:
     if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
         return
-    brackets = _BRACKETS.findall(_JSON_STRING.sub('""', text))
-    deepest = max(accumulate(_DEPTH_STEP[b] for b in brackets), default=0)
-    if deepest > MAX_JSON_DEPTH:
+    if nesting_depth(text) > MAX_JSON_DEPTH:
         raise limit_error(f"from_json() input nests deeper than {MAX_JSON_DEPTH} levels")
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rflow.codecs import MAX_RECORD_BYTES, TriggerRecord, encode
+from rflow.jsonlimits import MAX_DEPTH, nesting_depth
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 """The default limit on a request body (1 MiB)."""
@@ -112,6 +113,8 @@ def parse_json(body: bytes) -> Any:
     """
     if not body.strip():
         raise BodyError("body is not JSON: the body is empty")
+    if nesting_depth(body) > MAX_DEPTH:
+        raise BodyError(f"body is not JSON: it nests deeper than {MAX_DEPTH} levels")
     try:
         return json.loads(body, parse_float=_finite, parse_constant=_no_constants)
     except RecursionError:

@@ -122,3 +122,12 @@ def test_big_integers_written_as_json_numbers_by_other_producers_stay_exact():
     raw = b'{"kind": "trigger", "v": 1, "workflow": "w", "trigger_key": "k", "source": "manual", '
     raw += b'"received_at": "2026-01-01T00:00:00Z", "payload": {"wei": 123456789012345678901234567890}}'
     assert decode(raw).payload["wei"] == 123456789012345678901234567890
+
+
+def test_deeply_nested_json_is_refused_before_any_parser_recurses():
+    from rflow.codecs import json as rjson
+
+    with pytest.raises(rjson.JSONDecodeError, match="nested deeper than 512 levels"):
+        rjson.loads(b"[" * 100_000 + b"1" * 30)
+    with pytest.raises(DecodeError):
+        decode(b"[" * 100_000)
