@@ -110,3 +110,23 @@ async def webhook_waits(conn: psycopg.AsyncConnection, url_path: str) -> list[di
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_WEBHOOK_WAITS, (url_path,))
             return list(await cur.fetchall())
+
+
+_EVENT_WAITS = """
+SELECT wait_id, run_id, workflow, path, partition_key, spec
+FROM waits
+WHERE kind = 'event' AND resolved_at IS NULL AND workflow = %s
+  AND (path = %s OR starts_with(path, %s))
+ORDER BY created_at
+"""
+
+
+async def event_waits(
+    conn: psycopg.AsyncConnection, workflow: str, step: str
+) -> list[dict[str, Any]]:
+    """The unanswered waits of ``workflow``'s ``wait_for: { event }`` step ``step``
+    (its foreach iterations included)."""
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_EVENT_WAITS, (workflow, step, f"{step}["))
+            return list(await cur.fetchall())

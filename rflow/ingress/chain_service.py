@@ -1,0 +1,161 @@
+"""Chain ingress in a worker: one follower per network across all workers.
+
+Every worker runs a :class:`ChainIngress`; for each network that some workflow listens
+to, it tries to take that network's Postgres session advisory lock on a connection of
+its own. The worker that gets it runs the :class:`~rflow.ingress.chain.ChainFollower`
+and checks the connection every few seconds; the others try again every few seconds.
+A worker that dies, or loses its connection, loses the lock with it, and another takes
+over from the stored cursor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from mode import Service
+
+from rflow import storage
+from rflow.ingress.chain import ChainFollower, TriggerSink
+from rflow.ingress.chain_state import ChainStore, PostgresChainStore
+from rflow.ingress.listeners import event_networks
+from rflow.lang import Project
+from rflow.settings import Settings
+from rflow.storage import StorageError
+from rflow.storage import chain as chain_store
+from rflow.streams.producer import Producer
+
+if TYPE_CHECKING:
+    from rflow.streams.app import RflowApp
+
+log = logging.getLogger(__name__)
+
+
+class ChainIngress:
+    """Follows every network of ``project`` that has event triggers, while it holds the
+    network's lock; :meth:`run` until cancelled.
+
+    ``store`` keeps the followers' state (:class:`PostgresChainStore` in a worker); the
+    locks take connections of their own, from ``settings``.
+
+    ``follower_options`` are passed to each :class:`ChainFollower` (tests shorten
+    intervals or set a start block).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        project: Project,
+        producer: TriggerSink,
+        store: ChainStore,
+        *,
+        env: Mapping[str, str] | None = None,
+        lock_retry: float = 3.0,
+        lock_check: float = 2.0,
+        follower_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.project = project
+        self.producer = producer
+        self.store = store
+        self.env = env
+        self.lock_retry = lock_retry
+        self.lock_check = lock_check
+        self.follower_options = dict(follower_options or {})
+        self.networks = event_networks(project)
+        self.followers: dict[str, ChainFollower] = {}
+        """The networks this process follows now (it holds their locks)."""
+
+    async def run(self) -> None:
+        """Contend for every network's lock and follow those won, until cancelled."""
+        if self.networks:
+            await asyncio.gather(*(self._network(name) for name in self.networks))
+
+    async def _network(self, network: str) -> None:
+        try:
+            follower = ChainFollower(
+                self.settings,
+                self.project,
+                self.producer,
+                self.store,
+                network,
+                env=self.env,
+                **self.follower_options,
+            )
+        except LookupError as exc:
+            # No RPC URL for the network: a configuration error no retry can fix.
+            log.error("not following %s: %s", network, exc)
+            return
+        if not follower.listeners:
+            return
+        while True:
+            conn: psycopg.AsyncConnection | None = None
+            try:
+                conn = await storage.connect(self.settings)
+                if await chain_store.try_lock(conn, self.settings.database_schema, network):
+                    log.info("took the follower lock of %s", network)
+                    await self._follow(conn, follower)
+            except StorageError as exc:
+                log.warning("follower lock of %s lost or unavailable: %s", network, exc)
+            finally:
+                if conn is not None:
+                    # Closing the session releases the lock if it was held.
+                    with contextlib.suppress(psycopg.Error, OSError):
+                        await conn.close()
+            await asyncio.sleep(self.lock_retry)
+
+    async def _follow(self, conn: psycopg.AsyncConnection, follower: ChainFollower) -> None:
+        """Run ``follower`` until the lock's connection fails (then raise StorageError)."""
+        network = follower.network
+        self.followers[network] = follower
+        task = asyncio.create_task(follower.run(), name=f"rflow.chain {network}")
+        try:
+            while not task.done():
+                done, _ = await asyncio.wait({task}, timeout=self.lock_check)
+                if not done:
+                    # Without the session the lock is gone: stop before another worker
+                    # starts following the same network.
+                    await chain_store.alive(conn)
+        finally:
+            self.followers.pop(network, None)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class ChainIngressService(Service):
+    """Runs :class:`ChainIngress` for the workflows of a Faust app's project.
+
+    Add it to the app after its database (``app.add_dependency``); it does nothing when
+    no workflow has an event trigger. Its producer outlives its task: mode cancels the
+    task before it closes the service's async contexts.
+    """
+
+    def __init__(self, app: RflowApp, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.app = app
+        self.ingress: ChainIngress | None = None
+
+    async def on_start(self) -> None:
+        runtime = self.app.rflow
+        if runtime.project is None or not event_networks(runtime.project):
+            return
+        if runtime.database is None:
+            raise RuntimeError("chain ingress needs the app's database: add it first")
+        producer = await self.add_async_context(Producer(runtime.settings))
+        self.ingress = ChainIngress(
+            runtime.settings,
+            runtime.project,
+            producer,
+            PostgresChainStore(runtime.database),
+            env=runtime.env,
+        )
+
+    @Service.task
+    async def _follow(self) -> None:
+        if self.ingress is not None:
+            await self.ingress.run()
