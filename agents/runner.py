@@ -19,9 +19,11 @@ from rflow.agents.effects import EffectRunner, partition_key
 from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
 from rflow.engine import CancelRequested, RunState, RunStatus, Settle, Start, advance, resume
 from rflow.engine.keys import matrix_combinations, run_id, run_key, workflow_version
+from rflow.failures import RflowError
 from rflow.lang.model import Workflow
 from rflow.lang.model.resources import Config
 from rflow.storage import workflow_state
+from rflow.triggering import group_of
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -51,6 +53,13 @@ class Runner:
         workflow = self.workflows.get(record.workflow)
         if workflow is None:
             await send_dead_letter(self.app, message, f"unknown workflow {record.workflow!r}")
+            return
+        count = self.runtime.catalog.spec("rflow.triggers").partitions
+        disagreement = key_disagreement(workflow, record, message.key) or partition_disagreement(
+            message.key, message.partition, count
+        )
+        if disagreement is not None:
+            await send_dead_letter(self.app, message, disagreement)
             return
         gate = run_key(record.workflow, record.trigger_key)
         if self.triggers.get(gate) is not None:
@@ -215,6 +224,50 @@ class Runner:
             resumed += 1
         if resumed:
             log.info("resumed %d unsettled runs on partitions %s", resumed, sorted(fresh))
+
+
+def key_disagreement(workflow: Workflow, record: TriggerRecord, key: bytes | None) -> str | None:
+    """Why a firing is not keyed as its workflow's concurrency group demands, else ``None``.
+
+    Per-group order and the exactly-once gate both rest on every firing of a group
+    arriving on that group's partition; a producer outside rflow that computed another
+    key (or none) would have its run decided beside, not after, the group's others.
+    """
+    try:
+        group = group_of(workflow, record.payload)
+    except RflowError as exc:
+        return f"cannot compute the concurrency group of workflow {record.workflow}: {exc.message}"
+    name = record.workflow
+    if group is None:
+        expected, owner = record.trigger_key, f"the trigger key {record.trigger_key!r}"
+    else:
+        expected, owner = group, f"the concurrency group {group!r}"
+    if key is None or key != expected.encode():
+        shown = "none" if key is None else repr(key.decode("utf-8", "replace"))
+        return f"key {shown} disagrees with {owner} of workflow {name}"
+    if record.group != group:
+        if group is None:
+            return f"group {record.group!r} given, but workflow {name} has no concurrency group"
+        return f"group {record.group!r} disagrees with {owner} of workflow {name}"
+    return None
+
+
+def partition_disagreement(key: bytes, partition: int, count: int) -> str | None:
+    """Why ``key`` should not be on ``partition`` of ``count``, else ``None``.
+
+    The runs topic is partitioned by rflow's own producers (murmur2, as Kafka's Java
+    client does), and a run's events must land where its firing did; librdkafka clients
+    such as kcat hash keys differently unless told to use murmur2.
+    """
+    partitions = list(range(count))
+    expected = DefaultPartitioner()(key, partitions, partitions)
+    if expected == partition:
+        return None
+    return (
+        f"key {key.decode('utf-8', 'replace')!r} belongs on partition {expected} of {count} "
+        f"(murmur2, as Kafka's Java client hashes keys), not on partition {partition}; "
+        "produce with a murmur2 partitioner (librdkafka, kcat: -X topic.partitioner=murmur2_random)"
+    )
 
 
 def _reads_state(workflow: Workflow) -> bool:

@@ -47,6 +47,21 @@ class Runtime:
     runner: Any = None
 
 
+class RflowTopic(faust.Topic):
+    """A Faust topic that can name itself when it reads several topics.
+
+    ``faust agents`` asks each agent's channel for one topic name, which Faust refuses
+    for the runner's channel (it reads triggers and runs together); the joined names
+    answer instead. A comma cannot be part of a Kafka topic name, so nothing can produce
+    to the joined name by mistake.
+    """
+
+    def get_topic_name(self) -> str:
+        if not self.pattern and self.topics and len(self.topics) > 1:
+            return ", ".join(self.topics)
+        return super().get_topic_name()
+
+
 class RflowApp(faust.App):
     """A Faust app carrying rflow's :class:`Runtime` as ``app.rflow``."""
 
@@ -104,6 +119,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
         datadir=str(settings.data_dir),
         # One event at a time per partition keeps per-group order; effects run as tasks.
         stream_buffer_maxsize=1024,
+        Topic=RflowTopic,
     )
     app.rflow = runtime = Runtime(settings, catalog, project, env)
     runtime.topics = Topics(
@@ -119,6 +135,9 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     from rflow.ingress.scheduler import SchedulerService
 
     app.add_dependency(SchedulerService(app))
+    from rflow.ingress.chain_service import ChainIngressService
+
+    app.add_dependency(ChainIngressService(app))
 
     from rflow import agents
 

@@ -37,7 +37,7 @@ def _table(app: RflowApp, name: str, changelog: str, help: str) -> faust.Table:
         maxsize=131_072,
         allow_empty=True,
     )
-    return app.Table(
+    table = app.Table(
         name,
         default=None,
         partitions=spec.partitions,
@@ -45,6 +45,12 @@ def _table(app: RflowApp, name: str, changelog: str, help: str) -> faust.Table:
         schema=schema,
         help=help,
     )
+    # Faust derives a table's write serializers from its key and value types ("json" for
+    # untyped tables), bypassing the schema: an integer beyond 64 bits in a trigger's
+    # payload would then fail the write and crash the agent. Writes must use our codec,
+    # which reads always did.
+    table.key_serializer = table.value_serializer = CODEC_NAME
+    return table
 
 
 def create(app: RflowApp) -> Tables:

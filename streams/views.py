@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from faust.web import Request, Response, View
 
+from rflow.codecs import json
+
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
 
@@ -30,4 +32,5 @@ def attach(app: RflowApp) -> None:
             record = app.rflow.tables.triggers.get(key)
             if record is None:
                 return self.json({"error": f"no trigger {key!r} on this worker"}, status=404)
-            return self.json(record)
+            # Our codec, not Faust's: payloads carry integers beyond 64 bits.
+            return self.bytes(json.dumps(record), content_type="application/json")

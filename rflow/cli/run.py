@@ -89,7 +89,8 @@ def run_workflow(
     if path is None:
         click.echo(
             "warning: no project (--project or RFLOW_PROJECT): the workflow and its inputs "
-            "are not checked, and the run is not keyed by its concurrency group",
+            "are not checked, and the record is keyed by its trigger key; a worker dead-letters "
+            "it if the workflow declares a concurrency group",
             err=True,
         )
     else:

@@ -1,4 +1,10 @@
-"""``rflow trigger``: start a run by hand (a manual trigger firing)."""
+"""``rflow trigger``: produce one trigger record, as any Kafka producer would.
+
+Where ``rflow run`` goes through a workflow's manual trigger and checks its inputs, this
+command writes the raw record of ``schemas/trigger-record.schema.json``: any payload,
+the trigger key as given, for any workflow. With a project at hand it still keys the record
+by the workflow's concurrency group, exactly as a worker will check it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ import json
 import sys
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn
 
 import click
 
@@ -14,43 +22,143 @@ from rflow.cli import main
 from rflow.settings import Settings
 
 
+def _fail(message: str, code: int = 2) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _payload(text: str) -> dict[str, Any]:
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        _fail(f"--input is not JSON: {exc}")
+    if not isinstance(payload, dict):
+        _fail("--input must be a JSON object")
+    return payload
+
+
+def _project(path: Path | None):
+    """The loaded project at ``path``, or ``None`` (with a warning) without one."""
+    from rflow.lang import ConfigError, load_project
+    from rflow.settings import environ
+
+    if path is None:
+        click.echo(
+            "warning: no project (--project or RFLOW_PROJECT): the workflow is not checked "
+            "and the record is keyed by --group, else by its trigger key; a worker "
+            "dead-letters it if the workflow's concurrency group says otherwise",
+            err=True,
+        )
+        return None
+    try:
+        return load_project(path, environ())
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+    except ConfigError as exc:
+        for diagnostic in exc.diagnostics:
+            click.echo(str(diagnostic), err=True)
+        _fail(f"{path} has errors")
+
+
 @main.command()
 @click.argument("workflow")
-@click.option("--input", "input_json", default="{}", help="The trigger payload, a JSON object.")
-@click.option("--key", default=None, help="Idempotency key of this firing (default: a new one).")
-@click.option("--group", default=None, help="Concurrency group (the Kafka key).")
+@click.option(
+    "--input",
+    "input_json",
+    default="{}",
+    metavar="JSON",
+    help="The trigger payload, a JSON object.",
+)
+@click.option(
+    "--key",
+    default=None,
+    help="The trigger key, the firing's idempotency key: the same key starts one run only "
+    "(default: manual:WORKFLOW:<new id>).",
+)
+@click.option(
+    "--group",
+    default=None,
+    help="The concurrency group (the Kafka key) when there is no project to compute it from.",
+)
+@click.option(
+    "--project",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="The workflow files (default: $RFLOW_PROJECT).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def trigger(
-    workflow: str, input_json: str, key: str | None, group: str | None, as_json: bool
+    workflow: str,
+    input_json: str,
+    key: str | None,
+    group: str | None,
+    project: Path | None,
+    as_json: bool,
 ) -> None:
-    """Fire WORKFLOW's manual trigger with --input as its payload."""
-    from rflow.codecs import TriggerRecord
-    from rflow.streams.producer import ProduceError, produce_trigger
+    """Produce a trigger record for WORKFLOW with --input as its payload.
 
+    With a project (--project or $RFLOW_PROJECT) the workflow must exist, and the record
+    carries, and is keyed by, the concurrency group its expression computes from the
+    payload. Prints the run id(s) once Kafka has acknowledged the record.
+    """
+    from rflow.codecs import TriggerRecord
+    from rflow.engine.keys import matrix_combinations, run_id
+    from rflow.failures import RflowError
+    from rflow.streams.producer import ProduceError, produce_trigger
+    from rflow.triggering import trigger_record
+
+    payload = _payload(input_json)
+    settings = Settings.from_env()
+    loaded = _project(project or settings.project_path)
+    trigger_key = key or f"manual:{workflow}:{uuid.uuid4().hex}"
+    received_at = datetime.now(UTC)
+    definition = None
+    if loaded is None:
+        record = TriggerRecord(
+            workflow=workflow,
+            trigger_key=trigger_key,
+            group=group,
+            source="manual",
+            payload=payload,
+            received_at=received_at,
+        )
+    else:
+        definition = loaded.workflows.get(workflow)
+        if definition is None:
+            known = ", ".join(sorted(loaded.workflows)) or "none"
+            _fail(f"no workflow {workflow!r} (the project has: {known})")
+        try:
+            record = trigger_record(
+                workflow,
+                definition,
+                source="manual",
+                trigger_key=trigger_key,
+                payload=payload,
+                received_at=received_at,
+            )
+        except RflowError as exc:
+            _fail(exc.message)
+        # A worker would dead-letter a record whose group disagrees: refuse it here.
+        if group is not None and record.group is None:
+            _fail(f"--group {group!r} given, but workflow {workflow} has no concurrency group")
+        if group is not None and group != record.group:
+            _fail(
+                f"--group {group!r} disagrees with the concurrency group {record.group!r} "
+                f"that workflow {workflow} computes from --input"
+            )
     try:
-        payload = json.loads(input_json)
-    except json.JSONDecodeError as exc:
-        click.echo(f"error: --input is not JSON: {exc}", err=True)
-        sys.exit(2)
-    if not isinstance(payload, dict):
-        click.echo("error: --input must be a JSON object", err=True)
-        sys.exit(2)
-    record = TriggerRecord(
-        workflow=workflow,
-        trigger_key=key or f"manual:{workflow}:{uuid.uuid4().hex}",
-        group=group,
-        source="manual",
-        payload=payload,
-        received_at=datetime.now(UTC),
-    )
-    try:
-        partition, offset = asyncio.run(produce_trigger(Settings.from_env(), record))
+        partition, offset = asyncio.run(produce_trigger(settings, record))
     except ProduceError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        _fail(str(exc), code=1)
+    strategy = definition.strategy if definition is not None else None
+    combinations = matrix_combinations(strategy.matrix) if strategy else [{}]
+    run_ids = [run_id(workflow, record.trigger_key, combo or None) for combo in combinations]
     result = {
         "workflow": workflow,
         "trigger_key": record.trigger_key,
+        "run_ids": run_ids,
+        "group": record.group,
+        "key": record.partition_key,
         "partition": partition,
         "offset": offset,
     }
@@ -58,5 +166,6 @@ def trigger(
         click.echo(json.dumps(result))
     else:
         click.echo(
-            f"triggered {workflow}: key {record.trigger_key} (partition {partition}, offset {offset})"
+            f"{record.trigger_key} -> run {', '.join(run_ids)} "
+            f"(key {record.partition_key!r}, partition {partition}, offset {offset})"
         )
