@@ -63,7 +63,14 @@ LIMIT %(limit)s
 _GET = "SELECT * FROM runs WHERE run_id = %s"
 _STEPS = "SELECT * FROM step_logs WHERE run_id = %s ORDER BY seq"
 _GET_DEAD = "SELECT * FROM dead_runs WHERE run_id = %s"
-_PURGE = "DELETE FROM runs WHERE workflow = %s AND created_at < %s AND settled_at IS NOT NULL"
+_PURGE = """
+WITH gone AS (
+    DELETE FROM runs WHERE workflow = %s AND created_at < %s AND settled_at IS NOT NULL
+    RETURNING run_id
+)
+DELETE FROM step_logs WHERE run_id IN (SELECT run_id FROM gone)
+"""
+_PURGED = "SELECT count(*) FROM runs WHERE workflow = %s AND created_at < %s AND settled_at IS NOT NULL"
 
 
 def _error(data: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -187,5 +194,8 @@ async def get_run(conn: psycopg.AsyncConnection, run_id: str) -> dict[str, Any] 
 async def purge(conn: psycopg.AsyncConnection, workflow: str, before: datetime) -> int:
     """Delete settled runs of ``workflow`` created before ``before`` (retention)."""
     with translated():
-        cur = await conn.execute(_PURGE, (workflow, before))
-        return cur.rowcount
+        async with conn.transaction():
+            cur = await conn.execute(_PURGED, (workflow, before))
+            (count,) = await cur.fetchone()
+            await conn.execute(_PURGE, (workflow, before))
+        return count

@@ -55,7 +55,9 @@ CREATE INDEX runs_workflow_created ON runs (workflow, created_at DESC);
 CREATE INDEX runs_status ON runs (status, created_at DESC);
 
 CREATE TABLE step_logs (
-    run_id         text        NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    -- No foreign key to runs: a projection must never stall on the order in which
+    -- journal entries of one run arrive; retention deletes both.
+    run_id         text        NOT NULL,
     path           text        NOT NULL,
     visit          integer     NOT NULL DEFAULT 1,
     kind           text,

@@ -100,3 +100,32 @@ async def test_retention_purges_only_old_settled_runs_of_the_workflow(settings, 
     assert await runs.purge(conn, "w", now - timedelta(days=30)) == 1
     remaining = {r["run_id"] for r in await runs.list_runs(conn, limit=10)}
     assert remaining == {"old-running", "new", "other"}
+
+
+async def test_a_step_entry_before_its_run_entry_does_not_stall_the_projection(settings, conn):
+    from datetime import UTC, datetime
+
+    from rflow.engine.effects import Journal
+    from rflow.storage import runs
+
+    await storage.migrate(conn, settings.database_schema)
+    await conn.execute(
+        sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.database_schema))
+    )
+    now = datetime.now(UTC)
+    step = Journal(
+        run_id="r1",
+        workflow="w",
+        event="step_settled",
+        path="a",
+        status="succeeded",
+        at=now,
+        data={"output": 1},
+    )
+    assert await runs.project(conn, [step]) == 1
+    started = Journal(
+        run_id="r1", workflow="w", event="run_started", status="running", at=now, data={}
+    )
+    await runs.project(conn, [started])
+    run = await runs.get_run(conn, "r1")
+    assert [s["output"] for s in run["steps"]] == [1]
