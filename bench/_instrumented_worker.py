@@ -1,0 +1,77 @@
+"""`rflow worker` with diagnostics, for the benchmarks' --diagnose and --store options.
+
+    python bench/_instrumented_worker.py worker --no-setup -l info
+
+Runs the real CLI (`rflow.cli.main`) after wrapping `create_app`; nothing in the
+engine changes. Environment variables:
+
+    BENCH_DIAG   file receiving one JSON line per second: event-loop lag samples (how
+                 late a 10 ms sleep woke up, in seconds) and garbage-collector pauses
+                 (generation, seconds) of that second, with the wall-clock time
+    BENCH_STORE  a Faust store URL (e.g. rocksdb://) replacing the app's memory:// store
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import sys
+import time
+from typing import Any
+
+
+def main() -> None:
+    diag_path = os.environ.get("BENCH_DIAG")
+    store = os.environ.get("BENCH_STORE")
+    lags: list[float] = []
+    pauses: list[tuple[int, float]] = []
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses.append((info["generation"], time.perf_counter() - started[0]))
+
+    if diag_path:
+        gc.callbacks.append(on_gc)
+
+    from rflow.streams import app as app_module
+
+    original = app_module.create_app
+
+    def create_app(settings: Any = None, project: Any = None) -> Any:
+        app = original(settings, project)
+        if store:
+            app.conf.store = store
+        if diag_path:
+            out = open(diag_path, "a", buffering=1)  # noqa: SIM115 - lives with the process
+
+            @app.task
+            async def lag_monitor() -> None:
+                loop = asyncio.get_running_loop()
+                while True:
+                    before = loop.time()
+                    await asyncio.sleep(0.01)
+                    lags.append(loop.time() - before - 0.01)
+
+            @app.timer(interval=1.0, name="bench.diag")
+            async def flush() -> None:
+                line = {"t": time.time(), "lag": lags[:], "gc": pauses[:]}
+                lags.clear()
+                pauses.clear()
+                out.write(json.dumps(line) + "\n")
+
+        return app
+
+    app_module.create_app = create_app
+    from rflow.cli import main as cli
+
+    sys.argv[0] = "rflow"
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,561 @@
+"""Shared plumbing of the stack benchmarks (bench_pipeline.py, bench_parked.py).
+
+Each benchmark run gets its own topic prefix, app id (consumer group) and Postgres
+schema, like the integration tests, and removes them afterwards: processes it started
+(by PID), its schema, and its topics (its prefix and Faust's topics under its app id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # for tests.integration.harness (not an installed package)
+    sys.path.insert(0, str(REPO))
+
+from aiohttp import web  # noqa: E402
+from aiokafka import AIOKafkaProducer  # noqa: E402
+from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
+from psycopg import sql  # noqa: E402
+
+from rflow import storage  # noqa: E402
+from rflow.settings import Settings  # noqa: E402
+from rflow.streams import topics  # noqa: E402
+from tests.integration.harness import WorkerProcess, free_port  # noqa: E402
+
+T = TypeVar("T")
+
+
+class BenchError(Exception):
+    """A benchmark cannot go on (stack down, a worker died, a wait timed out)."""
+
+
+# --- settings, stack check, setup and cleanup ------------------------------------------
+
+
+def fresh_settings(tag: str, workdir: Path, **overrides: Any) -> Settings:
+    """Settings with a topic prefix, app id and schema used by nothing else."""
+    unique = uuid.uuid4().hex[:8]
+    return Settings.from_env(
+        topic_prefix=f"bench{tag}{unique}.",
+        app_id=f"rflow-bench{tag}{unique}",
+        database_schema=f"bench_{tag}_{unique}",
+        data_dir=workdir / f"data-{tag}-{unique}",
+        broker_session_timeout=6.0,
+        broker_heartbeat_interval=0.5,
+        **overrides,
+    )
+
+
+async def check_stack(settings: Settings, timeout: float = 20.0) -> None:
+    """Fail with the fix when Kafka or Postgres is not reachable."""
+
+    async def probe() -> None:
+        await topics.describe(settings, [])
+        conn = await storage.connect(settings)
+        await conn.close()
+
+    try:
+        await asyncio.wait_for(probe(), timeout)
+    except Exception as exc:  # any failure here means the same fix
+        raise BenchError(
+            f"the local stack is not reachable ({type(exc).__name__}: {exc}); "
+            "check with `scripts/stack status`, start it with `scripts/stack up`"
+        ) from None
+
+
+async def prepare(settings: Settings) -> None:
+    """Create the declared topics under the prefix and migrate the schema."""
+    await asyncio.wait_for(topics.apply(settings), 60)
+    conn = await storage.connect(settings)
+    async with conn:
+        await asyncio.wait_for(storage.migrate(conn, settings.database_schema), 60)
+
+
+async def drop_schema(settings: Settings) -> None:
+    conn = await storage.connect(settings)
+    async with conn:
+        await conn.execute(
+            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                sql.Identifier(settings.database_schema)
+            )
+        )
+
+
+async def delete_topics(brokers: str, prefixes: Iterable[str]) -> list[str]:
+    """Delete every topic whose name starts with one of ``prefixes``."""
+    prefixes = tuple(p for p in prefixes if p)
+    admin = AIOKafkaAdminClient(bootstrap_servers=brokers, request_timeout_ms=15000)
+    await admin.start()
+    try:
+        mine = [name for name in await admin.list_topics() if name.startswith(prefixes)]
+        if mine:
+            await admin.delete_topics(mine, timeout_ms=15000)
+        return mine
+    finally:
+        await admin.close()
+
+
+async def cleanup(settings: Settings) -> None:
+    """Drop the run's schema and delete its topics; report, never raise."""
+    for what, work in (
+        ("schema", drop_schema(settings)),
+        (
+            "topics",
+            delete_topics(settings.kafka_brokers, (settings.topic_prefix, settings.app_id + "-")),
+        ),
+    ):
+        try:
+            await asyncio.wait_for(work, 60)
+        except Exception as exc:
+            print(f"  cleanup of {what} for {settings.app_id} failed: {exc!r}", file=sys.stderr)
+
+
+async def query_one(settings: Settings, query: str, params: tuple = ()) -> Any:
+    conn = await storage.connect(settings)
+    async with conn:
+        cur = await conn.execute(query, params)
+        row = await cur.fetchone()
+        return row[0] if row else None
+
+
+# --- processes ------------------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: SIGTERM the child if the benchmark dies, so no worker outlives it."""
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Worker(WorkerProcess):
+    """``rflow worker --no-setup`` in its own process (stopped with its parent)."""
+
+    # "info", the CLI's default: at "warning" or above Faust's worker keeps its progress
+    # spinner, which sets the root logger to DEBUG for good, so every logger.debug() call
+    # in faust/aiokafka builds a LogRecord (measured: about 5% of the worker's time).
+    def __init__(
+        self,
+        settings: Settings,
+        log_path: Path,
+        loglevel: str = "info",
+        *,
+        instrumented: bool = False,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        entry = (
+            (str(Path(__file__).resolve().parent / "_instrumented_worker.py"),)
+            if instrumented
+            else ("-m", "rflow.cli")
+        )
+        command = (sys.executable, *entry, "worker", "--no-setup", "-l", loglevel)
+        super().__init__(settings, log_path, command)
+        self.extra_env = extra_env or {}
+
+    def start(self) -> Worker:
+        env = {**os.environ, **self.settings.to_env(), **self.extra_env}
+        self.settings.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            list(self.command),
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise BenchError(
+                f"worker {self.pid} exited with {self.proc.returncode}; log {self.log_path}:\n"
+                + self.tail(30)
+            )
+
+
+def start_process(
+    command: list[str], env: dict[str, str], log_path: Path
+) -> tuple[subprocess.Popen, Any]:
+    log = log_path.open("ab")
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent,
+    )
+    return proc, log
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """SIGTERM by PID, SIGKILL if it lingers."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def memory_of(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM (peak RSS) of ``pid`` in MB, from /proc/<pid>/status."""
+    values: dict[str, float] = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            name, _, rest = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                values[name] = int(rest.split()[0]) / 1024  # kB -> MB
+    return values
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = values[3] + values[4]  # idle + iowait
+    return (sum(values) - idle) / tick, sum(values) / tick
+
+
+class CpuMeter:
+    """CPU used by some processes, and by the whole machine, between start and stop."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.own = sum(cpu_seconds(pid) for pid in pids)
+        self.busy, self.total = machine_cpu()
+        self.wall = time.monotonic()
+
+    def stop(self) -> dict[str, float]:
+        own = sum(cpu_seconds(pid) for pid in self.pids) - self.own
+        busy, total = machine_cpu()
+        wall = time.monotonic() - self.wall
+        return {
+            "cpu": own,  # CPU seconds of the processes
+            "cpu_share": own / wall if wall else 0.0,  # in cores
+            "machine_busy": (busy - self.busy) / (total - self.total) if total > self.total else 0,
+        }
+
+
+def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]:
+    """Event-loop lag and GC pauses an instrumented worker noted between two wall times."""
+    lags: list[float] = []
+    pauses: list[tuple[int, float]] = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if since <= entry["t"] <= until + 1.0:
+                lags.extend(entry["lag"])
+                pauses.extend((int(g), float(d)) for g, d in entry["gc"])
+    full = [d for g, d in pauses if g == 2]
+    return {
+        "lag_p50": percentile(lags, 50) if lags else 0.0,
+        "lag_p99": percentile(lags, 99) if lags else 0.0,
+        "lag_max": max(lags) if lags else 0.0,
+        "gc_count": len(pauses),
+        "gc_total": sum(d for _, d in pauses),
+        "gc2_count": len(full),
+        "gc2_max": max(full) if full else 0.0,
+        "gc_max": max((d for _, d in pauses), default=0.0),
+    }
+
+
+# --- waiting --------------------------------------------------------------------------
+
+
+async def wait_for(
+    check: Callable[[], Awaitable[T | None] | T | None],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
+    alive: Callable[[], None] | None = None,
+) -> T:
+    """Poll ``check`` until truthy; :class:`BenchError` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if alive is not None:
+            alive()
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise BenchError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+# --- the HTTP sink --------------------------------------------------------------------
+
+
+@dataclass
+class TimingSink:
+    """An HTTP sink on 127.0.0.1 that records when each Idempotency-Key first arrived
+    (``time.time()``); answers 200 at once."""
+
+    port: int = field(default_factory=free_port)
+    arrivals: dict[str, float] = field(default_factory=dict)
+    requests: int = 0
+    _runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def handle(self, request: web.Request) -> web.Response:
+        now = time.time()
+        await request.read()
+        self.requests += 1
+        key = request.headers.get("Idempotency-Key")
+        if key is not None:
+            self.arrivals.setdefault(key, now)
+        return web.json_response({"ok": True})
+
+    def count(self, keys: Iterable[str]) -> int:
+        return sum(1 for key in keys if key in self.arrivals)
+
+    async def start(self) -> TimingSink:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+# --- producing ------------------------------------------------------------------------
+
+
+async def start_producer(brokers: str, linger_ms: int = 5) -> AIOKafkaProducer:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=brokers,
+        acks="all",
+        linger_ms=linger_ms,
+        max_batch_size=1 << 20,
+        request_timeout_ms=15000,
+    )
+    await asyncio.wait_for(producer.start(), 30)
+    return producer
+
+
+async def produce_all(
+    producer: AIOKafkaProducer, topic: str, records: list[tuple[bytes, bytes]]
+) -> float:
+    """Produce ``records`` (key, value) as fast as possible; returns the wall time of the
+    first send. Waits until every record is acknowledged."""
+    first = time.time()
+    futures = [await producer.send(topic, value=value, key=key) for key, value in records]
+    await asyncio.wait_for(asyncio.gather(*futures), 120)
+    return first
+
+
+async def produce_paced(
+    producer: AIOKafkaProducer,
+    topic: str,
+    rate: float,
+    count: int,
+    make: Callable[[int, float], tuple[bytes, bytes]],
+) -> float:
+    """Produce ``count`` records at ``rate`` per second (open loop: a late send is not
+    made up by waiting less later, it is sent at once). ``make(i, sent_at)`` builds
+    record ``i``. Returns the achieved send rate."""
+    start = time.monotonic()
+    futures = []
+    for i in range(count):
+        due = start + i / rate
+        delay = due - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        key, value = make(i, time.time())
+        futures.append(await producer.send(topic, value=value, key=key))
+    elapsed = time.monotonic() - start
+    await asyncio.wait_for(asyncio.gather(*futures), 120)
+    return count / elapsed if elapsed > 0 else float("inf")
+
+
+# --- statistics and output ------------------------------------------------------------
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def print_table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(row: tuple[str, ...]) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+
+    print(line(header))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print(line(row))
+
+
+def install_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt so ``finally`` blocks clean up."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+# --- profiling ------------------------------------------------------------------------
+
+
+def start_profiler(pid: int, out: Path, rate: int = 200) -> subprocess.Popen | None:
+    """``py-spy record`` on ``pid`` (collapsed stacks, idle frames dropped) until stopped;
+    None when py-spy is not installed."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        return None
+    command = [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate)]
+    command += ["--nonblocking", "--output", str(out)]
+    return subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+    )
+
+
+def stop_profiler(proc: subprocess.Popen) -> None:
+    """py-spy writes its output when interrupted."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+_SCAFFOLDING = ("asyncio/", "selectors", "<frozen", "click/", "mode/", "rflow/cli/", "runpy")
+_RFLOW_CODE = ("agents/", "streams/", "storage/", "codecs/", "rflow/")
+
+
+def profile_summary(path: Path, top: int = 15) -> str:
+    """The functions with most samples in a py-spy raw (collapsed) file: self time, and
+    total time (with callees) of rflow's own functions and of library functions, leaving
+    out the event loop and start-up frames every sample has."""
+    own: Counter[str] = Counter()
+    ours: Counter[str] = Counter()
+    libraries: Counter[str] = Counter()
+    samples = 0
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [_short(frame) for frame in stack.split(";")]
+        samples += count
+        own[frames[-1]] += count
+        for frame in set(frames):
+            where = frame.rpartition(" (")[2]
+            if where.startswith(_SCAFFOLDING):
+                continue
+            (ours if where.startswith(_RFLOW_CODE) else libraries)[frame] += count
+    if not samples:
+        return "  (no samples)"
+
+    def listing(title: str, counter: Counter[str]) -> list[str]:
+        return [f"  {title}:"] + [
+            f"    {100 * c / samples:5.1f}%  {f}" for f, c in counter.most_common(top)
+        ]
+
+    return "\n".join(
+        [
+            f"  {samples} samples (only while the worker ran Python code)",
+            *listing("self time", own),
+            *listing(
+                "total time of rflow functions (with callees; awaits split a coroutine)", ours
+            ),
+            *listing("total time of library functions (with callees)", libraries),
+        ]
+    )
+
+
+def _short(frame: str) -> str:
+    # "func (path/to/site-packages/pkg/mod.py:123)" -> "func (pkg/mod.py)"
+    name, _, where = frame.partition(" (")
+    where = where.rstrip(")").rsplit(":", 1)[0]
+    for marker in ("site-packages/", "/work/main/", "python3.11/"):
+        if marker in where:
+            where = where.split(marker, 1)[1]
+            break
+    return f"{name} ({where})"
+
+
+async def group_state(brokers: str, group: str) -> tuple[str, int]:
+    """(state, member count) of consumer group ``group``."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=brokers, request_timeout_ms=15000)
+    await admin.start()
+    try:
+        response = await admin.describe_consumer_groups([group])
+        described = response[0].groups[0]
+        return described[2], len(described[5])  # (error, group, state, type, protocol, members)
+    finally:
+        await admin.close()
+
+
+async def wait_stable(workers: list[Worker], timeout: float = 120.0) -> None:
+    """Until every worker is in the group, the group is Stable and every worker answers
+    ready, twice in a row a second apart: a worker that was ready before the last one
+    joined is rebalancing again, and runs fired then are not what we mean to measure."""
+    settings = workers[0].settings
+    streak = 0
+    deadline = time.monotonic() + timeout
+    while streak < 2:
+        for worker in workers:
+            worker.check_alive()
+        state, members = await group_state(settings.kafka_brokers, settings.app_id)
+        ready = [(await w.get("/rflow/ready/"))[0] == 200 for w in workers]
+        streak = streak + 1 if state == "Stable" and members == len(workers) and all(ready) else 0
+        if time.monotonic() > deadline:
+            raise BenchError(
+                f"the consumer group {settings.app_id} did not settle within {timeout:.0f}s "
+                f"(state {state}, {members} members, ready {ready})"
+            )
+        await asyncio.sleep(1.0 if streak else 0.2)

@@ -1,0 +1,808 @@
+"""Runs per second and trigger-to-completion latency of a three-step off-chain workflow.
+
+    python bench/bench_pipeline.py [--runs N] [--duration S] [--quick]
+                                   [--profile] [--diagnose] [--variant no-state]
+
+Needs the local stack (`scripts/stack up`). The workflow (manual trigger) is
+
+    state_set -> choose (on a trigger field) -> notify (webhook channel -> local HTTP sink)
+
+run by real `rflow worker` processes. Every figure is printed beside a baseline measured
+in the same run, as a ratio, because the machine is shared and numbers are noisy. The
+baseline is a bare Faust agent doing one table update per event (bench/_baseline_agent.py)
+on its own topic with the partition count of rflow.triggers, fed the same records.
+
+Phases:
+  1. peak throughput, one worker: N triggers produced as fast as possible; runs/s is N over
+     the time from the first produce to the N-th notify reaching the sink (also shown:
+     until the read model has settled every run, and the workers' CPU per run);
+  2. latency at half that peak rate, for a fixed duration: the sink's arrival time of
+     each run's notify minus the time its trigger was produced (p50, p99), with where it
+     goes (from the read model's step timestamps);
+  3. the baseline: the same N records (events/s), then the same paced load (latency);
+  4. two workers in one consumer group: phase 1 again (speed-up = runs/s(2) / runs/s(1)).
+     Measured only once the group is Stable with both members ready: runs fired while
+     the second worker's join is still being rebalanced were seen to be lost (see the
+     report of issue 4).
+
+--profile adds a phase 1 under py-spy (pip install py-spy) and prints where the worker's
+time goes; --diagnose runs the one-worker phases in bench/_instrumented_worker.py, which
+notes event-loop lag and garbage-collector pauses; --variant no-state drops the state_set
+step, to show what it costs.
+
+Targets (issue 4): runs/s >= 1/4 of the baseline's events/s; p99 < 250 ms at half the
+peak rate. Everything the run creates (processes, schema, topics) is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _stack import (
+    BenchError,
+    CpuMeter,
+    TimingSink,
+    Worker,
+    check_stack,
+    cleanup,
+    delete_topics,
+    fresh_settings,
+    install_sigterm,
+    memory_of,
+    percentile,
+    prepare,
+    print_table,
+    produce_all,
+    produce_paced,
+    profile_summary,
+    read_diagnostics,
+    start_process,
+    start_producer,
+    start_profiler,
+    stop_process,
+    stop_profiler,
+    wait_for,
+    wait_stable,
+)
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from rflow import storage
+from rflow.codecs import encode
+from rflow.lang import load_project
+from rflow.settings import Settings
+from rflow.streams.topics import Catalog
+from rflow.triggering import trigger_record
+from tests.integration.harness import free_port
+
+HERE = Path(__file__).resolve().parent
+WORKFLOW = "bench"
+PROJECT = """\
+channels:
+  hook: {{ type: webhook, url: "{sink}/notify" }}
+workflows:
+  bench:
+    trigger: {{ manual: {{}} }}
+    steps:
+      - id: remember
+        state_set: {{ last_seq: "${{{{ trigger.seq }}}}" }}
+      - id: route
+        choose:
+          branches:
+            - when: {{ value: "${{{{ trigger.priority }}}}", op: equals, to: high }}
+              goto: tell
+          default: continue
+      - id: tell
+        notify: {{ channel: hook, message: "run ${{{{ trigger.seq }}}} (${{{{ trigger.priority }}}})" }}
+"""
+# For diagnosis (--variant no-state): the same workflow without its Postgres step.
+PROJECT_NO_STATE = "\n".join(
+    line for line in PROJECT.splitlines() if "id: remember" not in line and "state_set:" not in line
+)
+PROJECTS = {"full": PROJECT, "no-state": PROJECT_NO_STATE}
+
+
+class Phase:
+    """One measured batch: trigger keys and what each produced record carries."""
+
+    def __init__(self, label: str, count: int) -> None:
+        self.label = label
+        self.count = count
+        self.trigger_keys = [f"manual:{label}-{i}" for i in range(count)]
+
+    def payload(self, i: int, sent: float = 0.0) -> dict:
+        return {"seq": i, "priority": "high" if i % 2 else "low", "sent": sent}
+
+
+# --- rflow under test -----------------------------------------------------------------
+
+
+class RflowRig:
+    """Fresh topics, schema and consumer group, a project file, and N worker processes."""
+
+    def __init__(
+        self,
+        tag: str,
+        workdir: Path,
+        sink: TimingSink,
+        workers: int,
+        diagnose: bool = False,
+        project: str = PROJECT,
+    ) -> None:
+        self.project = project
+        self.diagnose = diagnose
+        self.diag_paths: list[Path] = []
+        self.workdir = workdir
+        self.sink = sink
+        self.settings = fresh_settings(tag, workdir)
+        self.tag = tag
+        self.worker_count = workers
+        self.workers: list[Worker] = []
+        self.conn: psycopg.AsyncConnection | None = None
+        self.topic = self.settings.topic_prefix + "rflow.triggers"
+
+    async def start(self) -> RflowRig:
+        await prepare(self.settings)
+        path = self.workdir / f"project-{self.tag}.yaml"
+        path.write_text(self.project.format(sink=self.sink.url))
+        self.settings = self.settings.model_copy(update={"project_path": path})
+        self.workflow = load_project(path, {}).workflows[WORKFLOW]
+        self.conn = await storage.connect(self.settings)
+        for i in range(self.worker_count):
+            worker_settings = self.settings.model_copy(
+                update={"data_dir": self.settings.data_dir / f"w{i}"}
+            )
+            diag = self.workdir / f"diag-{self.tag}-{i}.jsonl"
+            self.diag_paths.append(diag)
+            worker = Worker(
+                worker_settings,
+                self.workdir / f"worker-{self.tag}-{i}.log",
+                instrumented=self.diagnose,
+                extra_env={"BENCH_DIAG": str(diag)} if self.diagnose else None,
+            )
+            self.workers.append(worker.start())
+        for worker in self.workers:
+            try:
+                await worker.wait_ready(timeout=120)
+            except AssertionError as exc:
+                raise BenchError(str(exc)) from None
+        await wait_stable(self.workers)
+        return self
+
+    def alive(self) -> None:
+        for worker in self.workers:
+            worker.check_alive()
+
+    def record(self, trigger_key: str, payload: dict) -> tuple[bytes, bytes]:
+        record = trigger_record(
+            WORKFLOW,
+            self.workflow,
+            source="manual",
+            trigger_key=trigger_key,
+            payload=payload,
+            received_at=datetime.now(UTC),
+        )
+        return record.partition_key.encode(), encode(record)
+
+    @staticmethod
+    def notify_key(trigger_key: str) -> str:
+        return f"{WORKFLOW}:{trigger_key}:tell"
+
+    async def statuses(self, label: str) -> dict[str, int]:
+        assert self.conn is not None
+        cur = await self.conn.execute(
+            "SELECT status, count(*) FROM runs WHERE trigger_key LIKE %s GROUP BY status",
+            (f"manual:{label}-%",),
+        )
+        return dict(await cur.fetchall())
+
+    async def settled(self, label: str) -> int:
+        assert self.conn is not None
+        cur = await self.conn.execute(
+            "SELECT count(*) FROM runs WHERE settled_at IS NOT NULL AND trigger_key LIKE %s",
+            (f"manual:{label}-%",),
+        )
+        (count,) = await cur.fetchone()
+        return count
+
+    async def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        if self.conn is not None:
+            await self.conn.close()
+        await cleanup(self.settings)
+
+
+async def rflow_peak(rig: RflowRig, producer, phase: Phase) -> dict:
+    """Produce every trigger at once; runs/s until the last notify reaches the sink."""
+    records = [rig.record(key, phase.payload(i)) for i, key in enumerate(phase.trigger_keys)]
+    notify_keys = [rig.notify_key(key) for key in phase.trigger_keys]
+    meter = CpuMeter([w.pid for w in rig.workers])
+    sampler = LockSampler(rig.settings)
+    await sampler.start()
+    try:
+        first = await produce_all(producer, rig.topic, records)
+        produced = time.time() - first
+        await wait_for(
+            lambda: rig.sink.count(notify_keys) >= phase.count,
+            timeout=60 + phase.count / 5,
+            what=f"{phase.count} notify calls ({phase.label})",
+            alive=rig.alive,
+        )
+    finally:
+        locks = await sampler.stop()
+    last = max(rig.sink.arrivals[key] for key in notify_keys)
+
+    async def projected() -> bool:
+        return await rig.settled(phase.label) >= phase.count
+
+    await wait_for(projected, timeout=120, what="the read model to settle every run", interval=0.1)
+    read_model = time.time() - first
+    cpu = meter.stop()  # until the read model has every run: the projector's work included
+    elapsed = last - first
+    statuses = await rig.statuses(phase.label)
+    return {
+        "count": phase.count,
+        "elapsed": elapsed,
+        "rate": phase.count / elapsed,
+        "produce": produced,
+        "read_model": read_model,
+        "read_model_rate": phase.count / read_model,
+        "statuses": statuses,
+        "rss": [memory_of(w.pid)["VmRSS"] for w in rig.workers],
+        "cpu_per_item": cpu["cpu"] / phase.count,
+        "cpu_share": cpu["cpu_share"],
+        "machine_busy": cpu["machine_busy"],
+        "diag": diagnostics(rig, first, last),
+        "locks": locks,
+    }
+
+
+class LockSampler:
+    """Samples, every 20 ms, the Postgres sessions running a statement and those waiting
+    for an advisory lock (state_set serializes a workflow's state operations with one).
+    The database is shared with other users of the stack: figures are approximate."""
+
+    QUERY = """
+    SELECT count(*) FILTER (WHERE state = 'active'),
+           count(*) FILTER (WHERE wait_event_type = 'Lock' AND wait_event = 'advisory')
+    FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.samples: list[tuple[int, int]] = []
+        self.task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self.conn = await storage.connect(self.settings)
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            cur = await self.conn.execute(self.QUERY)
+            self.samples.append(await cur.fetchone())
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> dict[str, float]:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+        await self.conn.close()
+        n = len(self.samples) or 1
+        return {
+            "active": sum(a for a, _ in self.samples) / n,
+            "advisory_waiting": sum(w for _, w in self.samples) / n,
+        }
+
+
+def diagnostics(rig: RflowRig, since: float, until: float) -> dict | None:
+    if not rig.diagnose:
+        return None
+    return read_diagnostics(rig.diag_paths[0], since, until)
+
+
+def describe_diag(diag: dict | None) -> str:
+    if not diag:
+        return ""
+    return (
+        f"        event-loop lag p50 {diag['lag_p50'] * 1000:.1f} ms, "
+        f"p99 {diag['lag_p99'] * 1000:.1f} ms, max {diag['lag_max'] * 1000:.1f} ms; "
+        f"GC: {diag['gc_count']} collections, {diag['gc_total'] * 1000:.0f} ms in all, "
+        f"{diag['gc2_count']} full (longest {diag['gc2_max'] * 1000:.0f} ms)"
+    )
+
+
+async def rflow_latency(rig: RflowRig, producer, phase: Phase, rate: float) -> dict:
+    sent_at: list[float] = [0.0] * phase.count
+
+    def make(i: int, now: float) -> tuple[bytes, bytes]:
+        sent_at[i] = now
+        return rig.record(phase.trigger_keys[i], phase.payload(i, now))
+
+    achieved = await produce_paced(producer, rig.topic, rate, phase.count, make)
+    notify_keys = [rig.notify_key(key) for key in phase.trigger_keys]
+    await wait_for(
+        lambda: rig.sink.count(notify_keys) >= phase.count,
+        timeout=120,
+        what=f"{phase.count} notify calls ({phase.label})",
+        alive=rig.alive,
+    )
+    latencies = [rig.sink.arrivals[k] - sent_at[i] for i, k in enumerate(notify_keys)]
+    diag = diagnostics(rig, sent_at[0], max(rig.sink.arrivals[k] for k in notify_keys))
+
+    async def projected() -> bool:
+        return await rig.settled(phase.label) >= phase.count
+
+    await wait_for(projected, timeout=120, what="the read model to settle every run", interval=0.1)
+    statuses = await rig.statuses(phase.label)
+    stages = await stage_breakdown(rig, phase)
+    return summarize(latencies) | {
+        "achieved": achieved,
+        "statuses": statuses,
+        "stages": stages,
+        "diag": diag,
+    }
+
+
+_STAGES = """
+SELECT r.trigger_key, (r.trigger->>'sent')::float8, extract(epoch FROM r.created_at)::float8,
+       extract(epoch FROM a.started_at)::float8, extract(epoch FROM a.settled_at)::float8,
+       extract(epoch FROM c.started_at)::float8
+FROM runs r
+JOIN step_logs a ON a.run_id = r.run_id AND a.path = 'remember'
+JOIN step_logs c ON c.run_id = r.run_id AND c.path = 'tell'
+WHERE r.trigger_key LIKE %s
+"""
+
+
+async def stage_breakdown(rig: RflowRig, phase: Phase) -> list[tuple[str, float, float]]:
+    """Where a run's latency goes, from the read model's timestamps (the engine's clock
+    when it journaled each event) and the sink's arrival times: (stage, p50, p99)."""
+    assert rig.conn is not None
+    cur = await rig.conn.execute(_STAGES, (f"manual:{phase.label}-%",))
+    rows = await cur.fetchall()
+    if not rows:
+        return []
+    columns: dict[str, list[float]] = {}
+    for key, sent, created, started, settled, tell in rows:
+        arrival = rig.sink.arrivals.get(rig.notify_key(key))
+        if arrival is None:
+            continue
+        for name, value in (
+            ("trigger produced -> run started (admission)", created - sent),
+            ("state_set started -> its result journaled", settled - started),
+            ("state_set result -> notify started (choose)", tell - settled),
+            ("notify started -> sink received it", arrival - tell),
+        ):
+            columns.setdefault(name, []).append(value)
+    return [(name, percentile(v, 50), percentile(v, 99)) for name, v in columns.items()]
+
+
+def summarize(latencies: list[float]) -> dict:
+    return {
+        "count": len(latencies),
+        "p50": percentile(latencies, 50),
+        "p99": percentile(latencies, 99),
+        "max": max(latencies),
+    }
+
+
+# --- the baseline: a bare Faust agent -------------------------------------------------
+
+
+class BaselineRig:
+    """The bare Faust agent in its own process, on its own topics and consumer group."""
+
+    def __init__(self, workdir: Path, brokers: str, partitions: int) -> None:
+        unique = uuid.uuid4().hex[:8]
+        self.brokers = brokers
+        self.partitions = partitions
+        self.prefix = f"benchbase{unique}."
+        self.app_id = f"bench-baseline-{unique}"
+        self.topic = self.prefix + "bench.events"
+        self.changelog = self.prefix + "bench.state"
+        self.out = workdir / f"baseline-{unique}.out"
+        self.log = workdir / f"baseline-{unique}.log"
+        self.data_dir = workdir / f"baseline-data-{unique}"
+        self.proc = None
+        self._log = None
+        self.done: dict[str, tuple[float, float]] = {}
+        self._offset = 0
+
+    async def start(self) -> BaselineRig:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.brokers, request_timeout_ms=15000)
+        await admin.start()
+        try:
+            await admin.create_topics(
+                [
+                    NewTopic(self.topic, self.partitions, 1),
+                    NewTopic(
+                        self.changelog,
+                        self.partitions,
+                        1,
+                        topic_configs={"cleanup.policy": "compact"},
+                    ),
+                ],
+                timeout_ms=15000,
+            )
+
+            async def led() -> bool:
+                described = await admin.describe_topics([self.topic, self.changelog])
+                return len(described) == 2 and all(
+                    len(t["partitions"]) == self.partitions
+                    and all(p["leader"] >= 0 for p in t["partitions"])
+                    for t in described
+                )
+
+            await wait_for(
+                led, timeout=30, what="the baseline topics to have leaders", interval=0.1
+            )
+        finally:
+            await admin.close()
+        self.out.touch()
+        env = {
+            **os.environ,
+            "BENCH_BROKERS": self.brokers,
+            "BENCH_APP_ID": self.app_id,
+            "BENCH_TOPIC": self.topic,
+            "BENCH_CHANGELOG": self.changelog,
+            "BENCH_PARTITIONS": str(self.partitions),
+            "BENCH_OUT": str(self.out),
+            "BENCH_WEB_PORT": str(free_port()),
+            "BENCH_DATA_DIR": str(self.data_dir),
+        }
+        command = [sys.executable, str(HERE / "_baseline_agent.py")]
+        self.proc, self._log = start_process(command, env, self.log)
+        return self
+
+    def alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            tail = self.log.read_text(errors="replace").splitlines()[-30:]
+            raise BenchError(
+                f"baseline agent exited with {self.proc.returncode}:\n" + "\n".join(tail)
+            )
+
+    def read(self) -> dict[str, tuple[float, float]]:
+        """Take in the lines the agent wrote since the last call."""
+        with self.out.open("rb") as fh:
+            fh.seek(self._offset)
+            chunk = fh.read()
+        end = chunk.rfind(b"\n") + 1
+        self._offset += end
+        for line in chunk[:end].decode().splitlines():
+            key, sent, done = line.split(" ")
+            self.done.setdefault(key, (float(sent), float(done)))
+        return self.done
+
+    def count(self, keys: list[str]) -> int:
+        done = self.read()
+        return sum(1 for key in keys if key in done)
+
+    async def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
+            self._log.close()
+        try:
+            await asyncio.wait_for(
+                delete_topics(self.brokers, (self.prefix, self.app_id + "-")), 60
+            )
+        except Exception as exc:
+            print(f"  cleanup of baseline topics failed: {exc!r}", file=sys.stderr)
+
+
+async def baseline_peak(base: BaselineRig, rig: RflowRig, producer, phase: Phase) -> dict:
+    records = [rig.record(key, phase.payload(i)) for i, key in enumerate(phase.trigger_keys)]
+    meter = CpuMeter([base.proc.pid])
+    first = await produce_all(producer, base.topic, records)
+    await wait_for(
+        lambda: base.count(phase.trigger_keys) >= phase.count,
+        timeout=60 + phase.count / 20,
+        what=f"the baseline agent to process {phase.count} events",
+        alive=base.alive,
+    )
+    cpu = meter.stop()
+    last = max(base.done[key][1] for key in phase.trigger_keys)
+    elapsed = last - first
+    return {
+        "count": phase.count,
+        "elapsed": elapsed,
+        "rate": phase.count / elapsed,
+        "cpu_per_item": cpu["cpu"] / phase.count,
+    }
+
+
+async def baseline_latency(
+    base: BaselineRig, rig: RflowRig, producer, phase: Phase, rate: float
+) -> dict:
+    def make(i: int, now: float) -> tuple[bytes, bytes]:
+        return rig.record(phase.trigger_keys[i], phase.payload(i, now))
+
+    achieved = await produce_paced(producer, base.topic, rate, phase.count, make)
+    await wait_for(
+        lambda: base.count(phase.trigger_keys) >= phase.count,
+        timeout=120,
+        what=f"the baseline agent to process {phase.count} events",
+        alive=base.alive,
+    )
+    latencies = [base.done[k][1] - base.done[k][0] for k in phase.trigger_keys]
+    return summarize(latencies) | {"achieved": achieved}
+
+
+async def profile_peak(rig: RflowRig, producer, workdir: Path, n: int) -> str:
+    out = workdir / "worker-profile.txt"
+    spy = start_profiler(rig.workers[0].pid, out)
+    if spy is None:
+        return "  py-spy is not installed (pip install py-spy): no profile"
+    try:
+        await asyncio.sleep(1.0)  # let py-spy attach
+        peak = await rflow_peak(rig, producer, Phase(f"{rig.tag}prof", n))
+    finally:
+        stop_profiler(spy)
+    head = f"  worker profile during {n} runs ({peak['rate']:.1f} runs/s under py-spy), {out}:"
+    return head + "\n" + profile_summary(out)
+
+
+# --- the run --------------------------------------------------------------------------
+
+
+async def warm_up_rflow(rig: RflowRig, producer, count: int) -> None:
+    phase = Phase(f"warm{rig.tag}", count)
+    await rflow_peak(rig, producer, phase)
+
+
+async def run(args: argparse.Namespace, workdir: Path) -> None:
+    probe = Settings.from_env()
+    await check_stack(probe)
+    partitions = Catalog.from_settings(probe).spec("rflow.triggers").partitions
+    n = args.runs
+    duration = args.duration
+    warm = min(100, max(20, n // 10))
+    print(
+        f"bench_pipeline: workflow {args.variant}, {n} runs per peak phase, "
+        f"{duration:g}s latency phases, "
+        f"{partitions} partitions, {os.cpu_count()} CPUs; logs in {workdir}"
+    )
+
+    sink = await TimingSink().start()
+    producer = await start_producer(probe.kafka_brokers, linger_ms=args.linger_ms)
+    opened: list = []
+    results: dict = {}
+    try:
+        # 1 + 2: one worker, peak then latency at half the peak.
+        print("[1/4] one rflow worker: starting ...", flush=True)
+        project = PROJECTS[args.variant]
+        one = RflowRig("p1", workdir, sink, workers=1, diagnose=args.diagnose, project=project)
+        opened.append(one)
+        await one.start()
+        await warm_up_rflow(one, producer, warm)
+        peak1 = await rflow_peak(one, producer, Phase("p1peak", n))
+        results["peak1"] = peak1
+        print(
+            f"      peak: {n} runs in {peak1['elapsed']:.2f} s = {peak1['rate']:.1f} runs/s "
+            f"(produced in {peak1['produce']:.2f} s; read model settled after "
+            f"{peak1['read_model']:.2f} s; statuses {peak1['statuses']}; "
+            f"worker RSS {peak1['rss'][0]:.0f} MB)",
+            flush=True,
+        )
+        print(
+            f"      worker CPU {peak1['cpu_per_item'] * 1000:.2f} ms per run "
+            f"({peak1['cpu_share']:.2f} cores); machine {peak1['machine_busy']:.0%} busy; "
+            f"Postgres sessions: {peak1['locks']['active']:.1f} active, "
+            f"{peak1['locks']['advisory_waiting']:.1f} waiting on an advisory lock (mean)",
+            flush=True,
+        )
+        if peak1["diag"]:
+            print(describe_diag(peak1["diag"]), flush=True)
+        rate = peak1["rate"] / 2
+        lat_count = max(10, round(rate * duration))
+        print(f"[2/4] latency at {rate:.1f} runs/s for {duration:g} s ...", flush=True)
+        lat1 = await rflow_latency(one, producer, Phase("p1lat", lat_count), rate)
+        results["lat1"] = lat1
+        print(
+            f"      {lat1['count']} runs (sent at {lat1['achieved']:.1f}/s): "
+            f"p50 {lat1['p50'] * 1000:.1f} ms, p99 {lat1['p99'] * 1000:.1f} ms, "
+            f"max {lat1['max'] * 1000:.1f} ms; statuses {lat1['statuses']}",
+            flush=True,
+        )
+        for name, p50, p99 in lat1["stages"]:
+            print(f"        {name:46s} p50 {p50 * 1000:7.1f} ms  p99 {p99 * 1000:7.1f} ms")
+        if lat1["diag"]:
+            print(describe_diag(lat1["diag"]), flush=True)
+        if args.profile:
+            print(
+                "      profiling one worker with py-spy during another peak phase ...", flush=True
+            )
+            results["profile"] = await profile_peak(one, producer, workdir, n)
+        opened.remove(one)
+        await one.stop()
+
+        # 3: the baseline, same records, same pacing.
+        print("[3/4] baseline (bare Faust agent): starting ...", flush=True)
+        base = BaselineRig(workdir, probe.kafka_brokers, partitions)
+        opened.append(base)
+        await base.start()
+        await baseline_peak(base, one, producer, Phase("bwarm", warm))
+        bpeak = await baseline_peak(base, one, producer, Phase("bpeak", n))
+        results["bpeak"] = bpeak
+        print(
+            f"      peak: {n} events in {bpeak['elapsed']:.3f} s = {bpeak['rate']:.1f} events/s "
+            f"(agent CPU {bpeak['cpu_per_item'] * 1000:.3f} ms per event)",
+            flush=True,
+        )
+        blat = await baseline_latency(base, one, producer, Phase("blat", lat_count), rate)
+        results["blat"] = blat
+        print(
+            f"      latency at {rate:.1f}/s: p50 {blat['p50'] * 1000:.1f} ms, "
+            f"p99 {blat['p99'] * 1000:.1f} ms, max {blat['max'] * 1000:.1f} ms",
+            flush=True,
+        )
+        opened.remove(base)
+        await base.stop()
+
+        # 4: two workers in one consumer group.
+        if not args.skip_two:
+            print("[4/4] two rflow workers: starting ...", flush=True)
+            two = RflowRig("p2", workdir, sink, workers=2, project=project)
+            opened.append(two)
+            await two.start()
+            await warm_up_rflow(two, producer, warm)
+            peak2 = await rflow_peak(two, producer, Phase("p2peak", n))
+            results["peak2"] = peak2
+            print(
+                f"      peak: {n} runs in {peak2['elapsed']:.2f} s = {peak2['rate']:.1f} runs/s "
+                f"(read model settled after {peak2['read_model']:.2f} s; "
+                f"statuses {peak2['statuses']})",
+                flush=True,
+            )
+            print(
+                f"      workers' CPU {peak2['cpu_per_item'] * 1000:.2f} ms per run "
+                f"({peak2['cpu_share']:.2f} cores); machine {peak2['machine_busy']:.0%} busy; "
+                f"Postgres sessions: {peak2['locks']['active']:.1f} active, "
+                f"{peak2['locks']['advisory_waiting']:.1f} waiting on an advisory lock (mean)",
+                flush=True,
+            )
+            opened.remove(two)
+            await two.stop()
+    finally:
+        for rig in reversed(opened):
+            await rig.stop()
+        await producer.stop()
+        await sink.stop()
+
+    report(results, rate)
+    if "profile" in results:
+        print()
+        print(results["profile"])
+
+
+def report(results: dict, rate: float) -> None:
+    peak1, lat1, bpeak, blat = results["peak1"], results["lat1"], results["bpeak"], results["blat"]
+    ratio = peak1["rate"] / bpeak["rate"]
+    rows = [
+        (
+            "peak throughput, 1 worker (runs/s to last notify)",
+            f"{peak1['rate']:.1f} runs/s",
+            f"{bpeak['rate']:.1f} events/s",
+            f"{ratio:.3f}",
+            ">= 0.25 of baseline",
+            "met" if ratio >= 0.25 else "NOT met",
+        ),
+        (
+            "  same, until the read model has settled every run",
+            f"{peak1['read_model_rate']:.1f} runs/s",
+            f"{bpeak['rate']:.1f} events/s",
+            f"{peak1['read_model_rate'] / bpeak['rate']:.3f}",
+            "-",
+            "-",
+        ),
+        (
+            "CPU per run / per event (worker incl. projector)",
+            f"{peak1['cpu_per_item'] * 1000:.2f} ms",
+            f"{bpeak['cpu_per_item'] * 1000:.3f} ms",
+            f"{peak1['cpu_per_item'] / bpeak['cpu_per_item']:.1f}",
+            "-",
+            "-",
+        ),
+        (
+            f"latency p50 at {rate:.0f}/s",
+            f"{lat1['p50'] * 1000:.1f} ms",
+            f"{blat['p50'] * 1000:.1f} ms",
+            f"{lat1['p50'] / blat['p50']:.1f}",
+            "-",
+            "-",
+        ),
+        (
+            f"latency p99 at {rate:.0f}/s",
+            f"{lat1['p99'] * 1000:.1f} ms",
+            f"{blat['p99'] * 1000:.1f} ms",
+            f"{lat1['p99'] / blat['p99']:.1f}",
+            "< 250 ms",
+            "met" if lat1["p99"] < 0.25 else "NOT met",
+        ),
+    ]
+    if "peak2" in results:
+        peak2 = results["peak2"]
+        rows.append(
+            (
+                "peak throughput, 2 workers",
+                f"{peak2['rate']:.1f} runs/s",
+                f"{peak1['rate']:.1f} runs/s (1 worker)",
+                f"{peak2['rate'] / peak1['rate']:.2f}",
+                "report (1.3-1.8 on 2 cores)",
+                "-",
+            )
+        )
+        rows.append(
+            (
+                "  same, until the read model has settled every run",
+                f"{peak2['read_model_rate']:.1f} runs/s",
+                f"{peak1['read_model_rate']:.1f} runs/s (1 worker)",
+                f"{peak2['read_model_rate'] / peak1['read_model_rate']:.2f}",
+                "-",
+                "-",
+            )
+        )
+    print()
+    print_table(rows, ("figure", "value", "baseline", "ratio", "target", "verdict"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, help="runs per peak phase (default 2000; quick 300)")
+    parser.add_argument("--duration", type=float, help="seconds of each latency phase (20; 5)")
+    parser.add_argument("--quick", action="store_true", help="a short run (300 runs, 5 s)")
+    parser.add_argument("--linger-ms", type=int, default=5, help="producer linger (default 5)")
+    parser.add_argument("--skip-two", action="store_true", help="skip the two-worker phase")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile one worker with py-spy (extra phase)"
+    )
+    parser.add_argument(
+        "--variant",
+        choices=sorted(PROJECTS),
+        default="full",
+        help="the workflow: full (state_set, choose, notify) or, for diagnosis, no-state",
+    )
+    parser.add_argument(
+        "--diagnose",
+        action="store_true",
+        help="run the one-worker phases in bench/_instrumented_worker.py: event-loop lag, GC",
+    )
+    args = parser.parse_args()
+    args.runs = args.runs or (300 if args.quick else 2000)
+    args.duration = args.duration or (5.0 if args.quick else 20.0)
+    install_sigterm()
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)  # deleted topics' metadata noise
+    workdir = Path(tempfile.mkdtemp(prefix="rflow-bench-pipeline-"))
+    failed = False
+    try:
+        asyncio.run(run(args, workdir))
+    except BenchError as exc:
+        failed = True
+        print(f"bench_pipeline: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        failed = True
+        print("bench_pipeline: interrupted (cleaned up)", file=sys.stderr)
+    finally:
+        if failed or args.keep or args.profile:
+            print(f"bench_pipeline: logs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
