@@ -70,7 +70,9 @@ WITH gone AS (
 )
 DELETE FROM step_logs WHERE run_id IN (SELECT run_id FROM gone)
 """
-_PURGED = "SELECT count(*) FROM runs WHERE workflow = %s AND created_at < %s AND settled_at IS NOT NULL"
+_PURGED = (
+    "SELECT count(*) FROM runs WHERE workflow = %s AND created_at < %s AND settled_at IS NOT NULL"
+)
 
 
 def _error(data: dict[str, Any]) -> tuple[str | None, str | None]:
