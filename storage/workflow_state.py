@@ -14,12 +14,32 @@ _CLAIM = (
 )
 _RESULT = "SELECT result FROM state_ops WHERE op_key = %s"
 _SET_RESULT = "UPDATE state_ops SET result = %s WHERE op_key = %s"
-_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%s))"
 _READ = "SELECT key, value FROM workflow_state WHERE workflow = %s"
-_READ_KEY = "SELECT value FROM workflow_state WHERE workflow = %s AND key = %s"
-_UPSERT = """
+_SET = """
 INSERT INTO workflow_state (workflow, key, value, updated_at) VALUES (%s, %s, %s, now())
 ON CONFLICT (workflow, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
+"""
+# Lists change in one statement each, under the row's own lock: racing runs of the
+# workflow never lose an element, and no workflow-wide lock serializes them.
+_ADD = """
+INSERT INTO workflow_state (workflow, key, value, updated_at) VALUES (%s, %s, jsonb_build_array(%s::jsonb), now())
+ON CONFLICT (workflow, key) DO UPDATE SET
+    value = CASE jsonb_typeof(workflow_state.value)
+                WHEN 'array' THEN workflow_state.value || jsonb_build_array(%s::jsonb)
+                ELSE jsonb_build_array(%s::jsonb) END,
+    updated_at = now()
+RETURNING value
+"""
+_REMOVE = """
+INSERT INTO workflow_state (workflow, key, value, updated_at) VALUES (%s, %s, '[]'::jsonb, now())
+ON CONFLICT (workflow, key) DO UPDATE SET
+    value = coalesce(
+        (SELECT jsonb_agg(element) FROM jsonb_array_elements(
+            CASE jsonb_typeof(workflow_state.value) WHEN 'array' THEN workflow_state.value ELSE '[]'::jsonb END
+         ) AS element WHERE element <> %s::jsonb),
+        '[]'::jsonb),
+    updated_at = now()
+RETURNING value
 """
 
 
@@ -46,22 +66,18 @@ async def apply(
                 cur = await conn.execute(_RESULT, (op_key,))
                 (result,) = await cur.fetchone()
                 return result
-            await conn.execute(_LOCK, (f"rflow.state.{workflow}",))
             if kind == "state_set":
                 changed = dict(action)
+                for key, value in changed.items():
+                    await conn.execute(_SET, (workflow, key, Jsonb(value)))
             else:
-                name = action["list"]
-                cur = await conn.execute(_READ_KEY, (workflow, name))
-                row = await cur.fetchone()
-                current = row[0] if row and isinstance(row[0], list) else []
-                value = action["value"]
+                name, value = action["list"], Jsonb(action["value"])
                 if kind == "list_add":
-                    current = [*current, value]
+                    cur = await conn.execute(_ADD, (workflow, name, value, value, value))
                 else:
-                    current = [item for item in current if item != value]
+                    cur = await conn.execute(_REMOVE, (workflow, name, value))
+                (current,) = await cur.fetchone()
                 changed = {name: current}
-            for key, value in changed.items():
-                await conn.execute(_UPSERT, (workflow, key, Jsonb(value)))
             result = {"state": changed}
             await conn.execute(_SET_RESULT, (Jsonb(result), op_key))
             return result
