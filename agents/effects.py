@@ -90,13 +90,16 @@ class EffectRunner:
             elif isinstance(effect, Journal | Settle):
                 await self.publish(effect)
                 if isinstance(effect, Settle):
-                    self.settled(effect)
+                    self.settled(effect, state)
 
-    def settled(self, effect: Settle) -> None:
-        self.spawn(
-            self.db(lambda conn: timers.delete_run(conn, effect.run_id), "timer cleanup"),
-            "timer cleanup",
-        )
+    def settled(self, effect: Settle, state: RunState) -> None:
+        had_timers = any(r.due_at is not None for r in (*state.steps.values(), *state.history))
+        if had_timers:
+            # Timers of a settled run would fire into nothing; most runs never had one.
+            self.spawn(
+                self.db(lambda conn: timers.delete_run(conn, effect.run_id), "timer cleanup"),
+                "timer cleanup",
+            )
         if effect.on_failure == "halt":
             reason = (
                 f"run {effect.run_id} failed: {effect.error.message if effect.error else 'unknown'}"

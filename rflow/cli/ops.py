@@ -93,9 +93,10 @@ def worker(project: Path | None, setup: bool, loglevel: str) -> None:
         except topic_ops.TopicsError as exc:
             _fail(str(exc))
         asyncio.run(_migrate(settings))
-    from rflow.streams.app import create_app
+    from rflow.streams.app import create_app, tune_gc
 
     app = create_app(settings)
+    tune_gc()
     app.main_worker = True
     from faust.worker import Worker
 
