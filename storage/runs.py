@@ -25,8 +25,8 @@ WHERE run_id = %s
 """
 
 _STEP_STARTED = """
-INSERT INTO step_logs (run_id, path, visit, kind, status, attempt, started_at)
-VALUES (%s, %s, %s, %s, 'running', 1, %s)
+INSERT INTO step_logs (run_id, path, visit, kind, status, attempt, started_at, seq)
+VALUES (%s, %s, %s, %s, 'running', 1, %s, %s)
 ON CONFLICT (run_id, path, visit) DO NOTHING
 """
 
@@ -36,8 +36,9 @@ WHERE run_id = %s AND path = %s AND visit = %s AND settled_at IS NULL
 """
 
 _STEP_SETTLED = """
-INSERT INTO step_logs (run_id, path, visit, status, attempt, input, output, error_kind, error_message, started_at, settled_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+INSERT INTO step_logs (run_id, path, visit, status, attempt, input, output, error_kind, error_message,
+                       started_at, settled_at, seq)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (run_id, path, visit) DO UPDATE SET
     status = EXCLUDED.status, attempt = EXCLUDED.attempt, input = EXCLUDED.input,
     output = EXCLUDED.output, error_kind = EXCLUDED.error_kind,
@@ -61,7 +62,7 @@ LIMIT %(limit)s
 """
 
 _GET = "SELECT * FROM runs WHERE run_id = %s"
-_STEPS = "SELECT * FROM step_logs WHERE run_id = %s ORDER BY seq"
+_STEPS = "SELECT * FROM step_logs WHERE run_id = %s ORDER BY seq, path, visit"
 _GET_DEAD = "SELECT * FROM dead_runs WHERE run_id = %s"
 _PURGE = """
 WITH gone AS (
@@ -81,87 +82,88 @@ def _error(data: dict[str, Any]) -> tuple[str | None, str | None]:
 
 
 async def project(conn: psycopg.AsyncConnection, entries: Iterable[Journal | Settle]) -> int:
-    """Apply journal entries in order, in one transaction; returns how many were applied.
+    """Apply journal entries in one transaction; returns how many were applied.
 
-    Every statement is idempotent, so a batch replayed after a crash changes nothing.
+    Statements are batched by kind, in the order that keeps every row's final value
+    right whatever the interleaving in the batch: runs started, steps started, retried,
+    settled, runs settled, dead letters. Every statement is idempotent, so a batch
+    replayed after a crash changes nothing; step order comes from the journal's ``seq``.
     """
+    batches: dict[str, list[tuple[Any, ...]]] = {name: [] for name in _ORDER}
     count = 0
+    for entry in entries:
+        count += 1
+        if isinstance(entry, Settle):
+            if entry.on_failure == "dead_letter":
+                kind = entry.error.kind if entry.error else None
+                message = entry.error.message if entry.error else None
+                dead_at = entry.journal.get("updated_at")
+                batches["dead"].append(
+                    (entry.run_id, entry.workflow, kind, message, Jsonb(entry.journal), dead_at)
+                )
+            continue
+        row = _row(entry)
+        if row is not None:
+            batches[entry.event].append(row)
     with translated():
-        async with conn.transaction(), conn.pipeline():
-            for entry in entries:
-                count += 1
-                if isinstance(entry, Settle):
-                    if entry.on_failure == "dead_letter":
-                        kind = entry.error.kind if entry.error else None
-                        message = entry.error.message if entry.error else None
-                        dead_at = entry.journal.get("updated_at")
-                        await conn.execute(
-                            _DEAD,
-                            (
-                                entry.run_id,
-                                entry.workflow,
-                                kind,
-                                message,
-                                Jsonb(entry.journal),
-                                dead_at,
-                            ),
-                        )
-                    continue
-                await _apply(conn, entry)
+        async with conn.transaction(), conn.cursor() as cur:
+            for name in _ORDER:
+                if batches[name]:
+                    await cur.executemany(_STATEMENTS[name], batches[name])
     return count
 
 
-async def _apply(conn: psycopg.AsyncConnection, entry: Journal) -> None:
+def _row(entry: Journal) -> tuple[Any, ...] | None:
     data = entry.data
+    visit, seq = data.get("visit", 1), data.get("seq", 0)
     if entry.event == "run_started":
-        await conn.execute(
-            _RUN_STARTED,
-            (
-                entry.run_id,
-                entry.workflow,
-                data.get("version", ""),
-                data.get("trigger_key", ""),
-                Jsonb(data.get("matrix")),
-                data.get("group"),
-                Jsonb(data.get("trigger")),
-                entry.at,
-                entry.at,
-            ),
+        return (
+            entry.run_id,
+            entry.workflow,
+            data.get("version", ""),
+            data.get("trigger_key", ""),
+            Jsonb(data.get("matrix")),
+            data.get("group"),
+            Jsonb(data.get("trigger")),
+            entry.at,
+            entry.at,
         )
-    elif entry.event == "run_settled":
+    if entry.event == "run_settled":
         kind, message = _error(data)
-        await conn.execute(
-            _RUN_SETTLED, (entry.status, kind, message, entry.at, entry.at, entry.run_id)
-        )
-    elif entry.event == "step_started":
-        await conn.execute(
-            _STEP_STARTED,
-            (entry.run_id, entry.path, data.get("visit", 1), data.get("kind"), entry.at),
-        )
-    elif entry.event == "step_retrying":
+        return (entry.status, kind, message, entry.at, entry.at, entry.run_id)
+    if entry.event == "step_started":
+        return (entry.run_id, entry.path, visit, data.get("kind"), entry.at, seq)
+    if entry.event == "step_retrying":
         kind, message = _error(data)
-        await conn.execute(
-            _STEP_RETRYING,
-            (data.get("attempt", 1), kind, message, entry.run_id, entry.path, data.get("visit", 1)),
-        )
-    elif entry.event == "step_settled":
+        return (data.get("attempt", 1), kind, message, entry.run_id, entry.path, visit)
+    if entry.event == "step_settled":
         kind, message = _error(data)
-        await conn.execute(
-            _STEP_SETTLED,
-            (
-                entry.run_id,
-                entry.path,
-                data.get("visit", 1),
-                entry.status,
-                data.get("attempt", 1),
-                Jsonb(data.get("input")),
-                Jsonb(data.get("output")),
-                kind,
-                message,
-                entry.at,
-                entry.at,
-            ),
+        return (
+            entry.run_id,
+            entry.path,
+            visit,
+            entry.status,
+            data.get("attempt", 1),
+            Jsonb(data.get("input")),
+            Jsonb(data.get("output")),
+            kind,
+            message,
+            entry.at,
+            entry.at,
+            seq,
         )
+    return None
+
+
+_ORDER = ("run_started", "step_started", "step_retrying", "step_settled", "run_settled", "dead")
+_STATEMENTS = {
+    "run_started": _RUN_STARTED,
+    "step_started": _STEP_STARTED,
+    "step_retrying": _STEP_RETRYING,
+    "step_settled": _STEP_SETTLED,
+    "run_settled": _RUN_SETTLED,
+    "dead": _DEAD,
+}
 
 
 async def list_runs(

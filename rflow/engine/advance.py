@@ -152,6 +152,8 @@ class _Run:
     def journal(self, event: str, path: str | None, status: str, **data: Any) -> None:
         if path is not None and path in self.steps:
             data.setdefault("visit", self.steps[path].visit)
+        self.fields["journaled"] += 1
+        data["seq"] = self.fields["journaled"]
         self.effects.append(
             Journal(
                 run_id=self.run_id,

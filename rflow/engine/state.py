@@ -93,6 +93,8 @@ class RunState(Frozen):
     history: list[StepRecord] = Field(default_factory=list)
     visits: dict[str, int] = Field(default_factory=dict)
     executions: int = 0
+    journaled: int = 0
+    """Journal entries emitted so far; each entry carries its number as ``seq``."""
     cancel_requested: str | None = None
     error: StepError | None = None
     created_at: datetime

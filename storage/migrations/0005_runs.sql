@@ -69,8 +69,8 @@ CREATE TABLE step_logs (
     error_message  text,
     started_at     timestamptz,
     settled_at     timestamptz,
-    -- Journal order: steps settled by one engine decision share a timestamp.
-    seq            bigserial,
+    -- The run's journal order (steps settled by one decision share a timestamp).
+    seq            bigint      NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, path, visit)
 );
 
