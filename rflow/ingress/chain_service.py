@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from mode import Service
 
 from rflow import storage
 from rflow.ingress.chain import ChainFollower, TriggerSink
 from rflow.ingress.chain_state import ChainStore, PostgresChainStore
 from rflow.ingress.listeners import event_networks
+from rflow.ingress.service import IngressService
 from rflow.lang import Project
 from rflow.settings import Settings
 from rflow.storage import StorageError
@@ -30,7 +30,7 @@ from rflow.storage import chain as chain_store
 from rflow.streams.producer import Producer
 
 if TYPE_CHECKING:
-    from rflow.streams.app import RflowApp
+    from rflow.streams.app import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -127,35 +127,24 @@ class ChainIngress:
                 await task
 
 
-class ChainIngressService(Service):
-    """Runs :class:`ChainIngress` for the workflows of a Faust app's project.
+class ChainIngressService(IngressService):
+    """Runs :class:`ChainIngress` for the workflows of a Faust app's project (nothing when
+    no workflow has an event trigger or an event wait)."""
 
-    Add it to the app after its database (``app.add_dependency``); it does nothing when
-    no workflow has an event trigger. Its producer outlives its task: mode cancels the
-    task before it closes the service's async contexts.
-    """
+    what = "chain ingress"
 
-    def __init__(self, app: RflowApp, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.app = app
-        self.ingress: ChainIngress | None = None
+    @property
+    def ingress(self) -> ChainIngress | None:
+        return self.loop_runner  # type: ignore[return-value]
 
-    async def on_start(self) -> None:
-        runtime = self.app.rflow
-        if runtime.project is None or not event_networks(runtime.project):
-            return
-        if runtime.database is None:
-            raise RuntimeError("chain ingress needs the app's database: add it first")
-        producer = await self.add_async_context(Producer(runtime.settings))
-        self.ingress = ChainIngress(
+    def needed(self, project: Project | None) -> bool:
+        return project is not None and bool(event_networks(project))
+
+    def build(self, runtime: Runtime, producer: Producer) -> ChainIngress:
+        return ChainIngress(
             runtime.settings,
             runtime.project,
             producer,
             PostgresChainStore(runtime.database),
             env=runtime.env,
         )
-
-    @Service.task
-    async def _follow(self) -> None:
-        if self.ingress is not None:
-            await self.ingress.run()

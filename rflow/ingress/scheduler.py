@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mode import Service
-
 from rflow.codecs import TriggerRecord
 from rflow.failures import RflowError
 from rflow.ingress import schedule
+from rflow.ingress.service import IngressService
 from rflow.lang import Project, Workflow
 from rflow.lang.model.triggers import ScheduleSpec, ScheduleTrigger
 from rflow.settings import Settings
@@ -37,7 +36,7 @@ from rflow.triggering import trigger_record
 if TYPE_CHECKING:
     import psycopg
 
-    from rflow.streams.app import RflowApp
+    from rflow.streams.app import RflowApp, Runtime
     from rflow.streams.database import Database
 
 log = logging.getLogger(__name__)
@@ -230,36 +229,28 @@ class Scheduler:
             await asyncio.sleep(delay)
 
 
-class SchedulerService(Service):
-    """Runs a :class:`Scheduler` for the workflows of a Faust app's project.
+class SchedulerService(IngressService):
+    """Runs a :class:`Scheduler` for the workflows of a Faust app's project (nothing when
+    the project has no schedule)."""
 
-    Add it to the app after its database (``app.add_dependency``); it does nothing when
-    the project has no schedule. Its producer outlives its task: mode cancels the task
-    before it closes the service's async contexts.
-    """
+    what = "the scheduler"
 
     def __init__(self, app: RflowApp, clock: Clock = utc_now, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.app = app
+        super().__init__(app, **kwargs)
         self.clock = clock
-        self.scheduler: Scheduler | None = None
 
-    async def on_start(self) -> None:
-        runtime = self.app.rflow
-        if not scheduled(runtime.project):
-            return
-        if runtime.database is None:
-            raise RuntimeError("the scheduler needs the app's database: add it first")
-        producer = await self.add_async_context(Producer(runtime.settings))
-        self.scheduler = Scheduler(
+    @property
+    def scheduler(self) -> Scheduler | None:
+        return self.loop_runner  # type: ignore[return-value]
+
+    def needed(self, project: Project | None) -> bool:
+        return scheduled(project)
+
+    def build(self, runtime: Runtime, producer: Producer) -> Scheduler:
+        return Scheduler(
             runtime.settings,
             runtime.project,
             producer,
             PostgresCursors(runtime.database),
             clock=self.clock,
         )
-
-    @Service.task
-    async def _schedule(self) -> None:
-        if self.scheduler is not None:
-            await self.scheduler.run()
