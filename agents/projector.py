@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.codecs import DecodeError, RunJournal, decode
-from rflow.storage import runs
+from rflow.storage import StorageError, runs
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -25,13 +25,28 @@ def attach(app: RflowApp) -> None:
     async def project(stream):
         """Upsert runs, step logs and dead-lettered runs from journal entries, in batches."""
         async for batch in stream.take_events(BATCH, within=WITHIN):
-            entries = []
+            decoded = []
             for event in batch:
                 try:
-                    entries.append(decode(event.value, RunJournal).entry)
+                    decoded.append((event.message, decode(event.value, RunJournal).entry))
                 except DecodeError as exc:
                     await send_dead_letter(app, event.message, exc.reason)
-            if entries:
+            if not decoded:
+                continue
+            entries = [entry for _, entry in decoded]
+            try:
                 await runtime.database.run(
                     lambda conn, entries=entries: runs.project(conn, entries), what="projection"
                 )
+            except StorageError:
+                # One entry the database refuses must not hold back (or crash away) the
+                # rest: project one by one, dead-lettering what is refused.
+                for message, entry in decoded:
+                    try:
+                        await runtime.database.run(
+                            lambda conn, entry=entry: runs.project(conn, [entry]), what="projection"
+                        )
+                    except StorageError as exc:
+                        await send_dead_letter(
+                            app, message, f"the read model refused this entry: {exc}"
+                        )

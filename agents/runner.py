@@ -176,6 +176,19 @@ class Runner:
                 message.partition,
             )
 
+    async def handle(self, record: Any, message: Any) -> None:
+        """Admit, retract or advance, by the record's kind."""
+        if isinstance(record, TriggerRecord):
+            await self.admit(record, message)
+        elif isinstance(record, TriggerRetracted):
+            await self.retract(record, message)
+        elif isinstance(record, RunEvent):
+            await self.apply(record.event, message.partition)
+        else:
+            await send_dead_letter(
+                self.app, message, f"a {record.kind!r} record does not belong on {message.topic}"
+            )
+
     # --- advancing ----------------------------------------------------------------------
 
     def state_of(self, rid: str) -> RunState | None:
@@ -298,15 +311,16 @@ def attach(app: RflowApp) -> Runner:
             except DecodeError as exc:
                 await send_dead_letter(app, message, exc.reason)
                 continue
-            if isinstance(record, TriggerRecord):
-                await runner.admit(record, message)
-            elif isinstance(record, TriggerRetracted):
-                await runner.retract(record, message)
-            elif isinstance(record, RunEvent):
-                await runner.apply(record.event, message.partition)
-            else:
+            try:
+                await runner.handle(record, message)
+            except Exception as exc:
+                # A crashed agent is restarted past the event it was handling: the record
+                # would be lost. It goes to the dead-letter path with the reason instead.
+                log.exception(
+                    "runner failed on %s[%s]@%s", message.topic, message.partition, message.offset
+                )
                 await send_dead_letter(
-                    app, message, f"a {record.kind!r} record does not belong on {message.topic}"
+                    app, message, f"the runner failed: {type(exc).__name__}: {exc}"
                 )
 
     async def on_rebalance_complete(sender: Any = None, **kwargs: Any) -> None:

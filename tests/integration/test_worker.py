@@ -168,3 +168,46 @@ async def test_the_faust_cli_runs_the_same_app(settings, worker_factory):
     assert listing.returncode == 0, listing.stderr
     assert "triggers" in listing.stdout
     assert "keyed by <workflow>:<trigger key>" in listing.stdout
+
+
+async def test_an_entry_the_read_model_refuses_is_dead_lettered_and_the_rest_projected(
+    settings, worker_factory
+):
+    from rflow.codecs import RunJournal, encode
+    from rflow.engine.effects import Journal
+    from rflow.storage import runs
+
+    worker = worker_factory()
+    await worker.wait_ready()
+    at = datetime(2026, 1, 2, tzinfo=UTC)
+    good = Journal(run_id="r-good", workflow="sweep", event="run_started", status="running", at=at)
+    bad = Journal(
+        run_id="r-bad",
+        workflow="sweep",
+        event="step_started",
+        path="a",
+        status="running",
+        at=at,
+        data={"visit": 2**40},
+    )
+    for entry in (bad, good):
+        await produce(
+            settings, "rflow.events", entry.run_id.encode(), encode(RunJournal(entry=entry))
+        )
+
+    async def projected():
+        conn = await storage.connect(settings)
+        async with conn:
+            return await runs.get_run(conn, "r-good")
+
+    assert (await wait_until(projected, timeout=30, what="the good entry in the read model"))[
+        "status"
+    ] == "running"
+
+    async def refused():
+        conn = await storage.connect(settings)
+        async with conn:
+            return [r for r in await dead_letters.recent(conn) if r["record_key"] == "r-bad"]
+
+    [letter] = await wait_until(refused, timeout=30, what="the refused entry in the dead letters")
+    assert "the read model refused this entry" in letter["reason"]
