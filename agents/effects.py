@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 DEFAULT_STEP_TIMEOUT = 300.0
 MAX_CONCURRENT_ACTIONS = 64
+MAX_CONCURRENT_ROWS = 8
+"""Timer and wait rows written at once: more would only queue for the pool's
+connections and starve the projector and the timer loop that share it."""
 
 
 def partition_key(state: RunState) -> str:
@@ -52,6 +55,7 @@ class EffectRunner:
         self.executors = Executors(app.rflow)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.limit = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
+        self.rows = asyncio.Semaphore(MAX_CONCURRENT_ROWS)
 
     async def close(self) -> None:
         for task in list(self.tasks):
@@ -173,7 +177,8 @@ class EffectRunner:
     # --- rows ---------------------------------------------------------------------------
 
     async def db(self, work: Callable[[Any], Awaitable[Any]], what: str) -> Any:
-        return await self.runtime.database.run(work, what=what)
+        async with self.rows:
+            return await self.runtime.database.run(work, what=what)
 
     def _timer(
         self, effect: ScheduleTimer, key: str, partition: int
