@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 def attach(app: RflowApp) -> None:
     """Declare every agent on ``app``."""
     run = runner.attach(app)
-    timers.attach(app, run.effects)
+    timers.attach(app, run.effects, run)
     projector.attach(app)
     dead_letters.attach(app)
     app.rflow.runner = run

@@ -46,6 +46,9 @@ class Runner:
         self.versions = {name: workflow_version(wf) for name, wf in self.workflows.items()}
         self.uses_state = {name: _reads_state(wf) for name, wf in self.workflows.items()}
         self.partitions: frozenset[int] = frozenset()
+        self.paused: dict[str, str] = {}
+        """Workflows paused by an operator, a halt or a breaker: name -> why (refreshed
+        from Postgres by a timer, so every worker sees a pause within a second or so)."""
 
     # --- admission --------------------------------------------------------------------
 
@@ -66,11 +69,13 @@ class Runner:
             log.info("duplicate delivery of trigger %s ignored", gate)
             return
         accepted = record.model_dump(mode="json")
-        if workflow.paused:
-            self.triggers[gate] = {**accepted, "skipped": "workflow paused"}
+        paused = "paused in its definition" if workflow.paused else self.paused.get(record.workflow)
+        if paused:
+            self.triggers[gate] = {**accepted, "skipped": f"workflow paused: {paused}"}
             log.info(
-                "workflow %s is paused: trigger %s starts no run",
+                "workflow %s is paused (%s): trigger %s starts no run",
                 record.workflow,
+                paused,
                 record.trigger_key,
             )
             return

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rflow.agents.effects import EffectRunner
 from rflow.engine import TimerFired, WaitResolved
-from rflow.storage import runs, timers, waits
+from rflow.storage import controls, runs, timers, waits
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -20,7 +20,10 @@ WAIT_GRACE = timedelta(seconds=5)
 RETENTION_INTERVAL = 600.0
 
 
-def attach(app: RflowApp, effects: EffectRunner) -> None:
+PAUSE_REFRESH_INTERVAL = 1.0
+
+
+def attach(app: RflowApp, effects: EffectRunner, runner: Any = None) -> None:
     """Declare the timer loops on ``app``: they run on every worker, each for its partitions."""
     runtime = app.rflow
     runs_topic = runtime.catalog.full_name("rflow.runs")
@@ -75,6 +78,17 @@ def attach(app: RflowApp, effects: EffectRunner) -> None:
                 payload=row["resolution"],
             )
             await effects.send_event(row["partition_key"], event)
+
+    if runner is not None:
+
+        @app.timer(interval=PAUSE_REFRESH_INTERVAL, name="rflow.pauses")
+        async def refresh_pauses() -> None:
+            """Which workflows are paused (operator, on_failure: halt), for admission."""
+            found = await runtime.database.run(controls.paused, what="workflow pauses")
+            runner.paused = {
+                name: f"by {by}: {reason}" if reason else f"by {by}"
+                for name, (by, reason) in found.items()
+            }
 
     @app.timer(interval=RETENTION_INTERVAL, name="rflow.retention")
     async def apply_retention() -> None:

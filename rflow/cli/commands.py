@@ -9,4 +9,5 @@ from rflow.cli import (  # noqa: F401  (each module registers its commands on im
     runs,
     trigger,
     validate,
+    workflows,
 )

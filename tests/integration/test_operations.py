@@ -189,3 +189,67 @@ workflows:
     }
     status, _ = await asyncio.to_thread(post, good, sign("s3cret", good, "sha256"))
     assert status == 404  # answered: nothing waits there any more
+
+
+async def test_halt_pauses_the_workflow_until_an_operator_resumes_it(
+    settings, worker_factory, tmp_path
+):
+    path = tmp_path / "project.yaml"
+    path.write_text(
+        """
+workflows:
+  fragile:
+    on_failure: halt
+    trigger: { manual: {} }
+    steps:
+      - id: check
+        command: { name: assert, args: { that: "${{ trigger.ok }}", message: "not ok" } }
+"""
+    )
+    worker = worker_factory(project_path=path)
+    await worker.wait_ready()
+    env_settings = settings.model_copy(update={"project_path": path})
+    failed = await fire(settings, path, "fragile", "manual:fragile:1", {"ok": False})
+    assert (await settled_run(settings, failed))["status"] == "failed"
+
+    listing = rflow(env_settings, "workflow", "ls", "--json")
+    assert json.loads(listing.stdout) == [
+        {
+            "workflow": "fragile",
+            "trigger": "manual",
+            "state": f"paused on_failure run {failed} failed: not ok",
+        }
+    ]
+
+    probes = iter(range(1000))
+
+    async def skipped():
+        # Workers read pauses every second: probe with fresh keys until one is refused.
+        key = f"manual:fragile:probe{next(probes)}"
+        await fire(settings, path, "fragile", key, {"ok": True})
+
+        async def entry():
+            status, body = await worker.get(f"/rflow/triggers/fragile:{key}/")
+            return body if status == 200 else None
+
+        body = await wait_until(entry, timeout=30, what=f"{key} at the gate")
+        return body if "skipped" in body else None
+
+    entry = await wait_until(skipped, timeout=30, what="the paused workflow to refuse a run")
+    assert entry["skipped"].startswith("workflow paused: by on_failure")
+
+    assert rflow(env_settings, "workflow", "resume", "fragile").returncode == 0
+
+    async def admitted():
+        key = f"manual:fragile:probe{next(probes)}"
+        await fire(settings, path, "fragile", key, {"ok": True})
+
+        async def entry():
+            status, body = await worker.get(f"/rflow/triggers/fragile:{key}/")
+            return body if status == 200 else None
+
+        body = await wait_until(entry, timeout=30, what=f"{key} at the gate")
+        return body if "skipped" not in body else None
+
+    entry = await wait_until(admitted, timeout=30, what="a run admitted after the resume")
+    assert (await settled_run(settings, entry["runs"][0]))["status"] == "succeeded"

@@ -1,0 +1,94 @@
+"""``rflow workflow``: list the project's workflows, pause and resume them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from rflow.cli import main
+from rflow.settings import Settings, environ
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+async def _controls(work):
+    from rflow import storage
+
+    try:
+        conn = await storage.connect(Settings.from_env())
+    except storage.StorageError as exc:
+        _fail(str(exc))
+    async with conn:
+        return await work(conn)
+
+
+@main.group()
+def workflow() -> None:
+    """Workflows: list them, pause and resume them."""
+
+
+@workflow.command("ls")
+@click.option(
+    "--project",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Default: $RFLOW_PROJECT.",
+)
+@click.option("--json", "as_json", is_flag=True)
+def list_workflows(project: Path | None, as_json: bool) -> None:
+    """Each workflow of the project, its trigger and whether it is paused."""
+    from rflow.lang import ConfigError, load_project
+    from rflow.storage import controls
+
+    path = project or Settings.from_env().project_path
+    if path is None:
+        _fail("no project: give --project or set RFLOW_PROJECT")
+    try:
+        loaded = load_project(path, environ())
+    except ConfigError as exc:
+        _fail(f"{path} has {len(exc.diagnostics)} problems; run rflow validate {path}")
+    paused = asyncio.run(_controls(controls.paused))
+    rows = []
+    for name, definition in loaded.workflows.items():
+        trigger = type(definition.trigger).kind
+        state = (
+            "paused (definition)"
+            if definition.paused
+            else ("paused " + " ".join(filter(None, paused[name])) if name in paused else "active")
+        )
+        rows.append({"workflow": name, "trigger": trigger, "state": state})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    width = max([len(r["workflow"]) for r in rows] + [8])
+    click.echo(f"{'WORKFLOW':<{width}}  {'TRIGGER':<8}  STATE")
+    for row in rows:
+        click.echo(f"{row['workflow']:<{width}}  {row['trigger']:<8}  {row['state']}")
+
+
+@workflow.command()
+@click.argument("name")
+@click.option("--reason", default="paused by an operator", show_default=True)
+def pause(name: str, reason: str) -> None:
+    """Pause NAME: its triggers start no runs until it is resumed (runs in flight go on)."""
+    from rflow.storage import controls
+
+    asyncio.run(_controls(lambda conn: controls.pause(conn, name, by="operator", reason=reason)))
+    click.echo(f"paused {name}")
+
+
+@workflow.command()
+@click.argument("name")
+def resume(name: str) -> None:
+    """Resume NAME after a pause (an operator's, or on_failure: halt)."""
+    from rflow.storage import controls
+
+    asyncio.run(_controls(lambda conn: controls.resume(conn, name)))
+    click.echo(f"resumed {name}")
