@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import click
 
 from rflow.cli import main
+from rflow.cli.common import fail, with_database
 from rflow.settings import Settings
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
 
 
 @main.group()
@@ -32,7 +27,7 @@ def topics_apply(dry_run: bool) -> None:
     try:
         result = asyncio.run(topic_ops.apply(settings, dry_run=dry_run))
     except topic_ops.TopicsError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     verb = "would create" if dry_run else "created"
     for name in result.created:
         click.echo(f"{verb}  {name}")
@@ -54,16 +49,13 @@ def migrate() -> None:
 async def _migrate(settings: Settings) -> list[str]:
     from rflow import storage
 
-    try:
-        conn = await storage.connect(settings)
-    except storage.StorageError as exc:
-        _fail(str(exc))
-    async with conn:
+    async def migrate(conn) -> list[str]:
         try:
             return await storage.migrate(conn, settings.database_schema)
         except storage.StorageError as exc:
-            _fail(str(exc))
-    return []
+            fail(str(exc))
+
+    return await with_database(migrate, settings)
 
 
 @main.command()
@@ -84,14 +76,14 @@ def worker(project: Path | None, setup: bool, loglevel: str) -> None:
         for diagnostic in report.diagnostics:
             click.echo(str(diagnostic), err=True)
         if not report.ok:
-            _fail(f"{settings.project_path} has errors; the worker does not start")
+            fail(f"{settings.project_path} has errors; the worker does not start")
     if setup:
         from rflow.streams import topics as topic_ops
 
         try:
             asyncio.run(topic_ops.apply(settings))
         except topic_ops.TopicsError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         asyncio.run(_migrate(settings))
     from rflow.streams.app import create_app, tune_gc
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,12 +12,13 @@ from typing import Any, NoReturn
 import click
 
 from rflow.cli import main
+from rflow.cli.common import fail
 from rflow.settings import Settings
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
+    """Usage problems exit 2, the project's convention for bad input to a command."""
+    fail(message, code)
 
 
 def parse_inputs(values: tuple[str, ...]) -> dict[str, Any]:

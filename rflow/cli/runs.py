@@ -5,19 +5,14 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
-import sys
 from datetime import datetime
 from typing import Any
 
 import click
 
 from rflow.cli import main
+from rflow.cli.common import fail, with_database
 from rflow.settings import Settings
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
 
 
 def _json(value: Any) -> str:
@@ -39,17 +34,6 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-async def _with_conn(work):
-    from rflow import storage
-
-    try:
-        conn = await storage.connect(Settings.from_env())
-    except storage.StorageError as exc:
-        _fail(str(exc))
-    async with conn:
-        return await work(conn)
-
-
 @main.group()
 def runs() -> None:
     """Runs: their status, journals, approvals and cancellation."""
@@ -68,7 +52,7 @@ def list_runs(
     from rflow.storage import runs as store
 
     rows = asyncio.run(
-        _with_conn(
+        with_database(
             lambda conn: store.list_runs(
                 conn, workflow=workflow, status="failed" if failed else status, limit=limit
             )
@@ -91,9 +75,9 @@ def show(run_id: str, as_json: bool) -> None:
     """One run's journal, step by step: inputs, outputs, errors and timings."""
     from rflow.storage import runs as store
 
-    run = asyncio.run(_with_conn(lambda conn: store.get_run(conn, run_id)))
+    run = asyncio.run(with_database(lambda conn: store.get_run(conn, run_id)))
     if run is None:
-        _fail(f"no run {run_id}")
+        fail(f"no run {run_id}")
     if as_json:
         click.echo(_json(run))
         return
@@ -126,7 +110,7 @@ def _answer(run_id: str, step: str | None, payload: dict[str, Any], as_json: boo
     try:
         result = asyncio.run(answer(Settings.from_env(), run_id, step, payload))
     except ControlError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     click.echo(
         _json(result)
         if as_json
@@ -180,5 +164,5 @@ def cancel(run_id: str, reason: str, as_json: bool) -> None:
     try:
         result = asyncio.run(request_cancel(Settings.from_env(), run_id, reason))
     except ControlError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     click.echo(_json(result) if as_json else f"cancel requested: run {run_id}")

@@ -4,29 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import click
 
 from rflow.cli import main
+from rflow.cli.common import fail, with_database
 from rflow.settings import Settings, environ
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
-
-
-async def _controls(work):
-    from rflow import storage
-
-    try:
-        conn = await storage.connect(Settings.from_env())
-    except storage.StorageError as exc:
-        _fail(str(exc))
-    async with conn:
-        return await work(conn)
 
 
 @main.group()
@@ -49,12 +33,12 @@ def list_workflows(project: Path | None, as_json: bool) -> None:
 
     path = project or Settings.from_env().project_path
     if path is None:
-        _fail("no project: give --project or set RFLOW_PROJECT")
+        fail("no project: give --project or set RFLOW_PROJECT")
     try:
         loaded = load_project(path, environ())
     except ConfigError as exc:
-        _fail(f"{path} has {len(exc.diagnostics)} problems; run rflow validate {path}")
-    paused = asyncio.run(_controls(controls.paused))
+        fail(f"{path} has {len(exc.diagnostics)} problems; run rflow validate {path}")
+    paused = asyncio.run(with_database(controls.paused))
     rows = []
     for name, definition in loaded.workflows.items():
         trigger = type(definition.trigger).kind
@@ -80,7 +64,9 @@ def pause(name: str, reason: str) -> None:
     """Pause NAME: its triggers start no runs until it is resumed (runs in flight go on)."""
     from rflow.storage import controls
 
-    asyncio.run(_controls(lambda conn: controls.pause(conn, name, by="operator", reason=reason)))
+    asyncio.run(
+        with_database(lambda conn: controls.pause(conn, name, by="operator", reason=reason))
+    )
     click.echo(f"paused {name}")
 
 
@@ -90,5 +76,5 @@ def resume(name: str) -> None:
     """Resume NAME after a pause (an operator's, or on_failure: halt)."""
     from rflow.storage import controls
 
-    asyncio.run(_controls(lambda conn: controls.resume(conn, name)))
+    asyncio.run(with_database(lambda conn: controls.resume(conn, name)))
     click.echo(f"resumed {name}")
