@@ -18,7 +18,7 @@ from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import EffectRunner, partition_key
 from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
 from rflow.engine import CancelRequested, RunState, RunStatus, Settle, Start, advance, resume
-from rflow.engine.keys import matrix_combinations, run_id, run_key, workflow_version
+from rflow.engine.keys import firing_runs, matrix_combinations, run_key, workflow_version
 from rflow.failures import RflowError
 from rflow.lang.model import Workflow
 from rflow.lang.model.resources import Config
@@ -79,10 +79,13 @@ class Runner:
                 record.trigger_key,
             )
             return
-        combinations = matrix_combinations(workflow.strategy.matrix) if workflow.strategy else [{}]
-        run_ids = [
-            run_id(record.workflow, record.trigger_key, combo or None) for combo in combinations
-        ]
+        runs = firing_runs(
+            record.workflow,
+            record.trigger_key,
+            workflow.strategy.matrix if workflow.strategy else None,
+        )
+        combinations = [combo for combo, _ in runs]
+        run_ids = [rid for _, rid in runs]
         limit = (workflow.strategy.max_parallel if workflow.strategy else None) or len(combinations)
         entry = {**accepted, "runs": run_ids}
         if workflow.strategy is not None:

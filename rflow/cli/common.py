@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from rflow.settings import Settings
+
+if TYPE_CHECKING:
+    from rflow.lang import Project
 
 T = TypeVar("T")
 
@@ -29,3 +33,24 @@ async def with_database(work: Callable[[Any], Awaitable[T]], settings: Settings 
         fail(str(exc))
     async with conn:
         return await work(conn)
+
+
+def project_or_warn(path: Path | None, unchecked: str) -> Project | None:
+    """The project at ``path``; without one, a warning saying what goes ``unchecked``.
+
+    A project with errors prints each diagnostic and exits 2.
+    """
+    from rflow.lang import ConfigError, load_project
+    from rflow.settings import environ
+
+    if path is None:
+        click.echo(f"warning: no project (--project or RFLOW_PROJECT): {unchecked}", err=True)
+        return None
+    try:
+        return load_project(path, environ())
+    except FileNotFoundError as exc:
+        fail(str(exc), 2)
+    except ConfigError as exc:
+        for diagnostic in exc.diagnostics:
+            click.echo(str(diagnostic), err=True)
+        fail(f"{path} has errors", 2)

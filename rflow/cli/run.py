@@ -12,7 +12,8 @@ from typing import Any, NoReturn
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail
+from rflow.cli.common import fail, project_or_warn
+from rflow.engine.keys import firing_runs
 from rflow.settings import Settings
 
 
@@ -75,8 +76,6 @@ def run_workflow(
     group. Prints the run's trigger key once Kafka has acknowledged the firing.
     """
     from rflow.ingress import ManualRunError, manual_record, manual_workflow
-    from rflow.lang import ConfigError, load_project
-    from rflow.settings import environ
     from rflow.streams.producer import ProduceError, produce_trigger
 
     try:
@@ -85,23 +84,11 @@ def run_workflow(
         _fail(f"--input {exc.message}")
     settings = Settings.from_env()
     path = project or settings.project_path
-    loaded = None
-    if path is None:
-        click.echo(
-            "warning: no project (--project or RFLOW_PROJECT): the workflow and its inputs "
-            "are not checked, and the record is keyed by its trigger key; a worker dead-letters "
-            "it if the workflow declares a concurrency group",
-            err=True,
-        )
-    else:
-        try:
-            loaded = load_project(path, environ())
-        except FileNotFoundError as exc:
-            _fail(str(exc))
-        except ConfigError as exc:
-            for diagnostic in exc.diagnostics:
-                click.echo(str(diagnostic), err=True)
-            _fail(f"{path} has errors")
+    loaded = project_or_warn(
+        path,
+        "the workflow and its inputs are not checked, and the record is keyed by its trigger "
+        "key; a worker dead-letters it if the workflow declares a concurrency group",
+    )
     try:
         definition = None if loaded is None else manual_workflow(loaded, workflow)
         record = manual_record(
@@ -117,14 +104,12 @@ def run_workflow(
         partition, offset = asyncio.run(produce_trigger(settings, record))
     except ProduceError as exc:
         _fail(str(exc), code=1)
-    from rflow.engine.keys import matrix_combinations, run_id
-
     strategy = definition.strategy if definition is not None else None
-    combinations = matrix_combinations(strategy.matrix) if strategy else [{}]
+    runs = firing_runs(workflow, record.trigger_key, strategy.matrix if strategy else None)
     result = {
         "workflow": workflow,
         "trigger_key": record.trigger_key,
-        "run_ids": [run_id(workflow, record.trigger_key, combo or None) for combo in combinations],
+        "run_ids": [rid for _, rid in runs],
         "group": record.group,
         "partition": partition,
         "offset": offset,

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail
+from rflow.cli.common import fail, project_or_warn
 from rflow.settings import Settings
 
 
@@ -39,25 +39,11 @@ def _payload(text: str) -> dict[str, Any]:
 
 def _project(path: Path | None):
     """The loaded project at ``path``, or ``None`` (with a warning) without one."""
-    from rflow.lang import ConfigError, load_project
-    from rflow.settings import environ
-
-    if path is None:
-        click.echo(
-            "warning: no project (--project or RFLOW_PROJECT): the workflow is not checked "
-            "and the record is keyed by --group, else by its trigger key; a worker "
-            "dead-letters it if the workflow's concurrency group says otherwise",
-            err=True,
-        )
-        return None
-    try:
-        return load_project(path, environ())
-    except FileNotFoundError as exc:
-        _fail(str(exc))
-    except ConfigError as exc:
-        for diagnostic in exc.diagnostics:
-            click.echo(str(diagnostic), err=True)
-        _fail(f"{path} has errors")
+    return project_or_warn(
+        path,
+        "the workflow is not checked and the record is keyed by --group, else by its trigger "
+        "key; a worker dead-letters it if the workflow's concurrency group says otherwise",
+    )
 
 
 @main.command()
@@ -102,7 +88,7 @@ def trigger(
     payload. Prints the run id(s) once Kafka has acknowledged the record.
     """
     from rflow.codecs import TriggerRecord
-    from rflow.engine.keys import matrix_combinations, run_id
+    from rflow.engine.keys import firing_runs
     from rflow.failures import RflowError
     from rflow.streams.producer import ProduceError, produce_trigger
     from rflow.triggering import trigger_record
@@ -151,8 +137,12 @@ def trigger(
     except ProduceError as exc:
         _fail(str(exc), code=1)
     strategy = definition.strategy if definition is not None else None
-    combinations = matrix_combinations(strategy.matrix) if strategy else [{}]
-    run_ids = [run_id(workflow, record.trigger_key, combo or None) for combo in combinations]
+    run_ids = [
+        rid
+        for _, rid in firing_runs(
+            workflow, record.trigger_key, strategy.matrix if strategy else None
+        )
+    ]
     result = {
         "workflow": workflow,
         "trigger_key": record.trigger_key,

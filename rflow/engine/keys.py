@@ -41,6 +41,14 @@ def run_id(workflow: str, trigger_key: str, combination: Mapping[str, Any] | Non
     return "r" + digest[:24]
 
 
+def firing_runs(
+    workflow: str, trigger_key: str, matrix: Mapping[str, Sequence[Any]] | None
+) -> list[tuple[dict[str, Any], str]]:
+    """Each run one firing starts: its matrix combination (``{}`` without a matrix) and id."""
+    combinations = matrix_combinations(matrix) if matrix else [{}]
+    return [(combo, run_id(workflow, trigger_key, combo or None)) for combo in combinations]
+
+
 def step_path(step_id: str, index: int | None = None) -> str:
     """``payout`` or, for a foreach iteration, ``payout[3]``."""
     return step_id if index is None else f"{step_id}[{index}]"
