@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import uuid
 from pathlib import Path
 
@@ -29,3 +31,27 @@ def settings(unique: str, tmp_path: Path) -> Settings:
         broker_session_timeout=6.0,
         broker_heartbeat_interval=0.5,
     )
+
+
+@pytest.fixture(autouse=True)
+async def _stacks_of_a_hanging_test(request: pytest.FixtureRequest):
+    """Shortly before pytest-timeout fails a test, print every asyncio task's stack.
+
+    The timeout alone shows only the event loop waiting in ``select``; the tasks show
+    what the test was actually waiting for.
+    """
+    marker = request.node.get_closest_marker("timeout")
+    limit = float(marker.args[0]) if marker and marker.args else request.config.getini("timeout")
+    if not limit:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+
+    def dump() -> None:
+        print(f"\n--- asyncio tasks of {request.node.nodeid} near its timeout ---", file=sys.stderr)
+        for task in asyncio.all_tasks(loop):
+            task.print_stack(limit=20, file=sys.stderr)
+
+    handle = loop.call_later(max(float(limit) - 10.0, 1.0), dump)
+    yield
+    handle.cancel()

@@ -28,4 +28,5 @@ def test_every_package_directory_is_packaged():
         for init in root.rglob("__init__.py"):
             relative = init.parent.relative_to(root).parts
             found.add(".".join((package, *relative)))
+    found |= set(config["package-data"])  # data-only folders, such as the migrations
     assert found == declared
