@@ -65,8 +65,9 @@ class Runner:
             await send_dead_letter(self.app, message, disagreement)
             return
         gate = run_key(record.workflow, record.trigger_key)
-        if self.triggers.get(gate) is not None:
-            log.info("duplicate delivery of trigger %s ignored", gate)
+        admitted = self.triggers.get(gate)
+        if admitted is not None:
+            await self.readmit(workflow, record, admitted, message.partition)
             return
         accepted = record.model_dump(mode="json")
         paused = "paused in its definition" if workflow.paused else self.paused.get(record.workflow)
@@ -101,6 +102,34 @@ class Runner:
             await self.start_run(
                 workflow, record, combinations[index], run_ids[index], message.partition
             )
+
+    async def readmit(
+        self, workflow: Workflow, record: TriggerRecord, admitted: dict[str, Any], partition: int
+    ) -> None:
+        """A firing delivered again. Its gate entry and its runs' states are separate table
+        writes whose changelogs reach the broker independently: a crash can keep the gate
+        and lose a run's first state. Such a run is started again (a start is idempotent);
+        anything else about a repeated firing is ignored."""
+        started = admitted.get("matrix", {}).get("active", admitted.get("runs", []))
+        lost = [rid for rid in started if self.runs.get(rid) is None]
+        if not lost:
+            log.info("duplicate delivery of trigger %s ignored", record.trigger_key)
+            return
+        # The firing as first admitted: a repeat of its key may carry another payload.
+        record = TriggerRecord.model_validate(
+            {k: v for k, v in admitted.items() if k in TriggerRecord.model_fields}
+        )
+        runs = firing_runs(
+            record.workflow,
+            record.trigger_key,
+            workflow.strategy.matrix if workflow.strategy else None,
+        )
+        for combo, rid in runs:
+            if rid in lost:
+                log.warning(
+                    "run %s of trigger %s lost its start: starting it", rid, record.trigger_key
+                )
+                await self.start_run(workflow, record, combo, rid, partition)
 
     async def start_run(
         self,
@@ -212,6 +241,8 @@ class Runner:
         new_state, effects = advance(workflow, state, event, datetime.now(UTC), self.config)
         if new_state is None or new_state is state:
             return
+        # Effects first, state second: see EffectRunner.carry_out.
+        await self.effects.carry_out(new_state, effects, partition)
         if new_state.settled:
             # The journal is in the read model; the table keeps a marker, so a redelivered
             # event of this run is still recognised, at a few bytes instead of its state.
@@ -219,7 +250,6 @@ class Runner:
         else:
             # Defaults are left out: a parked run's entry is a third smaller in memory.
             self.runs[event.run_id] = new_state.model_dump(mode="json", exclude_defaults=True)
-        await self.effects.carry_out(new_state, effects, partition)
         if new_state.matrix is not None:
             for effect in effects:
                 if isinstance(effect, Settle):
@@ -342,7 +372,9 @@ def attach(app: RflowApp) -> Runner:
         assigned = frozenset(
             tp.partition for tp in app.assignor.assigned_actives() if tp.topic == runs_topic
         )
-        await runner.resume_partitions(assigned)
+        # Off Faust's recovery path: its streams resume only after every receiver of this
+        # signal returns, and re-issuing effects is I/O (idempotent wherever it lands).
+        runner.effects.spawn(runner.resume_partitions(assigned), "resume partitions")
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
     return runner
