@@ -72,10 +72,9 @@ def list_runs(
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
 def show(run_id: str, as_json: bool) -> None:
-    """One run's journal, step by step: inputs, outputs, errors and timings."""
-    from rflow.storage import runs as store
-
-    run = asyncio.run(with_database(lambda conn: store.get_run(conn, run_id)))
+    """One run's journal, step by step: inputs, outputs, errors and timings, and the budget
+    charges of its sends."""
+    run = asyncio.run(with_database(lambda conn: _run_with_charges(conn, run_id)))
     if run is None:
         fail(f"no run {run_id}")
     if as_json:
@@ -102,6 +101,20 @@ def show(run_id: str, as_json: bool) -> None:
         )
         rows.append([step["path"], step["status"], str(step["attempt"]), took, detail[:80]])
     click.echo(_table(rows, ["STEP", "STATUS", "ATTEMPT", "TOOK", "OUTPUT / ERROR"]))
+    if run["charges"]:
+        click.echo("")
+        charges = [[c["budget"], c["asset"], str(c["amount"]), c["status"]] for c in run["charges"]]
+        click.echo(_table(charges, ["BUDGET", "ASSET", "AMOUNT", "STATUS"]))
+
+
+async def _run_with_charges(conn: Any, run_id: str) -> dict[str, Any] | None:
+    from rflow.storage import budgets
+    from rflow.storage import runs as store
+
+    run = await store.get_run(conn, run_id)
+    if run is not None:
+        run["charges"] = await budgets.run_charges(conn, run_id)
+    return run
 
 
 def _answer(run_id: str, step: str | None, payload: dict[str, Any], as_json: bool) -> None:
