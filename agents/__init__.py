@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rflow.agents import dead_letters, projector, runner, timers
+from rflow.agents import dead_letters, projector, relayer, runner, timers
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -15,5 +15,6 @@ def attach(app: RflowApp) -> None:
     run = runner.attach(app)
     timers.attach(app, run.effects, run)
     projector.attach(app)
+    relayer.attach(app)
     dead_letters.attach(app)
     app.rflow.runner = run

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rflow.agents.executors import Executors
 from rflow.classify import classify
-from rflow.codecs import RunEvent, RunJournal, encode
+from rflow.codecs import RunEvent, RunJournal, SendRequest, encode
 from rflow.engine import (
     Effect,
     Execute,
@@ -75,10 +75,19 @@ class EffectRunner:
         task.add_done_callback(done)
 
     async def carry_out(self, state: RunState, effects: list[Effect], partition: int) -> None:
-        """Start every effect; only the journal sends are awaited (they are buffered)."""
+        """Start every effect, and return once the run's journal entries are on the broker.
+
+        The caller writes the run's new state only after this returns: a crash in between
+        redelivers the event, which produces the same entries again (the read model takes
+        them idempotently). The other way round, a state that outlived its journal would
+        leave the read model without those entries for good.
+        """
         key = partition_key(state)
+        delivered: list[Any] = []
         for effect in effects:
-            if isinstance(effect, Execute):
+            if isinstance(effect, Execute) and effect.kind == "send_transaction":
+                self.spawn(self.send(effect, key), f"send {effect.key}")
+            elif isinstance(effect, Execute):
                 self.spawn(self.execute(effect, key), f"step {effect.key}")
             elif isinstance(effect, ScheduleTimer):
                 self.spawn(
@@ -92,9 +101,11 @@ class EffectRunner:
                     "unpark",
                 )
             elif isinstance(effect, Journal | Settle):
-                await self.publish(effect)
+                delivered.append(await self.publish(effect))
                 if isinstance(effect, Settle):
                     self.settled(effect, state)
+        if delivered:
+            await asyncio.gather(*delivered)
 
     def settled(self, effect: Settle, state: RunState) -> None:
         had_timers = any(r.due_at is not None for r in (*state.steps.values(), *state.history))
@@ -148,29 +159,43 @@ class EffectRunner:
         )
         await self.send_event(key, result)
 
+    async def send(self, effect: Execute, key: str) -> None:
+        """Hand a send to the relayer that owns its signer; its result comes back from there."""
+        record = SendRequest(execute=effect, reply_key=key)
+        await self._produce(
+            self.runtime.topics.sends, record.partition_key, encode(record), effect.run_id
+        )
+
     async def send_event(self, key: str, event: Event) -> None:
         """Produce a run event and wait for the broker; retried until it lands."""
+        await self._produce(
+            self.runtime.topics.runs, key, encode(RunEvent(event=event)), event.run_id
+        )
+
+    async def _produce(self, topic: Any, key: str, value: bytes, run_id: str) -> None:
+        """Produce and wait for the broker; retried until it lands."""
         delay = 0.1
-        value = encode(RunEvent(event=event))
         while True:
             try:
-                fut = await self.runtime.topics.runs.send(key=key.encode(), value=value)
+                fut = await topic.send(key=key.encode(), value=value)
                 await fut
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # Kafka away: keep the result, try again
+            except Exception as exc:  # Kafka away: keep the record, try again
                 log.warning(
-                    "cannot produce run event for %s, retrying in %.1fs: %r",
-                    event.run_id,
+                    "cannot produce to %s for run %s, retrying in %.1fs: %r",
+                    topic.get_topic_name(),
+                    run_id,
                     delay,
                     exc,
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def publish(self, entry: Journal | Settle) -> None:
-        await self.runtime.topics.events.send(
+    async def publish(self, entry: Journal | Settle) -> Any:
+        """Produce a journal entry; the returned future resolves once the broker has it."""
+        return await self.runtime.topics.events.send(
             key=entry.run_id.encode(), value=encode(RunJournal(entry=entry))
         )
 

@@ -10,6 +10,7 @@ from rflow.codecs.records import (
     Record,
     RunEvent,
     RunJournal,
+    SendRequest,
     TriggerRecord,
     TriggerRetracted,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "Record",
     "RunEvent",
     "RunJournal",
+    "SendRequest",
     "TriggerRecord",
     "TriggerRetracted",
     "decode",

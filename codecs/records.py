@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rflow.engine.effects import Journal, Settle
+from rflow.engine.effects import Execute, Journal, Settle
 from rflow.engine.events import Event
 
 
@@ -89,6 +89,24 @@ class RunEvent(Record):
     event: Event
 
 
+class SendRequest(Record):
+    """A send step for the relayer (on the sends topic, keyed ``network:relayer``).
+
+    ``execute`` is the engine's effect, with the step's idempotency key; ``reply_key``
+    is the Kafka key of the run's events, where the step's result goes back.
+    """
+
+    kind: Literal["send"] = "send"
+    v: Literal[1] = 1
+    execute: Execute
+    reply_key: str = Field(min_length=1, max_length=512)
+
+    @property
+    def partition_key(self) -> str:
+        """The Kafka key: one relayer's sends on one partition, in order."""
+        return f"{self.execute.action['network']}:{self.execute.action['relayer']}"
+
+
 class RunJournal(Record):
     """A journal entry of a run for the read model (on the events topic, keyed by run id)."""
 
@@ -98,7 +116,7 @@ class RunJournal(Record):
 
 
 AnyRecord = Annotated[
-    TriggerRecord | TriggerRetracted | RunEvent | RunJournal | DeadLetter,
+    TriggerRecord | TriggerRetracted | RunEvent | RunJournal | SendRequest | DeadLetter,
     Field(discriminator="kind"),
 ]
 
@@ -107,5 +125,6 @@ KNOWN_VERSIONS: dict[str, frozenset[int]] = {
     "trigger_retracted": frozenset({1}),
     "run_event": frozenset({1}),
     "run_journal": frozenset({1}),
+    "send": frozenset({1}),
     "dead_letter": frozenset({1}),
 }

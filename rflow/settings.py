@@ -28,6 +28,9 @@ _VARIABLES = {
     "WEB_PORT": "web_port",
     "BROKER_SESSION_TIMEOUT": "broker_session_timeout",
     "BROKER_HEARTBEAT_INTERVAL": "broker_heartbeat_interval",
+    "SEND_BUMP_AFTER": "send_bump_after",
+    "SEND_EXPIRE_AFTER": "send_expire_after",
+    "SEND_POLL_INTERVAL": "send_poll_interval",
 }
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,6 +71,15 @@ class Settings(BaseModel):
     web_port: int = Field(6066, description="Faust web server port of a worker")
     broker_session_timeout: float = 30.0
     broker_heartbeat_interval: float = 3.0
+    send_bump_after: float = Field(
+        30.0, gt=0, description="seconds a transaction may wait unmined before its fee is bumped"
+    )
+    send_expire_after: float = Field(
+        900.0, gt=0, description="seconds after which an unmined send is given up (expired)"
+    )
+    send_poll_interval: float = Field(
+        0.05, gt=0, description="seconds between receipt checks of pending transactions"
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -28,10 +28,12 @@ log = logging.getLogger(__name__)
 class RpcError(Exception):
     """The node answered a call with a JSON-RPC error."""
 
-    def __init__(self, method: str, code: Any, message: str) -> None:
+    def __init__(self, method: str, code: Any, message: str, data: Any = None) -> None:
         super().__init__(f"{method}: error {code}: {message}")
         self.method = method
         self.code = code
+        self.message = message
+        self.data = data
 
 
 class RpcUnavailable(Exception):
@@ -177,7 +179,7 @@ def _result(method: str, answer: Any) -> Any:
     if answer.get("error") is not None:
         error = answer["error"]
         if isinstance(error, dict):
-            raise RpcError(method, error.get("code"), str(error.get("message")))
+            raise RpcError(method, error.get("code"), str(error.get("message")), error.get("data"))
         raise RpcError(method, None, str(error))
     if "result" not in answer:
         raise RpcUnavailable(f"{method}: answer without result: {str(answer)[:200]}")

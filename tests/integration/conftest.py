@@ -82,9 +82,16 @@ def worker_factory(settings: Settings, tmp_path: Path) -> Iterator:
     """Start ``rflow worker`` processes for this test; all are stopped at teardown."""
     started: list[WorkerProcess] = []
 
-    def start(command: tuple[str, ...] = WorkerProcess.RFLOW, **overrides) -> WorkerProcess:
+    def start(
+        command: tuple[str, ...] = WorkerProcess.RFLOW,
+        env: dict[str, str] | None = None,
+        **overrides,
+    ) -> WorkerProcess:
         worker = WorkerProcess(
-            settings.model_copy(update=overrides), tmp_path / f"worker-{len(started)}.log", command
+            settings.model_copy(update=overrides),
+            tmp_path / f"worker-{len(started)}.log",
+            command,
+            env,
         ).start()
         started.append(worker)
         return worker

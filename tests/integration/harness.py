@@ -52,15 +52,20 @@ class WorkerProcess:
     FAUST = (sys.executable, "-m", "faust", "-A", "rflow.streams.app", "worker", "-l", "info")
 
     def __init__(
-        self, settings: Settings, log_path: Path, command: tuple[str, ...] = RFLOW
+        self,
+        settings: Settings,
+        log_path: Path,
+        command: tuple[str, ...] = RFLOW,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.settings = settings.model_copy(update={"web_port": free_port()})
         self.log_path = log_path
         self.command = command
+        self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
-        env = {**os.environ, **self.settings.to_env()}
+        env = {**os.environ, **self.settings.to_env(), **self.env}
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             list(self.command),

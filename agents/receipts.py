@@ -1,0 +1,485 @@
+"""Following sends on chain: receipts with the network's confirmations, gas bumps,
+rebroadcasts, drops and expiries, and nonce gaps filled by zero-value self-transfers.
+
+The tracker watches every open send of the relayers this worker owns, loaded from
+Postgres when ownership changes and added as the relayer broadcasts. A send settles
+only on chain evidence: a receipt of any of its attempts, confirmed; or its nonce
+used by another transaction while none of its own was mined. Nothing that may have
+reached the chain is ever signed again with a new nonce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rflow.codecs import SendRequest
+from rflow.failures import FailureKind, RflowError, StepError
+from rflow.ingress.rpc import RpcError, RpcUnavailable
+from rflow.relayer.fees import Fees, bump
+from rflow.relayer.node import Broadcast, Node
+from rflow.relayer.signing import Signer
+from rflow.storage import budgets, sends
+from rflow.storage.sends import Attempt, SendRow
+
+if TYPE_CHECKING:
+    from rflow.agents.relayer import Relayer
+
+log = logging.getLogger("rflow.relayer")
+MISSING_GRACE = 2.0
+"""Seconds after a broadcast before the node not knowing a transaction means anything."""
+MISSING_CHECKS = 2
+"""Consecutive checks, a second apart, the node must not know a transaction to drop it."""
+POOL_CHECK_INTERVAL = 1.0
+RELOAD_INTERVAL = 5.0
+"""Open sends are reloaded from Postgres this often, so none is ever forgotten."""
+FILL_GAS = 21_000
+
+
+@dataclass
+class Watched:
+    """An open send and what this process knows about its latest broadcast."""
+
+    row: SendRow
+    accepted: bool
+    nonce_low: bool = False
+    seen_at: float = field(default_factory=time.monotonic)
+    broadcast_at: float = field(default_factory=time.monotonic)
+    retry_at: float = 0.0
+    checked_at: float = 0.0
+    missing: int = 0
+
+
+class Tracker:
+    """Watches open sends until each settles, and carries out what settling means."""
+
+    def __init__(self, relayer: Relayer) -> None:
+        self.relayer = relayer
+        self.settings = relayer.settings
+        self.watched: dict[str, Watched] = {}
+        self.owned: set[tuple[str, str]] = set()
+        self._wake = asyncio.Event()
+        self._stopped = False
+        self._loaded_at = 0.0
+
+    # --- what to watch ------------------------------------------------------------------
+
+    def watch(self, row: SendRow, *, accepted: bool, nonce_low: bool = False) -> None:
+        """Follow ``row``; a send already watched keeps what is known of it."""
+        if row.send_key in self.watched:
+            return
+        self.watched[row.send_key] = Watched(row, accepted, nonce_low)
+        self._wake.set()
+
+    async def own(self, owned: set[tuple[str, str]]) -> None:
+        """The relayers this worker owns now: forget the others, load the new ones."""
+        self.owned = owned
+        for key, watched in list(self.watched.items()):
+            if (watched.row.network, watched.row.relayer) not in owned:
+                del self.watched[key]
+        await self.load()
+
+    async def load(self) -> None:
+        """Watch every open send of the owned relayers (rebroadcast what was never seen)."""
+        self._loaded_at = time.monotonic()
+        by_network: dict[str, list[str]] = defaultdict(list)
+        for network, relayer in self.owned:
+            by_network[network].append(relayer)
+        for network, relayers in by_network.items():
+            rows = await self.relayer.db(
+                lambda conn, n=network, r=relayers: sends.open_sends(conn, n, r), "open sends"
+            )
+            for row in rows:
+                self.watch(row, accepted=False)
+
+    async def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+
+    # --- the loop -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Round after round until the worker stops; a failed round is logged and retried."""
+        interval = self.settings.send_poll_interval
+        while not self._stopped:
+            if not self.watched:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), RELOAD_INTERVAL)
+            try:
+                if time.monotonic() - self._loaded_at > RELOAD_INTERVAL and self.owned:
+                    await self.load()
+                await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("following sends failed; trying again")
+                await asyncio.sleep(1.0)
+            await asyncio.sleep(interval)
+
+    async def round(self) -> None:
+        by_network: dict[str, list[Watched]] = defaultdict(list)
+        for watched in list(self.watched.values()):
+            by_network[watched.row.network].append(watched)
+        for network, group in by_network.items():
+            try:
+                await self._round(network, group)
+            except (RpcUnavailable, RpcError) as exc:
+                log.warning("following sends on %s: %s", network, exc)
+
+    async def _round(self, network: str, group: list[Watched]) -> None:
+        node = await self.relayer.node(network)
+        hashes = [a.tx_hash for w in group for a in w.row.attempts]
+        head, receipts = await node.receipts(hashes)
+        confirmations = self.relayer.confirmations(network)
+        now = time.monotonic()
+        unmined: list[Watched] = []
+        for watched in group:
+            mined = [receipts[a.tx_hash] for a in watched.row.attempts if a.tx_hash in receipts]
+            if mined:
+                receipt = mined[0]
+                if head - int(receipt["blockNumber"], 16) + 1 >= confirmations:
+                    await self.settle_mined(watched, receipt)
+                continue
+            unmined.append(watched)
+        due = [w for w in unmined if w.accepted and now - w.checked_at >= POOL_CHECK_INTERVAL]
+        pooled = await node.pooled([w.row.tx_hash for w in due]) if due else {}
+        for watched in unmined:
+            if watched.row.send_key not in self.watched:
+                continue
+            await self.unmined(watched, now, pooled.get(watched.row.tx_hash))
+
+    # --- settling -------------------------------------------------------------------------
+
+    async def settle_mined(self, watched: Watched, receipt: dict[str, Any]) -> None:
+        row = watched.row
+        succeeded = int(receipt["status"], 16) == 1
+        status = "succeeded" if succeeded else "reverted"
+
+        async def work(conn) -> None:
+            async with conn.transaction():
+                await sends.settle(conn, row.send_key, status=status, receipt=receipt)
+                await budgets.record_gas(
+                    conn,
+                    tx_hash=receipt["transactionHash"],
+                    send_key=row.send_key,
+                    network=row.network,
+                    relayer=row.relayer,
+                    gas_used=int(receipt["gasUsed"], 16),
+                    effective_gas_price=int(receipt["effectiveGasPrice"], 16),
+                    value=row.value if succeeded else 0,
+                )
+                if row.purpose == "step":
+                    await budgets.settle(conn, row.send_key, "spent" if succeeded else "released")
+
+        await self.relayer.db(work, f"settle send {row.send_key}")
+        log.info("send %s %s in block %s", row.send_key, status, int(receipt["blockNumber"], 16))
+        await self._answer(row.send_key)
+
+    async def settle_failed(self, row: SendRow, error: StepError) -> None:
+        """Settle an open send that never reached the chain (or whose nonce is gone)."""
+        data = error.model_dump(mode="json")
+
+        async def work(conn) -> None:
+            async with conn.transaction():
+                await sends.settle(conn, row.send_key, status=_status_of(error), error=data)
+                if row.purpose == "step":
+                    await budgets.settle(conn, row.send_key, "released")
+
+        await self.relayer.db(work, f"settle send {row.send_key}")
+        log.warning("send %s failed: %s", row.send_key, error.message)
+        await self._answer(row.send_key)
+
+    async def _answer(self, send_key: str) -> None:
+        self.watched.pop(send_key, None)
+        row = await self.relayer.db(lambda conn: sends.find(conn, send_key), "find send")
+        if row is not None and row.reply is not None and row.settled:
+            output, error = result_of(row)
+            await self.relayer.reply(row.reply, output, error)
+
+    async def refused(self, row: SendRow, error: StepError) -> None:
+        """The node refused a new send for good: it never went out. Its nonce goes back,
+        or, when later nonces are already signed, a self-transfer fills it."""
+        returned = await self.relayer.db(
+            lambda conn: sends.return_nonce(conn, row.network, row.address, row.nonce),
+            "return nonce",
+        )
+        if not returned:
+            await self.fill(row, None)
+        await self.settle_failed(row, error)
+
+    # --- what an unmined send needs -------------------------------------------------------
+
+    async def unmined(self, watched: Watched, now: float, known: bool | None) -> None:
+        row = watched.row
+        node = await self.relayer.node(row.network)
+        if watched.nonce_low:
+            await self.nonce_taken(watched)
+            return
+        if not watched.accepted:
+            if now >= watched.retry_at:
+                await self.rebroadcast(watched, now)
+            return
+        if known is not None:
+            watched.checked_at = now
+            if known or now - watched.broadcast_at < MISSING_GRACE:
+                watched.missing = 0
+            else:
+                watched.missing += 1
+                if watched.missing >= MISSING_CHECKS:
+                    await self.vanished(watched)
+                    return
+        expired = now - watched.seen_at > self.settings.send_expire_after
+        if row.purpose == "step" and row.error is None and expired:
+            await self.fill(row, StepError(kind=FailureKind.EXPIRED, message=_expired(row)))
+            return
+        if now - watched.broadcast_at > self.settings.send_bump_after:
+            fees = bump(_fees(row.latest), row.fee_cap)
+            if fees is None:
+                watched.broadcast_at = now  # at the cap: wait another period
+                return
+            signer = self.relayer.signer(row.relayer)
+            attempt = sign(
+                signer, node, row.nonce, row.to_address, row.value, row.data, row.gas_limit, fees
+            )
+            await self.relayer.db(
+                lambda conn: sends.add_attempt(conn, row.send_key, attempt), "bump"
+            )
+            watched.row = await self._reload(row.send_key) or row
+            log.info(
+                "send %s not mined after %.0fs: bumped to %d wei/gas (%s)",
+                row.send_key,
+                now - watched.broadcast_at,
+                fees.max_fee_per_gas,
+                attempt.tx_hash,
+            )
+            await self.rebroadcast(watched, now)
+
+    async def rebroadcast(self, watched: Watched, now: float) -> None:
+        node = await self.relayer.node(watched.row.network)
+        try:
+            outcome = await node.broadcast(watched.row.latest.raw)
+        except RpcUnavailable as exc:
+            log.warning("rebroadcast of %s failed: %s", watched.row.send_key, exc)
+            watched.retry_at = now + 1.0
+            return
+        except RflowError as exc:
+            if watched.accepted or watched.row.purpose != "step":
+                log.warning("rebroadcast of %s refused: %s", watched.row.send_key, exc)
+                watched.retry_at = now + 1.0
+                watched.accepted = False
+                return
+            # Refused before the node ever took it: it never went out.
+            self.watched.pop(watched.row.send_key, None)
+            await self.refused(watched.row, exc.as_data())
+            return
+        if outcome in (Broadcast.ACCEPTED, Broadcast.KNOWN):
+            if not watched.accepted and watched.row.purpose == "step":
+                key = watched.row.send_key
+                await self.relayer.db(lambda conn: budgets.settle(conn, key, "spent"), "hand-off")
+            watched.accepted = True
+            watched.broadcast_at = now
+            watched.missing = 0
+        elif outcome is Broadcast.NONCE_TOO_LOW:
+            watched.nonce_low = True
+        else:
+            watched.accepted = False
+            watched.retry_at = now + 1.0
+
+    async def vanished(self, watched: Watched) -> None:
+        """The node no longer knows the send's latest transaction, and none is mined."""
+        row = watched.row
+        node = await self.relayer.node(row.network)
+        used = await node.nonce(row.address, "latest")
+        if used > row.nonce:
+            await self.nonce_taken(watched)
+            return
+        if row.error is None and row.purpose == "step":
+            message = f"transaction {row.tx_hash} (nonce {row.nonce}) left the node's pool unmined"
+            await self.fill(row, StepError(kind=FailureKind.DROPPED, message=message))
+        else:
+            # A filler, or a send already being replaced: put it back out.
+            watched.accepted = False
+            watched.missing = 0
+
+    async def nonce_taken(self, watched: Watched) -> None:
+        """The chain says the send's nonce is used. With no receipt of any attempt (this
+        round checked them all), none of them can ever be mined: a send being replaced
+        settles with its reason; any other is signed again with a fresh nonce."""
+        row = watched.row
+        node = await self.relayer.node(row.network)
+        used = await node.nonce(row.address, "latest")
+        watched.nonce_low = False
+        if used <= row.nonce:
+            watched.accepted = False  # not taken yet: a pending replacement of ours
+            return
+        _, receipts = await node.receipts([a.tx_hash for a in row.attempts])
+        if receipts:
+            return  # one of ours after all: the next round settles it
+        if row.purpose == "fill":
+            self.watched.pop(row.send_key, None)
+            await self.relayer.db(
+                lambda conn: sends.settle(conn, row.send_key, status="failed"), "settle filler"
+            )
+            return
+        if row.error is not None:
+            await self.settle_failed(row, StepError.model_validate(row.error))
+            return
+        signer = self.relayer.signer(row.relayer)
+        pending = await node.nonce(row.address, "pending")
+        fees = await node.fees(cap=None, tip=None)
+        fees = Fees(min(fees.max_fee_per_gas, row.fee_cap), fees.max_priority_fee_per_gas)
+
+        async def work(conn) -> Attempt:
+            async with conn.transaction():
+                nonce = await sends.next_nonce(conn, row.network, row.address, pending)
+                attempt = sign(
+                    signer, node, nonce, row.to_address, row.value, row.data, row.gas_limit, fees
+                )
+                await sends.add_attempt(conn, row.send_key, attempt)
+            return attempt
+
+        attempt = await self.relayer.db(work, f"resign {row.send_key}")
+        log.warning(
+            "send %s: nonce %d was used by another transaction; signed again with nonce %d",
+            row.send_key,
+            row.nonce,
+            attempt.nonce,
+        )
+        watched.row = await self._reload(row.send_key) or row
+        watched.accepted = False
+        watched.retry_at = 0.0
+
+    async def fill(self, row: SendRow, reason: StepError | None) -> None:
+        """Take ``row``'s nonce with a zero-value self-transfer, paying enough to replace
+        it; ``row`` settles with ``reason`` once the nonce is used and it is not mined."""
+        node = await self.relayer.node(row.network)
+        signer = self.relayer.signer(row.relayer)
+        latest = row.latest
+        fees = Fees(_raised(latest.max_fee_per_gas), _raised(latest.max_priority_fee_per_gas))
+        attempt = sign_fill(signer, node, row.nonce, fees)
+        key = f"fill:{row.network}:{row.address}:{row.nonce}"
+
+        async def work(conn) -> None:
+            async with conn.transaction():
+                if reason is not None:
+                    await sends.mark(conn, row.send_key, reason.model_dump(mode="json"))
+                await sends.insert(
+                    conn,
+                    send_key=key,
+                    purpose="fill",
+                    run_id=None,
+                    workflow=None,
+                    reply=None,
+                    network=row.network,
+                    relayer=row.relayer,
+                    address=row.address,
+                    nonce=row.nonce,
+                    to_address=signer.address,
+                    value=0,
+                    data=b"",
+                    gas_limit=FILL_GAS,
+                    fee_cap=max(fees.max_fee_per_gas * 4, row.fee_cap),
+                    attempt=attempt,
+                )
+
+        await self.relayer.db(work, f"fill nonce {row.nonce}")
+        log.warning(
+            "send %s: filling nonce %d with a self-transfer (%s)",
+            row.send_key,
+            row.nonce,
+            reason.message if reason else "refused",
+        )
+        if row.send_key in self.watched:
+            self.watched[row.send_key].row = await self._reload(row.send_key) or row
+        filler = await self._reload(key)
+        if filler is not None and not filler.settled:
+            self.watch(filler, accepted=False)
+
+    async def _reload(self, send_key: str) -> SendRow | None:
+        return await self.relayer.db(lambda conn: sends.find(conn, send_key), "find send")
+
+
+def sign_fill(signer: Signer, node: Node, nonce: int, fees: Fees) -> Attempt:
+    return sign(signer, node, nonce, signer.address, 0, b"", FILL_GAS, fees)
+
+
+def _fees(attempt: Attempt) -> Fees:
+    return Fees(attempt.max_fee_per_gas, attempt.max_priority_fee_per_gas)
+
+
+def _raised(value: int) -> int:
+    return -(-value * 9 // 8) + 1
+
+
+def _status_of(error: StepError) -> str:
+    if error.kind in (FailureKind.DROPPED, FailureKind.EXPIRED):
+        return str(error.kind)
+    return "failed"
+
+
+def _expired(row: SendRow) -> str:
+    return f"transaction {row.tx_hash} (nonce {row.nonce}) was not mined in time"
+
+
+def sign(
+    signer: Signer, node: Node, nonce: int, to: str, value: int, data: bytes, gas: int, fees: Fees
+) -> Attempt:
+    raw, tx_hash = signer.sign(
+        chain_id=node.chain_id,
+        nonce=nonce,
+        to=to,
+        value=value,
+        data=data,
+        gas=gas,
+        max_fee_per_gas=fees.max_fee_per_gas,
+        max_priority_fee_per_gas=fees.max_priority_fee_per_gas,
+    )
+    return Attempt(tx_hash, nonce, fees.max_fee_per_gas, fees.max_priority_fee_per_gas, raw)
+
+
+def reply_of(request: SendRequest) -> dict[str, Any]:
+    execute = request.execute
+    return {
+        "key": request.reply_key,
+        "run_id": execute.run_id,
+        "path": execute.path,
+        "visit": execute.visit,
+        "attempt": execute.attempt,
+    }
+
+
+def result_of(row: SendRow) -> tuple[Any, StepError | None]:
+    """A settled send as a step's output or failure."""
+    if row.status == "succeeded":
+        return {
+            "tx": {
+                "hash": row.tx_hash,
+                "status": "success",
+                "block": row.block_number,
+                "block_hash": row.block_hash,
+                "gas_used": row.gas_used,
+                "effective_gas_price": row.effective_gas_price,
+                "nonce": row.nonce,
+                "from": row.address,
+                "to": row.to_address,
+                "value": row.value,
+            }
+        }, None
+    if row.status == "reverted":
+        return None, StepError(
+            kind=FailureKind.REVERTED,
+            message=f"transaction {row.tx_hash} reverted in block {row.block_number}",
+        )
+    error = row.error or {}
+    kind = error.get("kind", row.status)
+    try:
+        failure = FailureKind(kind)
+    except ValueError:
+        failure = FailureKind.DROPPED
+    return None, StepError(kind=failure, message=error.get("message", f"the send {row.status}"))

@@ -1,0 +1,1 @@
+"""The embedded relayer: building, signing, pricing and following transactions."""

@@ -1,0 +1,327 @@
+"""The relayer's durable record: nonces, sends and every signed attempt of each.
+
+A send's row is written in the same transaction as its nonce and its budget
+reservations, and committed before the transaction is broadcast. Once a key has a row
+it is never signed again with another nonce unless the chain proves the first one can
+never be mined (its nonce was taken by another transaction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from rflow.storage.errors import translated
+
+SETTLED = ("succeeded", "reverted", "dropped", "expired", "failed")
+
+_NEXT_NONCE = """
+UPDATE relayer_nonces SET next_nonce = next_nonce + 1
+WHERE network = %s AND address = %s
+RETURNING next_nonce - 1
+"""
+# First use, or a resync: never below what the chain has used, never back over what we
+# have signed ourselves.
+_SYNC_NONCE = """
+INSERT INTO relayer_nonces (network, address, next_nonce) VALUES (%s, %s, %s + 1)
+ON CONFLICT (network, address) DO UPDATE
+    SET next_nonce = greatest(relayer_nonces.next_nonce, EXCLUDED.next_nonce - 1) + 1
+RETURNING next_nonce - 1
+"""
+_RETURN_NONCE = """
+UPDATE relayer_nonces SET next_nonce = %s
+WHERE network = %s AND address = %s AND next_nonce = %s + 1
+"""
+_INSERT = """
+INSERT INTO sends (send_key, purpose, run_id, workflow, reply, network, relayer, address,
+                   nonce, to_address, value, data, gas_limit, fee_cap, tx_hash, error)
+VALUES (%(send_key)s, %(purpose)s, %(run_id)s, %(workflow)s, %(reply)s, %(network)s,
+        %(relayer)s, %(address)s, %(nonce)s, %(to_address)s, %(value)s, %(data)s,
+        %(gas_limit)s, %(fee_cap)s, %(tx_hash)s, %(error)s)
+ON CONFLICT (send_key) DO NOTHING
+"""
+_ATTEMPT = """
+INSERT INTO send_attempts (tx_hash, send_key, nonce, max_fee_per_gas, max_priority_fee_per_gas, raw)
+VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (tx_hash) DO NOTHING
+"""
+_LATEST = "UPDATE sends SET tx_hash = %s, nonce = %s, updated_at = now() WHERE send_key = %s"
+_SELECT = """
+SELECT s.*, coalesce(
+    (SELECT jsonb_agg(jsonb_build_object(
+        'tx_hash', a.tx_hash, 'nonce', a.nonce,
+        'max_fee_per_gas', a.max_fee_per_gas::text,
+        'max_priority_fee_per_gas', a.max_priority_fee_per_gas::text,
+        'raw', encode(a.raw, 'hex'), 'created_at', a.created_at) ORDER BY a.created_at)
+     FROM send_attempts a WHERE a.send_key = s.send_key), '[]'::jsonb) AS attempts
+FROM sends s
+"""
+_FIND = _SELECT + " WHERE s.send_key = %s"
+_OPEN = _SELECT + " WHERE s.settled_at IS NULL AND s.network = %s AND s.relayer = ANY(%s)"
+_MARK = "UPDATE sends SET error = %s, updated_at = now() WHERE send_key = %s"
+_SETTLE = """
+UPDATE sends SET status = %(status)s, tx_hash = coalesce(%(tx_hash)s, tx_hash),
+    block_number = %(block_number)s, block_hash = %(block_hash)s, gas_used = %(gas_used)s,
+    effective_gas_price = %(effective_gas_price)s, error = %(error)s,
+    settled_at = now(), updated_at = now()
+WHERE send_key = %(send_key)s AND settled_at IS NULL
+"""
+_BY_RUN = """
+SELECT send_key, network, relayer, nonce, tx_hash, status, block_number, gas_used
+FROM sends WHERE run_id = %s ORDER BY created_at
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One signed transaction of a send."""
+
+    tx_hash: str
+    nonce: int
+    max_fee_per_gas: int
+    max_priority_fee_per_gas: int
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendRow:
+    """A send as stored."""
+
+    send_key: str
+    purpose: str
+    run_id: str | None
+    workflow: str | None
+    reply: dict[str, Any] | None
+    network: str
+    relayer: str
+    address: str
+    nonce: int
+    to_address: str
+    value: int
+    data: bytes
+    gas_limit: int
+    fee_cap: int
+    status: str
+    tx_hash: str
+    block_number: int | None
+    block_hash: str | None
+    gas_used: int | None
+    effective_gas_price: int | None
+    error: dict[str, Any] | None
+    attempts: tuple[Attempt, ...] = field(default=())
+
+    @property
+    def settled(self) -> bool:
+        return self.status in SETTLED
+
+    @property
+    def latest(self) -> Attempt:
+        return self.attempts[-1]
+
+
+def _row(found: dict[str, Any]) -> SendRow:
+    attempts = tuple(
+        Attempt(
+            a["tx_hash"],
+            int(a["nonce"]),
+            int(a["max_fee_per_gas"]),
+            int(a["max_priority_fee_per_gas"]),
+            bytes.fromhex(a["raw"]),
+        )
+        for a in found["attempts"]
+    )
+
+    def optional(name: str) -> int | None:
+        value = found[name]
+        return None if value is None else int(value)
+
+    return SendRow(
+        send_key=found["send_key"],
+        purpose=found["purpose"],
+        run_id=found["run_id"],
+        workflow=found["workflow"],
+        reply=found["reply"],
+        network=found["network"],
+        relayer=found["relayer"],
+        address=found["address"],
+        nonce=int(found["nonce"]),
+        to_address=found["to_address"],
+        value=int(found["value"]),
+        data=bytes(found["data"]),
+        gas_limit=int(found["gas_limit"]),
+        fee_cap=int(found["fee_cap"]),
+        status=found["status"],
+        tx_hash=found["tx_hash"],
+        block_number=optional("block_number"),
+        block_hash=found["block_hash"],
+        gas_used=optional("gas_used"),
+        effective_gas_price=optional("effective_gas_price"),
+        error=found["error"],
+        attempts=attempts,
+    )
+
+
+async def next_nonce(
+    conn: psycopg.AsyncConnection, network: str, address: str, chain_nonce: int | None
+) -> int | None:
+    """Allocate the signer's next nonce (inside the caller's transaction).
+
+    With ``chain_nonce`` (the node's pending count) the counter is created or brought up
+    to it; without, an unknown signer gives ``None`` (ask the chain, then call again).
+    """
+    with translated():
+        if chain_nonce is None:
+            cur = await conn.execute(_NEXT_NONCE, (network, address.lower()))
+        else:
+            cur = await conn.execute(_SYNC_NONCE, (network, address.lower(), chain_nonce))
+        found = await cur.fetchone()
+    return None if found is None else int(found[0])
+
+
+async def return_nonce(
+    conn: psycopg.AsyncConnection, network: str, address: str, nonce: int
+) -> bool:
+    """Give ``nonce`` back if it is still the last one allocated (a send refused before
+    it was ever out); False if later nonces exist and the gap must be filled instead."""
+    with translated():
+        cur = await conn.execute(_RETURN_NONCE, (nonce, network, address.lower(), nonce))
+    return cur.rowcount == 1
+
+
+async def insert(
+    conn: psycopg.AsyncConnection,
+    *,
+    send_key: str,
+    purpose: str,
+    run_id: str | None,
+    workflow: str | None,
+    reply: dict[str, Any] | None,
+    network: str,
+    relayer: str,
+    address: str,
+    nonce: int,
+    to_address: str,
+    value: int,
+    data: bytes,
+    gas_limit: int,
+    fee_cap: int,
+    attempt: Attempt,
+    error: dict[str, Any] | None = None,
+) -> bool:
+    """Store a new send with its first signed attempt; False if the key already exists."""
+    params = {
+        "send_key": send_key,
+        "purpose": purpose,
+        "run_id": run_id,
+        "workflow": workflow,
+        "reply": Jsonb(reply) if reply is not None else None,
+        "network": network,
+        "relayer": relayer,
+        "address": address.lower(),
+        "nonce": nonce,
+        "to_address": to_address,
+        "value": value,
+        "data": data,
+        "gas_limit": gas_limit,
+        "fee_cap": fee_cap,
+        "tx_hash": attempt.tx_hash,
+        "error": Jsonb(error) if error is not None else None,
+    }
+    with translated():
+        cur = await conn.execute(_INSERT, params)
+        if cur.rowcount != 1:
+            return False
+        await _add_attempt(conn, send_key, attempt)
+    return True
+
+
+async def _add_attempt(conn: psycopg.AsyncConnection, send_key: str, attempt: Attempt) -> None:
+    await conn.execute(
+        _ATTEMPT,
+        (
+            attempt.tx_hash,
+            send_key,
+            attempt.nonce,
+            attempt.max_fee_per_gas,
+            attempt.max_priority_fee_per_gas,
+            attempt.raw,
+        ),
+    )
+
+
+async def add_attempt(conn: psycopg.AsyncConnection, send_key: str, attempt: Attempt) -> None:
+    """Store a replacement (a gas bump, or a re-signing with a fresh nonce) as the latest."""
+    with translated():
+        async with conn.transaction():
+            await _add_attempt(conn, send_key, attempt)
+            await conn.execute(_LATEST, (attempt.tx_hash, attempt.nonce, send_key))
+
+
+async def find(conn: psycopg.AsyncConnection, send_key: str) -> SendRow | None:
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_FIND, (send_key,))
+            found = await cur.fetchone()
+    return None if found is None else _row(found)
+
+
+async def open_sends(
+    conn: psycopg.AsyncConnection, network: str, relayers: Sequence[str]
+) -> list[SendRow]:
+    """Every unsettled send of ``relayers`` on ``network``, with their attempts."""
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_OPEN, (network, list(relayers)))
+            return [_row(found) for found in await cur.fetchall()]
+
+
+async def mark(conn: psycopg.AsyncConnection, send_key: str, error: dict[str, Any]) -> None:
+    """Record why an open send is being replaced (dropped, expired) before it settles."""
+    with translated():
+        await conn.execute(_MARK, (Jsonb(error), send_key))
+
+
+async def settle(
+    conn: psycopg.AsyncConnection,
+    send_key: str,
+    *,
+    status: str,
+    receipt: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+) -> bool:
+    """Settle an open send (inside the caller's transaction); False if it already was."""
+
+    def quantity(name: str) -> int | None:
+        value = (receipt or {}).get(name)
+        return None if value is None else int(value, 16)
+
+    params = {
+        "send_key": send_key,
+        "status": status,
+        "tx_hash": (receipt or {}).get("transactionHash"),
+        "block_number": quantity("blockNumber"),
+        "block_hash": (receipt or {}).get("blockHash"),
+        "gas_used": quantity("gasUsed"),
+        "effective_gas_price": quantity("effectiveGasPrice"),
+        "error": Jsonb(error) if error is not None else None,
+    }
+    with translated():
+        cur = await conn.execute(_SETTLE, params)
+    return cur.rowcount == 1
+
+
+async def of_run(conn: psycopg.AsyncConnection, run_id: str) -> list[dict[str, Any]]:
+    """A run's sends, for ``rflow runs show``."""
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_BY_RUN, (run_id,))
+            rows = await cur.fetchall()
+    for row in rows:
+        for name in ("nonce", "block_number", "gas_used"):
+            if row[name] is not None:
+                row[name] = int(row[name])
+    return rows

@@ -1,0 +1,440 @@
+"""Sends end to end: workflows whose steps send transactions through the embedded relayer,
+on the real anvil, Postgres and Kafka."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from eth_utils import keccak
+
+from rflow import storage
+from rflow.lang import load_project
+from rflow.storage import budgets, sends
+from tests.integration import chain
+from tests.integration.harness import wait_until
+from tests.integration.test_runs import fire, settled_run
+
+pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
+
+TRANSFER_TOPIC = "0x" + keccak(text="Transfer(address,address,uint256)").hex()
+
+
+def write_project(
+    folder: Path,
+    token: str,
+    steps: str,
+    *,
+    budgets: str = "",
+    attach: str = "",
+    max_value: str = "",
+    confirmations: int = 0,
+) -> Path:
+    """A project on the shared anvil: TestToken as ``Token``, relayer ``payout``."""
+    path = folder / "project.yaml"
+    path.write_text(
+        f"""
+networks:
+  local: {{ chain_id: 31337, confirmations: {confirmations} }}
+contracts:
+  Token:
+    address: {{ local: "{token}" }}
+    abi: {chain.artifact_path("TestToken")}
+relayers:
+  payout: {{ key_env: PAYOUT_KEY, networks: [local] }}
+{budgets}
+workflows:
+  pay:
+    trigger: {{ manual: {{}} }}
+    permissions: {{ relayers: [payout]{max_value} }}
+{attach}
+    steps:
+{steps}
+"""
+    )
+    return path
+
+
+@pytest.fixture
+async def w3(settings):
+    w3 = chain.connect(settings.rpc_url("local"))
+    yield w3
+    await w3.provider.disconnect()
+
+
+async def token_for(w3, relayer, amount: int = 10**24) -> str:
+    """A fresh TestToken, with ``amount`` minted to ``relayer``."""
+    token, _ = await chain.deploy(w3, "TestToken", "Test", "TST", account=relayer)
+    await chain.transact(w3, "TestToken", token, "mint", relayer.address, amount, account=relayer)
+    return token
+
+
+async def transfers_from(w3, token: str, sender: str) -> list[dict[str, Any]]:
+    """Every Transfer log of ``token`` from ``sender``."""
+    topic = "0x" + sender.lower().removeprefix("0x").rjust(64, "0")
+    return await chain.rpc(
+        w3,
+        "eth_getLogs",
+        {
+            "address": token,
+            "fromBlock": "0x0",
+            "toBlock": "latest",
+            "topics": [TRANSFER_TOPIC, topic],
+        },
+    )
+
+
+def error_of(run: dict[str, Any], path: str) -> dict[str, Any]:
+    """The error of step ``path`` of a settled run: its kind and message."""
+    step = next(s for s in run["steps"] if s["path"] == path)
+    return {"kind": step["error_kind"], "message": step["error_message"]}
+
+
+async def reservations(settings, run_id: str) -> list[dict[str, Any]]:
+    conn = await storage.connect(settings)
+    async with conn:
+        return await budgets.run_charges(conn, run_id)
+
+
+async def sends_of(settings, run_id: str) -> list[dict[str, Any]]:
+    conn = await storage.connect(settings)
+    async with conn:
+        return await sends.of_run(conn, run_id)
+
+
+PAYOUT = """
+      - id: payout
+        foreach: "${{ trigger.recipients }}"
+        max_parallel: 4
+        send_transaction:
+          network: local
+          relayer: payout
+          contract: Token
+          function: "transfer(address,uint256)"
+          args: ["${{ item.address }}", "${{ item.amount }}"]
+      - id: report
+        command: { name: log, args: { message: "paid ${{ steps.payout.output[0].tx.hash }}" } }
+"""
+
+BUDGET = """
+budgets:
+  daily:
+    window: 24h
+    max_native_value: 1 ether
+    max_token_value: { Token: "1000000" }
+    scope: { relayers: [payout], networks: [local] }
+"""
+
+
+async def test_a_foreach_payout_of_erc20_transfers_with_max_parallel_4(
+    settings, worker_factory, tmp_path, w3
+):
+    relayer = await chain.funded_account(w3)
+    token = await token_for(w3, relayer)
+    project = write_project(tmp_path, token, PAYOUT, budgets=BUDGET, attach="    budgets: [daily]")
+    worker = worker_factory(project_path=project, env={"PAYOUT_KEY": relayer.key.hex()})
+    await worker.wait_ready()
+    recipients = [
+        {"address": chain.Account.create().address, "amount": 1000 + i} for i in range(12)
+    ]
+    rid = await fire(settings, project, "pay", "manual:pay:1", {"recipients": recipients})
+    run = await settled_run(settings, rid, timeout=90)
+    assert run["status"] == "succeeded", (run, worker.tail())
+
+    logs = await transfers_from(w3, token, relayer.address)
+    assert len(logs) == 12
+    paid = {("0x" + log["topics"][2][-40:]).lower(): int(log["data"], 16) for log in logs}
+    assert paid == {r["address"].lower(): r["amount"] for r in recipients}
+
+    parent = next(s for s in run["steps"] if s["path"] == "payout")
+    hashes = [o["tx"]["hash"] for o in parent["output"]]
+    assert len(set(hashes)) == 12 and all(o["tx"]["status"] == "success" for o in parent["output"])
+    assert sorted(s["nonce"] for s in await sends_of(settings, rid)) == list(range(2, 14))
+
+    charges = await reservations(settings, rid)
+    token_charges = [c for c in charges if c["asset"] == "Token"]
+    assert len(token_charges) == 12 and {c["status"] for c in token_charges} == {"spent"}
+    assert sum(c["amount"] for c in token_charges) == sum(r["amount"] for r in recipients)
+    native = [c for c in charges if c["asset"] == "native"]
+    assert len(native) == 12 and sum(c["amount"] for c in native) == 0
+
+
+async def private_node(stack):
+    """A private anvil (automine on) with its URL and a web3 on it; close with ``stack``."""
+    url = await stack.enter_async_context(chain.private_anvil())
+    w3 = chain.connect(url)
+    stack.push_async_callback(w3.provider.disconnect)
+    return url, w3
+
+
+async def open_sends(settings) -> list[Any]:
+    conn = await storage.connect(settings)
+    async with conn:
+        rows = await conn.execute("SELECT send_key FROM sends WHERE settled_at IS NULL")
+        keys = [r[0] for r in await rows.fetchall()]
+        return [await sends.find(conn, k) for k in keys]
+
+
+ONE_TRANSFER = """
+      - id: pay
+        send_transaction:
+          network: local
+          relayer: payout
+          contract: Token
+          function: "transfer(address,uint256)"
+          args: ["${{ trigger.to }}", "${{ trigger.amount }}"]
+"""
+
+
+async def test_a_revert_on_chain_releases_its_reservation(settings, worker_factory, tmp_path):
+    async with contextlib.AsyncExitStack() as stack:
+        url, w3 = await private_node(stack)
+        relayer = await chain.funded_account(w3)
+        token = await token_for(w3, relayer, amount=100)
+        await chain.rpc(w3, "evm_setAutomine", False)
+        project = write_project(
+            tmp_path, token, ONE_TRANSFER, budgets=BUDGET, attach="    budgets: [daily]"
+        )
+        worker = worker_factory(
+            project_path=project, env={"PAYOUT_KEY": relayer.key.hex()}, rpc_urls={"local": url}
+        )
+        await worker.wait_ready()
+        to = chain.Account.create().address
+        # Both simulate against a balance of 100; mined together, the second reverts.
+        first = await fire(settings, project, "pay", "manual:pay:a", {"to": to, "amount": 100})
+
+        async def pending(count: int):
+            rows = await open_sends(settings)
+            return len(rows) >= count and rows
+
+        await wait_until(lambda: pending(1), what="the first send to be out")
+        second = await fire(settings, project, "pay", "manual:pay:b", {"to": to, "amount": 100})
+        await wait_until(lambda: pending(2), what="both sends to be out")
+        await chain.evm_mine(w3)
+        ok, reverted = await settled_run(settings, first), await settled_run(settings, second)
+        assert ok["status"] == "succeeded", worker.tail()
+        assert reverted["status"] == "failed"
+        assert error_of(reverted, "pay")["kind"] == "reverted", reverted
+        assert {c["status"] for c in await reservations(settings, first)} == {"spent"}
+        assert {c["status"] for c in await reservations(settings, second)} == {"released"}
+        usage = await budget_usage(settings, project)
+        assert usage[("daily", "Token")].consumed == 100
+        assert len(await transfers_from(w3, token, relayer.address)) == 1
+
+
+async def budget_usage(settings, project: Path) -> dict[tuple[str, str], Any]:
+    declared = load_project(project, {}).budgets
+    conn = await storage.connect(settings)
+    async with conn:
+        rows = await budgets.usage(conn, declared)
+    return {(r.budget, r.asset): r for r in rows}
+
+
+async def test_max_gas_spend_stops_sends_once_the_ledger_reaches_it(
+    settings, worker_factory, tmp_path, w3
+):
+    relayer = await chain.funded_account(w3)
+    token = await token_for(w3, relayer)
+    gas_budget = """
+budgets:
+  gas:
+    window: 1h
+    max_gas_spend: 1 wei
+    scope: { relayers: [payout] }
+"""
+    project = write_project(
+        tmp_path, token, ONE_TRANSFER, budgets=gas_budget, attach="    budgets: [gas]"
+    )
+    worker = worker_factory(project_path=project, env={"PAYOUT_KEY": relayer.key.hex()})
+    await worker.wait_ready()
+    to = chain.Account.create().address
+    first = await fire(settings, project, "pay", "manual:pay:1", {"to": to, "amount": 5})
+    assert (await settled_run(settings, first))["status"] == "succeeded", worker.tail()
+    second = await fire(settings, project, "pay", "manual:pay:2", {"to": to, "amount": 5})
+    run = await settled_run(settings, second)
+    assert run["status"] == "failed"
+    assert error_of(run, "pay")["kind"] == "budget_exceeded", run
+    assert len(await transfers_from(w3, token, relayer.address)) == 1
+    usage = await budget_usage(settings, project)
+    assert usage[("gas", "gas")].consumed > 0
+
+
+async def test_a_stuck_transaction_is_bumped_and_mined_once(settings, worker_factory, tmp_path):
+    async with contextlib.AsyncExitStack() as stack:
+        url, w3 = await private_node(stack)
+        relayer = await chain.funded_account(w3)
+        token = await token_for(w3, relayer)
+        await chain.rpc(w3, "evm_setAutomine", False)
+        project = write_project(tmp_path, token, ONE_TRANSFER)
+        worker = worker_factory(
+            project_path=project,
+            env={"PAYOUT_KEY": relayer.key.hex()},
+            rpc_urls={"local": url},
+            send_bump_after=1.0,
+        )
+        await worker.wait_ready()
+        to = chain.Account.create().address
+        rid = await fire(settings, project, "pay", "manual:pay:1", {"to": to, "amount": 7})
+
+        async def bumped():
+            rows = await open_sends(settings)
+            return rows and len(rows[0].attempts) >= 2 and rows[0]
+
+        row = await wait_until(bumped, timeout=30, what="the stuck send to be bumped")
+        first, second = row.attempts[0], row.attempts[1]
+        assert second.nonce == first.nonce
+        assert second.max_fee_per_gas * 10 >= first.max_fee_per_gas * 11
+        await chain.evm_mine(w3)
+        run = await settled_run(settings, rid)
+        assert run["status"] == "succeeded", worker.tail()
+        mined = run["steps"][0]["output"]["tx"]["hash"]
+        assert mined in {a.tx_hash for a in (await sends_of_key(settings, row.send_key)).attempts}
+        assert mined != first.tx_hash
+        logs = await transfers_from(w3, token, relayer.address)
+        assert len(logs) == 1 and logs[0]["transactionHash"] == mined
+
+
+async def sends_of_key(settings, key: str):
+    conn = await storage.connect(settings)
+    async with conn:
+        return await sends.find(conn, key)
+
+
+async def test_a_dropped_transactions_nonce_gap_is_filled(settings, worker_factory, tmp_path):
+    async with contextlib.AsyncExitStack() as stack:
+        url, w3 = await private_node(stack)
+        relayer = await chain.funded_account(w3)
+        token = await token_for(w3, relayer)
+        await chain.rpc(w3, "evm_setAutomine", False)
+        project = write_project(tmp_path, token, ONE_TRANSFER)
+        worker = worker_factory(
+            project_path=project, env={"PAYOUT_KEY": relayer.key.hex()}, rpc_urls={"local": url}
+        )
+        await worker.wait_ready()
+        to = chain.Account.create().address
+        dropped = await fire(settings, project, "pay", "manual:pay:a", {"to": to, "amount": 1})
+
+        async def pending(count: int):
+            rows = await open_sends(settings)
+            return len(rows) >= count and sorted(rows, key=lambda r: r.nonce)
+
+        (a,) = await wait_until(lambda: pending(1), what="the first send to be out")
+        await chain.rpc(w3, "anvil_dropTransaction", a.tx_hash)
+
+        async def filled():
+            rows = await open_sends(settings)
+            return next((r for r in rows if r.purpose == "fill"), None)
+
+        filler = await wait_until(filled, timeout=30, what="the nonce gap to be filled")
+        assert filler.nonce == a.nonce and filler.to_address.lower() == relayer.address.lower()
+        # The next send takes the next nonce: without the filler it could never be mined.
+        later = await fire(settings, project, "pay", "manual:pay:b", {"to": to, "amount": 2})
+
+        async def out():
+            rows = await open_sends(settings)
+            return next((r for r in rows if r.nonce == a.nonce + 1), None)
+
+        await wait_until(out, what="the next send to be out")
+        await chain.evm_mine(w3)
+        failed, ok = await settled_run(settings, dropped), await settled_run(settings, later)
+        assert failed["status"] == "failed" and error_of(failed, "pay")["kind"] == "dropped", failed
+        assert ok["status"] == "succeeded", worker.tail()
+        logs = await transfers_from(w3, token, relayer.address)
+        assert [int(log["data"], 16) for log in logs] == [2]
+        assert await chain.rpc(w3, "eth_getTransactionCount", relayer.address, "latest") == hex(
+            a.nonce + 2
+        )
+        assert {c["status"] for c in await reservations(settings, dropped)} <= {"released"}
+
+
+async def test_200_racing_sends_never_exceed_their_budget(settings, worker_factory, tmp_path, w3):
+    relayers = [await chain.funded_account(w3) for _ in range(4)]
+    recipient = chain.Account.create().address
+    declared = "\n".join(f"  r{i}: {{ key_env: KEY_{i}, networks: [local] }}" for i in range(4))
+    flows = "\n".join(
+        f"""  w{i}:
+    trigger: {{ manual: {{}} }}
+    permissions: {{ relayers: [r{i}] }}
+    budgets: [cap]
+    steps:
+      - id: pay
+        send_transaction: {{ network: local, relayer: r{i}, to: "{recipient}", value: 1000 wei }}"""
+        for i in range(4)
+    )
+    project = tmp_path / "project.yaml"
+    project.write_text(
+        f"""
+networks:
+  local: {{ chain_id: 31337, confirmations: 0 }}
+relayers:
+{declared}
+budgets:
+  cap: {{ window: 1h, max_native_value: 150000 wei }}
+workflows:
+{flows}
+"""
+    )
+    env = {f"KEY_{i}": account.key.hex() for i, account in enumerate(relayers)}
+    workers = [worker_factory(project_path=project, env=env) for _ in range(2)]
+    for worker in workers:
+        await worker.wait_ready()
+    rids = [await fire(settings, project, f"w{n % 4}", f"manual:race:{n}", {}) for n in range(200)]
+    runs = [await settled_run(settings, rid, timeout=120) for rid in rids]
+    statuses = [r["status"] for r in runs]
+    assert statuses.count("succeeded") == 150, [w.tail() for w in workers]
+    failed = [error_of(r, "pay")["kind"] for r in runs if r["status"] == "failed"]
+    assert failed == ["budget_exceeded"] * 50
+    balance = await chain.rpc(w3, "eth_getBalance", recipient, "latest")
+    assert int(balance, 16) == 150 * 1000
+    usage = await budget_usage(settings, project)
+    assert usage[("cap", "native")].consumed == 150_000
+    assert usage[("cap", "native")].reserved == 0
+
+
+@pytest.mark.soak
+async def test_sigkill_during_100_sends_leaves_exactly_100_transfers(
+    settings, worker_factory, tmp_path, w3
+):
+    relayer = await chain.funded_account(w3)
+    token = await token_for(w3, relayer)
+    project = write_project(
+        tmp_path, token, ONE_TRANSFER, budgets=BUDGET, attach="    budgets: [daily]"
+    )
+    env = {"PAYOUT_KEY": relayer.key.hex()}
+    worker = worker_factory(project_path=project, env=env)
+    await worker.wait_ready()
+    to = chain.Account.create().address
+    amounts = [random.randint(1, 1000) for _ in range(100)]
+    rids = [
+        await fire(settings, project, "pay", f"manual:pay:{n}", {"to": to, "amount": amount})
+        for n, amount in enumerate(amounts)
+    ]
+
+    async def stored() -> int:
+        conn = await storage.connect(settings)
+        async with conn:
+            cur = await conn.execute("SELECT count(*) FROM sends")
+            return (await cur.fetchone())[0]
+
+    for point in sorted(random.sample(range(5, 95), 3)):
+        await wait_until(
+            lambda point=point: _at_least(stored, point), timeout=120, what=f"{point} sends"
+        )
+        worker.kill()
+        worker = worker_factory(project_path=project, env=env)
+        await worker.wait_ready()
+    runs = [await settled_run(settings, rid, timeout=180) for rid in rids]
+    assert [r["status"] for r in runs] == ["succeeded"] * 100, worker.tail()
+    logs = await transfers_from(w3, token, relayer.address)
+    assert len(logs) == 100
+    assert sorted(int(log["data"], 16) for log in logs) == sorted(amounts)
+    usage = await budget_usage(settings, project)
+    assert usage[("daily", "Token")].consumed == sum(amounts)
+    assert usage[("daily", "Token")].reserved == 0
+
+
+async def _at_least(count, point: int) -> bool:
+    return await count() >= point
