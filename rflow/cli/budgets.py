@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, with_database
+from rflow.cli.common import fail, project_option, with_database
 from rflow.settings import Settings, environ
 
 
@@ -41,12 +41,7 @@ def budgets() -> None:
 
 
 @budgets.command("ls")
-@click.option(
-    "--project",
-    type=click.Path(exists=True, path_type=Path),
-    default=None,
-    help="Default: $RFLOW_PROJECT.",
-)
+@project_option
 @click.option("--json", "as_json", is_flag=True)
 def list_budgets(project: Path | None, as_json: bool) -> None:
     """Each cap of each budget in its rolling window, in raw units (wei, token units).

@@ -54,3 +54,12 @@ def project_or_warn(path: Path | None, unchecked: str) -> Project | None:
         for diagnostic in exc.diagnostics:
             click.echo(str(diagnostic), err=True)
         fail(f"{path} has errors", 2)
+
+
+project_option = click.option(
+    "--project",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Default: $RFLOW_PROJECT.",
+)
+"""The ``--project PATH`` option of commands that read the workflows."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, with_database
+from rflow.cli.common import fail, project_option, with_database
 from rflow.settings import Settings, environ
 
 
@@ -19,12 +19,7 @@ def workflow() -> None:
 
 
 @workflow.command("ls")
-@click.option(
-    "--project",
-    type=click.Path(exists=True, path_type=Path),
-    default=None,
-    help="Default: $RFLOW_PROJECT.",
-)
+@project_option
 @click.option("--json", "as_json", is_flag=True)
 def list_workflows(project: Path | None, as_json: bool) -> None:
     """Each workflow of the project, its trigger and whether it is paused."""

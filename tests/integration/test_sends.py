@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import random
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -170,6 +171,31 @@ async def private_node(stack):
     return url, w3
 
 
+async def paused_chain(stack, tmp_path, worker_factory, *, amount: int = 10**24, **options):
+    """A private anvil with mining paused, a relayer holding ``amount`` of a fresh token,
+    and a ready worker running ``write_project(..., **project)`` against that node."""
+    project_options = options.pop("project", {})
+    url, w3 = await private_node(stack)
+    relayer = await chain.funded_account(w3)
+    token = await token_for(w3, relayer, amount=amount)
+    await chain.rpc(w3, "evm_setAutomine", False)
+    project = write_project(tmp_path, token, ONE_TRANSFER, **project_options)
+    worker = worker_factory(
+        project_path=project,
+        env={"PAYOUT_KEY": relayer.key.hex()},
+        rpc_urls={"local": url},
+        **options,
+    )
+    await worker.wait_ready()
+    return SimpleNamespace(w3=w3, relayer=relayer, token=token, project=project, worker=worker)
+
+
+async def pending_sends(settings, count: int) -> list[Any] | None:
+    """The open sends by nonce, once there are at least ``count``."""
+    rows = await open_sends(settings)
+    return sorted(rows, key=lambda r: r.nonce) if len(rows) >= count else None
+
+
 async def open_sends(settings) -> list[Any]:
     conn = await storage.connect(settings)
     async with conn:
@@ -191,28 +217,27 @@ ONE_TRANSFER = """
 
 async def test_a_revert_on_chain_releases_its_reservation(settings, worker_factory, tmp_path):
     async with contextlib.AsyncExitStack() as stack:
-        url, w3 = await private_node(stack)
-        relayer = await chain.funded_account(w3)
-        token = await token_for(w3, relayer, amount=100)
-        await chain.rpc(w3, "evm_setAutomine", False)
-        project = write_project(
-            tmp_path, token, ONE_TRANSFER, budgets=BUDGET, attach="    budgets: [daily]"
+        node = await paused_chain(
+            stack,
+            tmp_path,
+            worker_factory,
+            amount=100,
+            project={"budgets": BUDGET, "attach": "    budgets: [daily]"},
         )
-        worker = worker_factory(
-            project_path=project, env={"PAYOUT_KEY": relayer.key.hex()}, rpc_urls={"local": url}
+        w3, relayer, token, project, worker = (
+            node.w3,
+            node.relayer,
+            node.token,
+            node.project,
+            node.worker,
         )
-        await worker.wait_ready()
         to = chain.Account.create().address
         # Both simulate against a balance of 100; mined together, the second reverts.
         first = await fire(settings, project, "pay", "manual:pay:a", {"to": to, "amount": 100})
 
-        async def pending(count: int):
-            rows = await open_sends(settings)
-            return len(rows) >= count and rows
-
-        await wait_until(lambda: pending(1), what="the first send to be out")
+        await wait_until(lambda: pending_sends(settings, 1), what="the first send to be out")
         second = await fire(settings, project, "pay", "manual:pay:b", {"to": to, "amount": 100})
-        await wait_until(lambda: pending(2), what="both sends to be out")
+        await wait_until(lambda: pending_sends(settings, 2), what="both sends to be out")
         await chain.evm_mine(w3)
         ok, reverted = await settled_run(settings, first), await settled_run(settings, second)
         assert ok["status"] == "succeeded", worker.tail()
@@ -264,18 +289,14 @@ budgets:
 
 async def test_a_stuck_transaction_is_bumped_and_mined_once(settings, worker_factory, tmp_path):
     async with contextlib.AsyncExitStack() as stack:
-        url, w3 = await private_node(stack)
-        relayer = await chain.funded_account(w3)
-        token = await token_for(w3, relayer)
-        await chain.rpc(w3, "evm_setAutomine", False)
-        project = write_project(tmp_path, token, ONE_TRANSFER)
-        worker = worker_factory(
-            project_path=project,
-            env={"PAYOUT_KEY": relayer.key.hex()},
-            rpc_urls={"local": url},
-            send_bump_after=1.0,
+        node = await paused_chain(stack, tmp_path, worker_factory, send_bump_after=1.0)
+        w3, relayer, token, project, worker = (
+            node.w3,
+            node.relayer,
+            node.token,
+            node.project,
+            node.worker,
         )
-        await worker.wait_ready()
         to = chain.Account.create().address
         rid = await fire(settings, project, "pay", "manual:pay:1", {"to": to, "amount": 7})
 
@@ -305,23 +326,18 @@ async def sends_of_key(settings, key: str):
 
 async def test_a_dropped_transactions_nonce_gap_is_filled(settings, worker_factory, tmp_path):
     async with contextlib.AsyncExitStack() as stack:
-        url, w3 = await private_node(stack)
-        relayer = await chain.funded_account(w3)
-        token = await token_for(w3, relayer)
-        await chain.rpc(w3, "evm_setAutomine", False)
-        project = write_project(tmp_path, token, ONE_TRANSFER)
-        worker = worker_factory(
-            project_path=project, env={"PAYOUT_KEY": relayer.key.hex()}, rpc_urls={"local": url}
+        node = await paused_chain(stack, tmp_path, worker_factory)
+        w3, relayer, token, project, worker = (
+            node.w3,
+            node.relayer,
+            node.token,
+            node.project,
+            node.worker,
         )
-        await worker.wait_ready()
         to = chain.Account.create().address
         dropped = await fire(settings, project, "pay", "manual:pay:a", {"to": to, "amount": 1})
 
-        async def pending(count: int):
-            rows = await open_sends(settings)
-            return len(rows) >= count and sorted(rows, key=lambda r: r.nonce)
-
-        (a,) = await wait_until(lambda: pending(1), what="the first send to be out")
+        (a,) = await wait_until(lambda: pending_sends(settings, 1), what="the first send to be out")
         await chain.rpc(w3, "anvil_dropTransaction", a.tx_hash)
 
         async def filled():
