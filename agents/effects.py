@@ -75,15 +75,8 @@ class EffectRunner:
         task.add_done_callback(done)
 
     async def carry_out(self, state: RunState, effects: list[Effect], partition: int) -> None:
-        """Start every effect, and return once the run's journal entries are on the broker.
-
-        The caller writes the run's new state only after this returns: a crash in between
-        redelivers the event, which produces the same entries again (the read model takes
-        them idempotently). The other way round, a state that outlived its journal would
-        leave the read model without those entries for good.
-        """
+        """Start every effect; only the journal sends are awaited (they are buffered)."""
         key = partition_key(state)
-        delivered: list[Any] = []
         for effect in effects:
             if isinstance(effect, Execute) and effect.kind == "send_transaction":
                 self.spawn(self.send(effect, key), f"send {effect.key}")
@@ -101,11 +94,9 @@ class EffectRunner:
                     "unpark",
                 )
             elif isinstance(effect, Journal | Settle):
-                delivered.append(await self.publish(effect))
+                await self.publish(effect)
                 if isinstance(effect, Settle):
                     self.settled(effect, state)
-        if delivered:
-            await asyncio.gather(*delivered)
 
     def settled(self, effect: Settle, state: RunState) -> None:
         had_timers = any(r.due_at is not None for r in (*state.steps.values(), *state.history))
@@ -193,9 +184,8 @@ class EffectRunner:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def publish(self, entry: Journal | Settle) -> Any:
-        """Produce a journal entry; the returned future resolves once the broker has it."""
-        return await self.runtime.topics.events.send(
+    async def publish(self, entry: Journal | Settle) -> None:
+        await self.runtime.topics.events.send(
             key=entry.run_id.encode(), value=encode(RunJournal(entry=entry))
         )
 

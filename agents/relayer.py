@@ -281,10 +281,7 @@ def attach(app: RflowApp) -> Relayer:
         assigned = frozenset(
             tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topic
         )
-        # Off Faust's recovery path, as the runner's resume is.
-        runtime.runner.effects.spawn(
-            relayer.tracker.own(relayer.owned(assigned)), "load open sends"
-        )
+        await relayer.tracker.own(relayer.owned(assigned))
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
 

@@ -241,7 +241,8 @@ class Runner:
         new_state, effects = advance(workflow, state, event, datetime.now(UTC), self.config)
         if new_state is None or new_state is state:
             return
-        # Effects first, state second: see EffectRunner.carry_out.
+        # Effects are started before the state changes: a crash in between redelivers the
+        # event, which derives them again (each is idempotent where it lands).
         await self.effects.carry_out(new_state, effects, partition)
         if new_state.settled:
             # The journal is in the read model; the table keeps a marker, so a redelivered
@@ -372,9 +373,7 @@ def attach(app: RflowApp) -> Runner:
         assigned = frozenset(
             tp.partition for tp in app.assignor.assigned_actives() if tp.topic == runs_topic
         )
-        # Off Faust's recovery path: its streams resume only after every receiver of this
-        # signal returns, and re-issuing effects is I/O (idempotent wherever it lands).
-        runner.effects.spawn(runner.resume_partitions(assigned), "resume partitions")
+        await runner.resume_partitions(assigned)
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
     return runner

@@ -298,6 +298,7 @@ async def test_faust_tables_and_agents_list_everything_with_its_help(settings, p
     agents = normalized((await run_command([*faust, "agents"], env)).stdout.decode())
     assert {agent.name for agent in app.agents.values()} == {
         "rflow.runner",
+        "rflow.projector",
         "rflow.relayer",
         "rflow.dead-letters",
     }
