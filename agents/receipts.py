@@ -109,8 +109,10 @@ class Tracker:
         while not self._stopped:
             if not self.watched:
                 self._wake.clear()
+                # asyncio.timeout: wait_for can swallow a cancellation on Python 3.11.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), RELOAD_INTERVAL)
+                    async with asyncio.timeout(RELOAD_INTERVAL):
+                        await self._wake.wait()
             try:
                 if time.monotonic() - self._loaded_at > RELOAD_INTERVAL and self.owned:
                     await self.load()

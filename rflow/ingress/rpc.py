@@ -235,8 +235,11 @@ class HeadWatcher:
 
     async def wait(self, timeout: float) -> bool:
         """Wait for a possible new head, at most ``timeout`` seconds; True if woken."""
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+        # that arrives as the event is set, and the follower's loop would never stop.
         try:
-            await asyncio.wait_for(self._wake.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
         except TimeoutError:
             return False
         finally:
