@@ -15,6 +15,10 @@ def attach(app: RflowApp) -> None:
     run = runner.attach(app)
     timers.attach(app, run.effects, run)
     projector.attach(app)
-    relayer.attach(app)
+    project = app.rflow.project
+    if project is not None and project.relayers:
+        # Only a project that declares relayers can send: without, no worker subscribes
+        # to the sends topic (fewer partitions to assign on every rebalance).
+        relayer.attach(app)
     dead_letters.attach(app)
     app.rflow.runner = run

@@ -299,7 +299,6 @@ async def test_faust_tables_and_agents_list_everything_with_its_help(settings, p
     assert {agent.name for agent in app.agents.values()} == {
         "rflow.runner",
         "rflow.projector",
-        "rflow.relayer",
         "rflow.dead-letters",
     }
     for agent in app.agents.values():
