@@ -241,9 +241,6 @@ class Runner:
         new_state, effects = advance(workflow, state, event, datetime.now(UTC), self.config)
         if new_state is None or new_state is state:
             return
-        # Effects are started before the state changes: a crash in between redelivers the
-        # event, which derives them again (each is idempotent where it lands).
-        await self.effects.carry_out(new_state, effects, partition)
         if new_state.settled:
             # The journal is in the read model; the table keeps a marker, so a redelivered
             # event of this run is still recognised, at a few bytes instead of its state.
@@ -251,6 +248,7 @@ class Runner:
         else:
             # Defaults are left out: a parked run's entry is a third smaller in memory.
             self.runs[event.run_id] = new_state.model_dump(mode="json", exclude_defaults=True)
+        await self.effects.carry_out(new_state, effects, partition)
         if new_state.matrix is not None:
             for effect in effects:
                 if isinstance(effect, Settle):
