@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rflow.codecs import SendRequest
 from rflow.failures import FailureKind, RflowError, StepError
 from rflow.ingress.rpc import RpcError, RpcUnavailable
-from rflow.relayer.fees import Fees, bump
+from rflow.relayer.fees import Fees, bump, raised
 from rflow.relayer.node import Broadcast, Node
 from rflow.relayer.signing import Signer
 from rflow.storage import budgets, sends
@@ -363,7 +363,7 @@ class Tracker:
         node = await self.relayer.node(row.network)
         signer = self.relayer.signer(row.relayer)
         latest = row.latest
-        fees = Fees(_raised(latest.max_fee_per_gas), _raised(latest.max_priority_fee_per_gas))
+        fees = Fees(raised(latest.max_fee_per_gas), raised(latest.max_priority_fee_per_gas))
         attempt = sign_fill(signer, node, row.nonce, fees)
         key = f"fill:{row.network}:{row.address}:{row.nonce}"
 
@@ -413,10 +413,6 @@ def sign_fill(signer: Signer, node: Node, nonce: int, fees: Fees) -> Attempt:
 
 def _fees(attempt: Attempt) -> Fees:
     return Fees(attempt.max_fee_per_gas, attempt.max_priority_fee_per_gas)
-
-
-def _raised(value: int) -> int:
-    return -(-value * 9 // 8) + 1
 
 
 def _status_of(error: StepError) -> str:

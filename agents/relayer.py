@@ -200,7 +200,7 @@ class Relayer:
     async def chain_nonce(self, node: Node, address: str) -> int:
         try:
             return await node.nonce(address, "pending")
-        except (RpcUnavailable, Exception) as exc:
+        except Exception as exc:  # unreachable or refused: retryable either way
             raise RflowError(FailureKind.RPC_TIMEOUT, f"eth_getTransactionCount: {exc}") from None
 
     async def hand_off(self, row: SendRow) -> None:

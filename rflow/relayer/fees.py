@@ -49,15 +49,16 @@ def suggest(
     return Fees(max_fee, tip), base
 
 
-def _raise(value: int) -> int:
+def raised(value: int) -> int:
+    """``value`` plus 12.5 %, rounded up, plus one: enough to replace a transaction."""
     return -(-value * BUMP_NUMERATOR // BUMP_DENOMINATOR) + 1
 
 
 def bump(fees: Fees, cap: int) -> Fees | None:
     """Fees that replace a transaction paying ``fees``, at most ``cap``; ``None`` when the
     cap leaves no room for a replacement the node would accept."""
-    max_fee = min(_raise(fees.max_fee_per_gas), cap)
-    tip = min(_raise(fees.max_priority_fee_per_gas), max_fee)
+    max_fee = min(raised(fees.max_fee_per_gas), cap)
+    tip = min(raised(fees.max_priority_fee_per_gas), max_fee)
     if max_fee * 10 < fees.max_fee_per_gas * 11 or tip * 10 < fees.max_priority_fee_per_gas * 11:
         return None
     return Fees(max_fee, tip)

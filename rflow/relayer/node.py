@@ -51,32 +51,28 @@ class Node:
         self.rpc = rpc
         self.chain_id = chain_id
 
-    async def simulate(self, sender: str, to: str, value: int, data: bytes) -> None:
-        """``eth_call`` the send; ``simulation_failed`` with the decoded reason on a revert."""
+    async def _call(self, method: str, what: str, sender: str, to: str, value: int, data: bytes):
+        """``method`` on the send as a call; a revert is ``simulation_failed`` with its
+        decoded reason, an unreachable node ``rpc_timeout``."""
         call = {"from": sender, "to": to, "value": hex(value), "data": "0x" + data.hex()}
         try:
-            await self.rpc.call("eth_call", call, "latest")
+            return await self.rpc.call(method, call, "latest")
         except RpcError as exc:
             reason = revert_reason(exc.data) or exc.message
-            raise RflowError(
-                FailureKind.SIMULATION_FAILED, f"the call would revert: {reason}"
-            ) from None
+            raise RflowError(FailureKind.SIMULATION_FAILED, f"{what}: {reason}") from None
         except RpcUnavailable as exc:
-            raise unavailable(exc, "simulation") from None
+            raise unavailable(exc, what) from None
+
+    async def simulate(self, sender: str, to: str, value: int, data: bytes) -> None:
+        """``eth_call`` the send; ``simulation_failed`` with the decoded reason on a revert."""
+        await self._call("eth_call", "the call would revert", sender, to, value, data)
 
     async def gas_limit(self, sender: str, to: str, value: int, data: bytes) -> int:
         """``eth_estimateGas`` with headroom."""
-        call = {"from": sender, "to": to, "value": hex(value), "data": "0x" + data.hex()}
-        try:
-            estimate = int(await self.rpc.call("eth_estimateGas", call, "latest"), 16)
-        except RpcError as exc:
-            reason = revert_reason(exc.data) or exc.message
-            raise RflowError(
-                FailureKind.SIMULATION_FAILED, f"gas estimation failed: {reason}"
-            ) from None
-        except RpcUnavailable as exc:
-            raise unavailable(exc, "gas estimation") from None
-        return estimate * GAS_HEADROOM[0] // GAS_HEADROOM[1]
+        estimate = await self._call(
+            "eth_estimateGas", "gas estimation failed", sender, to, value, data
+        )
+        return int(estimate, 16) * GAS_HEADROOM[0] // GAS_HEADROOM[1]
 
     async def fees(self, *, cap: int | None, tip: int | None) -> Fees:
         """Fees for the next block (see :func:`rflow.relayer.fees.suggest`)."""
