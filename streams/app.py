@@ -7,11 +7,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+from faust.transport.producer import ProducerBuffer
 
 from rflow.codecs import tables as table_codec
 from rflow.lang import Project, load_project
@@ -63,10 +65,54 @@ class RflowTopic(faust.Topic):
         return super().get_topic_name()
 
 
+class DrainingBuffer(ProducerBuffer):
+    """Faust's producer buffer, with a flush that returns only when it is empty.
+
+    Table writes (the journal) wait in this buffer until a task hands them to the Kafka
+    client. Faust flushes it before committing consumer offsets and before giving up
+    partitions, but its flush returns after 0.1 s without progress, and does not count
+    the message being handed over: offsets could then be committed, or a partition
+    handed to another worker, before the writes of the events they cover were sent.
+    The new owner would recover a table without them and never see those events again.
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.handing_over = 0
+
+    async def _send_pending(self, fut) -> None:
+        self.handing_over += 1
+        try:
+            await super()._send_pending(fut)
+        finally:
+            self.handing_over -= 1
+
+    async def flush(self) -> None:
+        while self.size or self.handing_over:
+            if self.should_stop and not self.handing_over:
+                # The buffer's own task has ended (the worker is stopping): hand over
+                # what is left, in order.
+                await self._send_pending(self.pending.get_nowait())
+                continue
+            self.message_sent.clear()
+            try:
+                async with asyncio.timeout(1.0):
+                    await self.message_sent.wait()
+            except TimeoutError:
+                continue
+
+
 class RflowApp(faust.App):
     """A Faust app carrying rflow's :class:`Runtime` as ``app.rflow``."""
 
     rflow: Runtime
+
+    def _new_producer(self):
+        producer = super()._new_producer()
+        buffer = DrainingBuffer(loop=producer.loop, beacon=producer.beacon)
+        buffer.app = self
+        producer.buffer = buffer
+        return producer
 
     def declared_topic(self, name: str, **kwargs) -> faust.TopicT:
         """A handle on topic ``name`` of ``topics.yaml`` (prefix applied); raw bytes by default."""
