@@ -31,6 +31,7 @@ _VARIABLES = {
     "SEND_BUMP_AFTER": "send_bump_after",
     "SEND_EXPIRE_AFTER": "send_expire_after",
     "SEND_POLL_INTERVAL": "send_poll_interval",
+    "API_TOKEN": "api_token",
 }
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,6 +70,9 @@ class Settings(BaseModel):
     )
     data_dir: Path = Field(Path(".rflow"), description="Faust table state (RocksDB or memory)")
     web_port: int = Field(6066, description="Faust web server port of a worker")
+    api_token: SecretStr | None = Field(
+        None, description="bearer token of the worker's HTTP API (every route but webhooks)"
+    )
     broker_session_timeout: float = 30.0
     broker_heartbeat_interval: float = 3.0
     send_bump_after: float = Field(

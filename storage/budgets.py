@@ -191,6 +191,18 @@ class BudgetUsage:
     remaining: int
     window: timedelta
 
+    def document(self) -> dict[str, Any]:
+        """This row as the CLI's ``--json`` and the API show it (the window as ``24h``)."""
+        return {
+            "budget": self.budget,
+            "asset": self.asset,
+            "cap": self.cap,
+            "consumed": self.consumed,
+            "reserved": self.reserved,
+            "remaining": self.remaining,
+            "window": format_window(self.window),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class SpendRow:

@@ -64,6 +64,9 @@ LIMIT %(limit)s
 _GET = "SELECT * FROM runs WHERE run_id = %s"
 _STEPS = "SELECT * FROM step_logs WHERE run_id = %s ORDER BY seq, path, visit"
 _GET_DEAD = "SELECT * FROM dead_runs WHERE run_id = %s"
+_MARK_RETRIED = """
+UPDATE dead_runs SET retried_as = COALESCE(retried_as, %s) WHERE run_id = %s RETURNING retried_as
+"""
 _PURGE = """
 WITH gone AS (
     DELETE FROM runs WHERE workflow = %s AND created_at < %s AND settled_at IS NOT NULL
@@ -193,6 +196,14 @@ async def get_run(conn: psycopg.AsyncConnection, run_id: str) -> dict[str, Any] 
             await cur.execute(_GET_DEAD, (run_id,))
             run["dead"] = await cur.fetchone()
             return run
+
+
+async def mark_retried(conn: psycopg.AsyncConnection, run_id: str, new_run_id: str) -> str | None:
+    """Link dead-lettered ``run_id`` to the run retrying it; the first link stays."""
+    with translated():
+        cur = await conn.execute(_MARK_RETRIED, (new_run_id, run_id))
+        row = await cur.fetchone()
+        return row[0] if row else None
 
 
 async def purge(conn: psycopg.AsyncConnection, workflow: str, before: datetime) -> int:

@@ -19,6 +19,7 @@ from rflow.codecs import tables as table_codec
 from rflow.lang import Project, load_project
 from rflow.settings import Settings, environ
 from rflow.streams import tables, views
+from rflow.streams.control import Control
 from rflow.streams.database import Database
 from rflow.streams.topics import Catalog
 
@@ -48,6 +49,8 @@ class Runtime:
     tables: tables.Tables | None = None
     database: Database | None = None
     runner: Any = None
+    webhook_paths: set[str] = field(default_factory=set)
+    """Webhook paths declared outside ``/hooks/``: public, like every webhook."""
 
 
 class RflowTopic(faust.Topic):
@@ -148,6 +151,12 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     catalog = Catalog.from_settings(settings)
     codec = table_codec.register()
     partitions = catalog.spec("rflow.triggers").partitions
+    from rflow.streams import api, ingress_views
+
+    def public(path: str) -> bool:
+        return path in api.PUBLIC or ingress_views.is_webhook(path, runtime.webhook_paths)
+
+    token = settings.api_token.get_secret_value() if settings.api_token else None
     app = RflowApp(
         settings.app_id,
         broker=[f"kafka://{host}" for host in settings.kafka_brokers.split(",")],
@@ -167,6 +176,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
         # One event at a time per partition keeps per-group order; effects run as tasks.
         stream_buffer_maxsize=1024,
         Topic=RflowTopic,
+        web_application_options={"middlewares": [api.authenticator(token, public)]},
     )
     app.rflow = runtime = Runtime(settings, catalog, project, env)
     runtime.topics = Topics(
@@ -190,9 +200,13 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
 
     agents.attach(app)
     views.attach(app)
-    from rflow.streams import ingress_views
+    producer = ingress_views.attach(app)
+    database = runtime.database
 
-    ingress_views.attach(app)
+    async def operate(work):
+        return await database.run(work, what="operator action")
+
+    api.attach(app, Control(operate, producer, project))
     return app
 
 

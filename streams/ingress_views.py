@@ -167,8 +167,9 @@ async def read_body(request: aiohttp_web.Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
-    """Mount the webhook and manual-run endpoints on ``app``'s web server."""
+def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> IngressProducer:
+    """Mount the webhook and manual-run endpoints on ``app``'s web server; returns the
+    producer they share (the API's operator actions use it too)."""
     runtime = app.rflow
     assert runtime.database is not None, "attach the database before the ingress"
     producer = app.add_dependency(IngressProducer(runtime.settings))
@@ -214,3 +215,10 @@ def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> No
         if not path.startswith(WEBHOOK_PREFIX):
             exact = type(f"WebhookView{i}", (WebhookView,), {})
             app.page(path, name=f"rflow.webhooks.{i}")(exact)
+    runtime.webhook_paths.update(hooks.routes)
+    return producer
+
+
+def is_webhook(path: str, declared: set[str]) -> bool:
+    """Whether ``path`` is a webhook endpoint (they authenticate requests their own way)."""
+    return path.startswith(WEBHOOK_PREFIX) or path in declared

@@ -30,6 +30,7 @@ def settings(unique: str, tmp_path: Path) -> Settings:
         data_dir=tmp_path / "data",
         broker_session_timeout=6.0,
         broker_heartbeat_interval=0.5,
+        api_token=f"token-{unique}",
     )
 
 

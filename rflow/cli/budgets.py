@@ -69,23 +69,7 @@ def list_budgets(project: Path | None, as_json: bool) -> None:
         return
     rows = asyncio.run(with_database(lambda conn: store.usage(conn, loaded.budgets)))
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "budget": row.budget,
-                        "asset": row.asset,
-                        "cap": row.cap,
-                        "consumed": row.consumed,
-                        "reserved": row.reserved,
-                        "remaining": row.remaining,
-                        "window": store.format_window(row.window),
-                    }
-                    for row in rows
-                ],
-                indent=2,
-            )
-        )
+        click.echo(json.dumps([row.document() for row in rows], indent=2))
         return
     table = [
         [

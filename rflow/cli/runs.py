@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, with_database
+from rflow.cli.common import fail, project_option, with_database
 from rflow.settings import Settings
 
 
@@ -117,13 +119,26 @@ async def _run_with_charges(conn: Any, run_id: str) -> dict[str, Any] | None:
     return run
 
 
-def _answer(run_id: str, step: str | None, payload: dict[str, Any], as_json: bool) -> None:
-    from rflow.streams.control import ControlError, answer
+def _control(
+    action: Callable[[Any], Awaitable[dict[str, Any]]], project: Any = None
+) -> dict[str, Any]:
+    """Run an operator action with a connection and a producer of the CLI's own."""
+    from rflow.storage import StorageError
+    from rflow.streams.control import ControlError, connected
+    from rflow.streams.producer import ProduceError
+
+    async def act() -> dict[str, Any]:
+        async with connected(Settings.from_env(), project) as control:
+            return await action(control)
 
     try:
-        result = asyncio.run(answer(Settings.from_env(), run_id, step, payload))
-    except ControlError as exc:
+        return asyncio.run(act())
+    except (ControlError, ProduceError, StorageError) as exc:
         fail(str(exc))
+
+
+def _answer(run_id: str, step: str | None, payload: dict[str, Any], as_json: bool) -> None:
+    result = _control(lambda control: control.answer(run_id, step, payload))
     click.echo(
         _json(result)
         if as_json
@@ -171,11 +186,25 @@ def reject(run_id: str, step: str | None, by: str | None, as_json: bool) -> None
 @click.option("--json", "as_json", is_flag=True)
 def cancel(run_id: str, reason: str, as_json: bool) -> None:
     """Cancel a run at its next step boundary (finally steps still run)."""
-    from rflow.streams.control import ControlError
-    from rflow.streams.control import cancel as request_cancel
-
-    try:
-        result = asyncio.run(request_cancel(Settings.from_env(), run_id, reason))
-    except ControlError as exc:
-        fail(str(exc))
+    result = _control(lambda control: control.cancel(run_id, reason))
     click.echo(_json(result) if as_json else f"cancel requested: run {run_id}")
+
+
+@runs.command()
+@click.argument("run_id")
+@project_option
+@click.option("--json", "as_json", is_flag=True)
+def retry(run_id: str, project: Path | None, as_json: bool) -> None:
+    """Fire a dead-lettered run's trigger again, as a new run linked to the old one."""
+    from rflow.lang import ConfigError, load_project
+    from rflow.settings import environ
+
+    path = project or Settings.from_env().project_path
+    if path is None:
+        fail("no project: give --project or set RFLOW_PROJECT (the workflow's definition)")
+    try:
+        loaded = load_project(path, environ())
+    except ConfigError as exc:
+        fail(f"{path} has {len(exc.diagnostics)} problems; run rflow validate {path}")
+    result = _control(lambda control: control.retry(run_id), loaded)
+    click.echo(_json(result) if as_json else f"retried {run_id} as {result['retried_as']}")

@@ -77,6 +77,12 @@ class WorkerProcess:
         return self
 
     @property
+    def auth(self) -> dict[str, str]:
+        """The API's bearer token header, as the test's settings configure the worker."""
+        token = self.settings.api_token
+        return {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
+
+    @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.settings.web_port}"
 
@@ -84,8 +90,9 @@ class WorkerProcess:
         """GET ``path`` from the worker's web server: (status, JSON body); (0, None) if down."""
 
         def fetch() -> tuple[int, Any]:
+            request = urllib.request.Request(self.url + path, headers=self.auth)
             try:
-                with urllib.request.urlopen(self.url + path, timeout=2) as resp:
+                with urllib.request.urlopen(request, timeout=2) as resp:
                     return resp.status, json.loads(resp.read())
             except urllib.error.HTTPError as exc:
                 return exc.code, json.loads(exc.read() or b"null")

@@ -84,7 +84,11 @@ async def post(
             worker.url + path,
             data=body,
             method="POST",
-            headers={"Content-Type": "application/json", **(headers or {})},
+            headers={
+                "Content-Type": "application/json",
+                **(worker.auth if path.startswith("/api/") else {}),
+                **(headers or {}),
+            },
         )
         try:
             with urllib.request.urlopen(request, timeout=30) as resp:

@@ -1,0 +1,269 @@
+"""The worker's HTTP API: runs, workflows and budgets, behind a bearer token.
+
+Every route but the webhooks (which authenticate their own way) and the health checks
+needs ``Authorization: Bearer <RFLOW_API_TOKEN>``; a worker without a token configured
+refuses them all. Errors are JSON objects with an ``error`` that says why. The routes are
+described by ``schemas/openapi.json``, served at ``/api/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from faust.web import Request, Response, View
+
+from rflow.codecs import json
+from rflow.codecs.json import JSONDecodeError
+from rflow.engine import RunStatus
+from rflow.engine.keys import workflow_version
+from rflow.storage import StorageError, budgets, controls, runs
+from rflow.streams.control import Control, ControlError
+from rflow.streams.producer import ProduceError
+
+if TYPE_CHECKING:
+    from rflow.streams.app import RflowApp
+
+OPENAPI = Path(__file__).resolve().parent.parent / "schemas" / "openapi.json"
+PUBLIC = frozenset({"/healthz", "/rflow/ready/"})
+"""Health checks: answered without a token (a load balancer has none)."""
+
+MAX_BODY = 64 * 1024
+RUN_STATUSES = frozenset(status.value for status in RunStatus)
+
+
+def error(status: int, message: str, **headers: str) -> web.Response:
+    return web.Response(
+        body=json.dumps({"error": message}),
+        status=status,
+        content_type="application/json",
+        headers=headers or None,
+    )
+
+
+def authenticator(token: str | None, public: Callable[[str], bool]) -> Any:
+    """The aiohttp middleware that asks every non-public route for the bearer token."""
+    expected = token.encode() if token else None
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+        if public(request.path):
+            return await handler(request)
+        challenge = {"WWW-Authenticate": 'Bearer realm="rflow"'}
+        if expected is None:
+            return error(401, "this worker has no API token: set RFLOW_API_TOKEN", **challenge)
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            return error(401, "missing bearer token (Authorization: Bearer ...)", **challenge)
+        if not hmac.compare_digest(given.strip().encode(), expected):
+            return error(401, "wrong bearer token", **challenge)
+        return await handler(request)
+
+    return authenticate
+
+
+def attach(app: RflowApp, control: Control) -> None:
+    """Mount the API routes on ``app``'s web server."""
+    runtime = app.rflow
+    project = runtime.project
+    database = runtime.database
+    assert database is not None, "attach the database before the API"
+
+    def body(value: Any, status: int = 200) -> Response:
+        return web.Response(
+            body=json.dumps(value), status=status, content_type="application/json"
+        )
+
+    async def answer(work: Callable[[], Awaitable[Any]]) -> Response:
+        try:
+            return body(await work())
+        except ControlError as exc:
+            return error(exc.status, str(exc))
+        except ProduceError as exc:
+            return error(503, str(exc))
+        except StorageError as exc:
+            return error(503, f"the database is unavailable: {exc}")
+
+    async def read(request: Request) -> dict[str, Any]:
+        raw = await request.content.read(MAX_BODY + 1)
+        if len(raw) > MAX_BODY:
+            raise ControlError(f"the body is over {MAX_BODY} bytes", 413)
+        if not raw.strip():
+            return {}
+        try:
+            value = json.loads(raw)
+        except JSONDecodeError as exc:
+            raise ControlError(f"the body is not JSON: {exc}", 400) from None
+        if not isinstance(value, dict):
+            raise ControlError("the body must be a JSON object", 400)
+        return value
+
+    def text(fields: dict[str, Any], name: str, default: str | None = None) -> str | None:
+        value = fields.get(name, default)
+        if value is not None and not isinstance(value, str):
+            raise ControlError(f"{name!r} must be a string", 400)
+        return value
+
+    def db(work: Callable[[Any], Awaitable[Any]], what: str) -> Awaitable[Any]:
+        return database.run(work, what=what)
+
+    @app.page("/healthz", name="rflow.healthz")
+    async def healthz(self: View, request: Request) -> Response:
+        """200 while the worker runs; ``ready`` says whether it holds its partitions."""
+        recovered = app.tables.recovery.completed.is_set()
+        ready = recovered and not app.rebalancing and not app.in_recovery
+        return self.json({"status": "ok", "ready": ready})
+
+    @app.page("/api/openapi.json", name="rflow.openapi")
+    async def openapi(self: View, request: Request) -> Response:
+        """The API's OpenAPI document."""
+        return self.bytes(OPENAPI.read_bytes(), content_type="application/json")
+
+    @app.page("/api/runs", name="rflow.api.runs")
+    async def list_runs(self: View, request: Request) -> Response:
+        """The newest runs: ?workflow=W&status=S&failed=true&limit=N."""
+
+        async def work() -> dict[str, Any]:
+            query = request.query
+            status = query.get("status")
+            if query.get("failed", "").lower() in ("1", "true", "yes"):
+                status = "failed"
+            if status is not None and status not in RUN_STATUSES:
+                known = ", ".join(sorted(RUN_STATUSES))
+                raise ControlError(f"unknown status {status!r}: one of {known}", 400)
+            try:
+                limit = int(query.get("limit", "50"))
+            except ValueError:
+                raise ControlError("limit must be an integer", 400) from None
+            if not 1 <= limit <= 1000:
+                raise ControlError("limit must be between 1 and 1000", 400)
+            rows = await db(
+                lambda conn: runs.list_runs(
+                    conn, workflow=query.get("workflow"), status=status, limit=limit
+                ),
+                "runs",
+            )
+            return {"runs": rows}
+
+        return await answer(work)
+
+    @app.page("/api/runs/{run_id}", name="rflow.api.run")
+    async def show_run(self: View, request: Request, run_id: str) -> Response:
+        """One run: its journal step by step, its budget charges and, when this worker
+        holds its partition, its live state."""
+
+        async def work() -> dict[str, Any]:
+            async def load(conn: Any) -> dict[str, Any] | None:
+                run = await runs.get_run(conn, run_id)
+                if run is not None:
+                    run["charges"] = await budgets.run_charges(conn, run_id)
+                return run
+
+            run = await db(load, "run")
+            live = runtime.tables.runs.get(run_id)
+            if run is None and live is None:
+                raise ControlError(f"no run {run_id}", 404)
+            return {**(run or {"run_id": run_id}), "live": live}
+
+        return await answer(work)
+
+    def run_action(path: str, name: str, act: Callable[[str, dict[str, Any]], Awaitable[Any]]):
+        async def post(self: View, request: Request, run_id: str) -> Response:
+            async def work() -> Any:
+                return await act(run_id, await read(request))
+
+            return await answer(work)
+
+        post.__doc__ = act.__doc__
+        view = type(f"Run{name.title()}View", (View,), {"post": post})
+        app.page(path, name=f"rflow.api.run.{name}")(view)
+
+    async def cancel(run_id: str, fields: dict[str, Any]) -> Any:
+        """Cancel the run at its next step boundary; body ``{"reason": ...}`` (optional)."""
+        return await control.cancel(run_id, text(fields, "reason", "cancelled by an operator"))
+
+    async def retry(run_id: str, fields: dict[str, Any]) -> Any:
+        """Fire a dead-lettered run's trigger again, as a new run linked to the old one."""
+        return await control.retry(run_id)
+
+    def decide(decision: str) -> Callable[[str, dict[str, Any]], Awaitable[Any]]:
+        async def act(run_id: str, fields: dict[str, Any]) -> Any:
+            payload: dict[str, Any] = {"decision": decision, "by": text(fields, "by", "api")}
+            for name in ("choice", "text"):
+                if (value := text(fields, name)) is not None:
+                    payload[name] = value
+            return await control.answer(run_id, text(fields, "step"), payload)
+
+        act.__doc__ = f"{decision.title()} a run waiting for a human decision."
+        return act
+
+    run_action("/api/runs/{run_id}/cancel", "cancel", cancel)
+    run_action("/api/runs/{run_id}/retry", "retry", retry)
+    run_action("/api/runs/{run_id}/approve", "approve", decide("approve"))
+    run_action("/api/runs/{run_id}/reject", "reject", decide("reject"))
+
+    @app.page("/api/workflows", name="rflow.api.workflows")
+    async def list_workflows(self: View, request: Request) -> Response:
+        """The project's workflows: trigger kind, deployed version and pause state."""
+
+        async def work() -> dict[str, Any]:
+            paused = await db(controls.paused, "workflow controls")
+            found = []
+            for name, definition in (project.workflows if project else {}).items():
+                by, reason = paused.get(name, (None, None))
+                found.append(
+                    {
+                        "workflow": name,
+                        "trigger": type(definition.trigger).kind,
+                        "version": workflow_version(definition),
+                        "paused": bool(definition.paused) or name in paused,
+                        "paused_by": "definition" if definition.paused else by,
+                        "reason": reason,
+                    }
+                )
+            return {"workflows": found}
+
+        return await answer(work)
+
+    def workflow_action(name: str, act: Callable[[Any, str, dict[str, Any]], Awaitable[Any]]):
+        async def post(self: View, request: Request, workflow: str) -> Response:
+            async def work() -> Any:
+                if project is None or workflow not in project.workflows:
+                    raise ControlError(f"no workflow {workflow!r} in this project", 404)
+                fields = await read(request)
+                await db(lambda conn: act(conn, workflow, fields), f"{name} {workflow}")
+                return {"workflow": workflow, "paused": name == "pause"}
+
+            return await answer(work)
+
+        post.__doc__ = act.__doc__
+        view = type(f"Workflow{name.title()}View", (View,), {"post": post})
+        app.page(f"/api/workflows/{{workflow}}/{name}", name=f"rflow.api.workflow.{name}")(view)
+
+    async def pause(conn: Any, workflow: str, fields: dict[str, Any]) -> None:
+        """Pause the workflow: its triggers start no runs until resumed."""
+        reason = text(fields, "reason", "paused by an operator")
+        await controls.pause(conn, workflow, by="operator", reason=reason)
+
+    async def resume(conn: Any, workflow: str, fields: dict[str, Any]) -> None:
+        """Resume the workflow after a pause."""
+        await controls.resume(conn, workflow)
+
+    workflow_action("pause", pause)
+    workflow_action("resume", resume)
+
+    @app.page("/api/budgets", name="rflow.api.budgets")
+    async def list_budgets(self: View, request: Request) -> Response:
+        """Each cap of each budget in its rolling window, in raw units."""
+
+        async def work() -> dict[str, Any]:
+            declared = project.budgets if project else {}
+            rows = (
+                await db(lambda conn: budgets.usage(conn, declared), "budgets") if declared else []
+            )
+            return {"budgets": [row.document() for row in rows]}
+
+        return await answer(work)
