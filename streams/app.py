@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.transport.producer import ProducerBuffer
 
 from rflow.codecs import tables as table_codec
@@ -105,10 +106,42 @@ class DrainingBuffer(ProducerBuffer):
                 continue
 
 
+class RflowConsumer(aiokafka_driver.Consumer):
+    """Faust's consumer, reading a partition its group never committed from the start.
+
+    After a rebalance Faust seeks every assigned partition to its committed offset, but
+    leaves a partition with none (or with 0) wherever the fetcher had got to. Records
+    fetched while the rebalance suspended the flow are dropped unprocessed, so on such a
+    partition they would be skipped for good: a fresh topic's first firings could be
+    lost while a second worker joins. Those partitions go back to their first offset,
+    which is what the group's ``earliest`` reset policy means.
+    """
+
+    async def seek_to_committed(self):
+        committed = await super().seek_to_committed()
+        changelogs = self.app.tables.changelog_topics
+        fresh = [
+            tp for tp, offset in committed.items() if not offset and tp.topic not in changelogs
+        ]
+        if fresh:
+            await self._thread.seek_to_beginning(*fresh)
+        return committed
+
+
 class RflowApp(faust.App):
     """A Faust app carrying rflow's :class:`Runtime` as ``app.rflow``."""
 
     rflow: Runtime
+
+    def _new_consumer(self):
+        return RflowConsumer(
+            self.transport,
+            callback=self.topics.on_message,
+            on_partitions_revoked=self._on_partitions_revoked,
+            on_partitions_assigned=self._on_partitions_assigned,
+            beacon=self.beacon,
+            loop=self.transport.loop,
+        )
 
     def _new_producer(self):
         producer = super()._new_producer()
