@@ -17,8 +17,9 @@ from aiokafka.partitioner import DefaultPartitioner
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import EffectRunner, partition_key
 from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
-from rflow.engine import CancelRequested, RunState, RunStatus, Settle, Start, advance, resume
+from rflow.engine import CancelRequested, RunState, RunStatus, Settle, Start, advance, lanes, resume
 from rflow.engine.keys import firing_runs, matrix_combinations, run_key, workflow_version
+from rflow.engine.lanes import Lane
 from rflow.failures import RflowError
 from rflow.lang.model import Workflow
 from rflow.lang.model.resources import Config
@@ -39,6 +40,7 @@ class Runner:
         self.runtime = app.rflow
         self.triggers = app.rflow.tables.triggers
         self.runs = app.rflow.tables.runs
+        self.lanes = app.rflow.tables.lanes
         self.effects = EffectRunner(app)
         project = app.rflow.project
         self.workflows = dict(project.workflows) if project else {}
@@ -99,7 +101,7 @@ class Runner:
             }
         self.triggers[gate] = entry
         for index in range(min(limit, len(combinations))):
-            await self.start_run(
+            await self.begin(
                 workflow, record, combinations[index], run_ids[index], message.partition
             )
 
@@ -111,7 +113,12 @@ class Runner:
         and lose a run's first state. Such a run is started again (a start is idempotent);
         anything else about a repeated firing is ignored."""
         started = admitted.get("matrix", {}).get("active", admitted.get("runs", []))
-        lost = [rid for rid in started if self.runs.get(rid) is None]
+        lane = self.lane(record.workflow, record.group) if workflow.concurrency else None
+        lost = [
+            rid
+            for rid in started
+            if self.runs.get(rid) is None and not (lane and lane.holds(rid) and lane.active != rid)
+        ]
         if not lost:
             log.info("duplicate delivery of trigger %s ignored", record.trigger_key)
             return
@@ -129,9 +136,19 @@ class Runner:
                 log.warning(
                     "run %s of trigger %s lost its start: starting it", rid, record.trigger_key
                 )
-                await self.start_run(workflow, record, combo, rid, partition)
+                if lane is not None and lane.active == rid:
+                    await self.start_run(workflow, record, combo, rid, partition)
+                else:
+                    # Its lane lost it too (or it has none): it arrives again.
+                    await self.begin(workflow, record, combo, rid, partition)
 
-    async def start_run(
+    # --- concurrency lanes --------------------------------------------------------------
+
+    def lane(self, workflow: str, group: str | None) -> Lane | None:
+        stored = self.lanes.get(lane_key(workflow, group)) if group is not None else None
+        return Lane.model_validate(stored) if stored is not None else None
+
+    async def begin(
         self,
         workflow: Workflow,
         record: TriggerRecord,
@@ -139,7 +156,69 @@ class Runner:
         rid: str,
         partition: int,
     ) -> None:
-        start = Start(
+        """Start the run, or let its concurrency lane decide when (or whether) it starts."""
+        if workflow.concurrency is None or record.group is None:
+            await self.start_run(workflow, record, combo, rid, partition)
+            return
+        gate = run_key(record.workflow, record.trigger_key)
+        key = lane_key(record.workflow, record.group)
+        arrival = lanes.arrive(
+            self.lane(record.workflow, record.group), rid, gate, workflow.concurrency.on_conflict
+        )
+        self.lanes[key] = arrival.lane.model_dump(mode="json")
+        for waiting in arrival.superseded:
+            reason = f"superseded by run {rid} (on_conflict: {workflow.concurrency.on_conflict})"
+            await self.never_started(waiting.run_id, waiting.gate, RunStatus.CANCELLED, reason)
+        if arrival.skip:
+            reason = f"concurrency group {record.group!r} busy with run {arrival.lane.active}"
+            await self.never_started(rid, gate, RunStatus.SKIPPED, reason)
+        if arrival.cancel is not None:
+            reason = f"superseded by run {rid} (on_conflict: cancel_in_progress)"
+            await self.apply(CancelRequested(run_id=arrival.cancel, reason=reason), partition)
+        if arrival.start:
+            await self.start_run(workflow, record, combo, rid, partition)
+
+    async def leave_lane(self, state: RunState, partition: int) -> None:
+        """A run of a concurrency group settled: the next one waiting starts."""
+        key = lane_key(state.workflow, state.group)
+        lane, following = lanes.leave(self.lane(state.workflow, state.group), state.run_id)
+        if lane is None:
+            if self.lanes.get(key) is not None:
+                del self.lanes[key]
+        else:
+            self.lanes[key] = lane.model_dump(mode="json")
+        if following is not None:
+            workflow, record, combo = self.firing(following.gate, following.run_id)
+            await self.start_run(workflow, record, combo, following.run_id, partition)
+
+    def firing(self, gate: str, rid: str) -> tuple[Workflow, TriggerRecord, dict[str, Any]]:
+        """The workflow, record and matrix combination of run ``rid`` of firing ``gate``."""
+        entry = self.triggers[gate]
+        record = TriggerRecord.model_validate(
+            {k: v for k, v in entry.items() if k in TriggerRecord.model_fields}
+        )
+        workflow = self.workflows[record.workflow]
+        runs = firing_runs(
+            record.workflow,
+            record.trigger_key,
+            workflow.strategy.matrix if workflow.strategy else None,
+        )
+        combo = next(combo for combo, run in runs if run == rid)
+        return workflow, record, combo
+
+    async def never_started(self, rid: str, gate: str, status: RunStatus, reason: str) -> None:
+        """Record a run its lane never started (skipped, or superseded while waiting)."""
+        workflow, record, combo = self.firing(gate, rid)
+        self.runs[rid] = {"settled": str(status)}
+        start = self.start_of(workflow, record, combo, rid)
+        for entry in lanes.never_started(start, status, reason, datetime.now(UTC)):
+            await self.effects.publish(entry)
+        log.info("run %s of %s not started: %s", rid, record.workflow, reason)
+
+    def start_of(
+        self, workflow: Workflow, record: TriggerRecord, combo: dict[str, Any], rid: str
+    ) -> Start:
+        return Start(
             run_id=rid,
             workflow=record.workflow,
             version=self.versions[record.workflow],
@@ -149,6 +228,16 @@ class Runner:
             trigger=record.payload,
             env={name: self.runtime.env[name] for name in workflow.env if name in self.runtime.env},
         )
+
+    async def start_run(
+        self,
+        workflow: Workflow,
+        record: TriggerRecord,
+        combo: dict[str, Any],
+        rid: str,
+        partition: int,
+    ) -> None:
+        start = self.start_of(workflow, record, combo, rid)
         if self.uses_state[record.workflow]:
             # Reading durable state is I/O: fetch it off the partition, then start.
             self.effects.spawn(self._start_with_state(start, record.partition_key), f"start {rid}")
@@ -189,9 +278,7 @@ class Runner:
                 CancelRequested(run_id=rid, reason=f"fail_fast: {state.run_id} failed"), partition
             )
         for index in starting:
-            await self.start_run(
-                workflow, record, combinations[index], entry["runs"][index], partition
-            )
+            await self.begin(workflow, record, combinations[index], entry["runs"][index], partition)
 
     async def _start_with_state(self, start: Start, key: str) -> None:
         state = await self.runtime.database.run(
@@ -249,9 +336,11 @@ class Runner:
             # Defaults are left out: a parked run's entry is a third smaller in memory.
             self.runs[event.run_id] = new_state.model_dump(mode="json", exclude_defaults=True)
         await self.effects.carry_out(new_state, effects, partition)
-        if new_state.matrix is not None:
-            for effect in effects:
-                if isinstance(effect, Settle):
+        for effect in effects:
+            if isinstance(effect, Settle):
+                if new_state.group is not None and workflow.concurrency is not None:
+                    await self.leave_lane(new_state, partition)
+                if new_state.matrix is not None:
                     await self.matrix_run_settled(new_state, effect, partition)
 
     async def resume_partitions(self, assigned: frozenset[int]) -> None:
@@ -281,6 +370,11 @@ class Runner:
             resumed += 1
         if resumed:
             log.info("resumed %d unsettled runs on partitions %s", resumed, sorted(fresh))
+
+
+def lane_key(workflow: str, group: str) -> str:
+    """The key of a concurrency lane in the ``lanes`` table."""
+    return f"{workflow}:{group}"
 
 
 def key_disagreement(workflow: Workflow, record: TriggerRecord, key: bytes | None) -> str | None:

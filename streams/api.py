@@ -73,9 +73,7 @@ def attach(app: RflowApp, control: Control) -> None:
     assert database is not None, "attach the database before the API"
 
     def body(value: Any, status: int = 200) -> Response:
-        return web.Response(
-            body=json.dumps(value), status=status, content_type="application/json"
-        )
+        return web.Response(body=json.dumps(value), status=status, content_type="application/json")
 
     async def answer(work: Callable[[], Awaitable[Any]]) -> Response:
         try:

@@ -19,6 +19,7 @@ class Tables:
 
     triggers: faust.Table
     runs: faust.Table
+    lanes: faust.Table
 
 
 def _table(app: RflowApp, name: str, changelog: str, help: str) -> faust.Table:
@@ -70,5 +71,12 @@ def create(app: RflowApp) -> Tables:
             "rflow.state.runs",
             "Run state, keyed by run id: where the run is, the journal of every step "
             "(inputs, outputs, errors, attempts) and the workflow version it is pinned to.",
+        ),
+        lanes=_table(
+            app,
+            "lanes",
+            "rflow.state.lanes",
+            "Concurrency lanes, keyed by <workflow>:<concurrency group>: the run that owns "
+            "the group now and the runs waiting behind it, oldest first.",
         ),
     )

@@ -23,10 +23,17 @@ class RunStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+    """Never started: its concurrency group was busy (``on_conflict: skip``)."""
 
     @property
     def terminal(self) -> bool:
-        return self in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+        return self in (
+            RunStatus.SUCCEEDED,
+            RunStatus.FAILED,
+            RunStatus.CANCELLED,
+            RunStatus.SKIPPED,
+        )
 
 
 class StepStatus(StrEnum):

@@ -227,7 +227,9 @@ async def test_budgets_and_bad_requests_answer_with_reasons(worker):
     ]
     assert await call(worker, "GET", "/api/runs?status=bogus") == (
         400,
-        {"error": "unknown status 'bogus': one of cancelled, failed, running, succeeded, waiting"},
+        {
+            "error": "unknown status 'bogus': one of cancelled, failed, running, skipped, succeeded, waiting"
+        },
     )
     assert await call(worker, "GET", "/api/runs?limit=x") == (
         400,
