@@ -14,6 +14,7 @@ from eth_utils import keccak
 
 from rflow import storage
 from rflow.lang import load_project
+from rflow.relayer.build import MULTICALL3
 from rflow.storage import budgets, sends
 from tests.integration import chain
 from tests.integration.harness import wait_until
@@ -455,3 +456,53 @@ async def test_sigkill_during_100_sends_leaves_exactly_100_transfers(
 
 async def _at_least(count, point: int) -> bool:
     return await count() >= point
+
+
+MULTICALL = """
+      - id: batch
+        send_transaction:
+          network: local
+          relayer: payout
+          calls:
+            - { to: "${{ trigger.a }}", value: 1000 }
+            - { to: "${{ trigger.b }}", value: 2000 }
+            - contract: Token
+              function: "mint(address,uint256)"
+              args: ["${{ trigger.a }}", 5]
+"""
+
+
+async def test_a_multicall_batch_runs_every_call_in_one_transaction_and_charges_native_only(
+    settings, worker_factory, tmp_path
+):
+    async with contextlib.AsyncExitStack() as stack:
+        url, w3 = await private_node(stack)
+        relayer = await chain.funded_account(w3)
+        token = await token_for(w3, relayer)
+        # Multicall3 at its canonical address, as on the chains that have it.
+        deployed, _ = await chain.deploy(w3, "Multicall3", account=relayer)
+        code = await chain.rpc(w3, "eth_getCode", deployed, "latest")
+        await chain.rpc(w3, "anvil_setCode", MULTICALL3, code)
+        project = write_project(
+            tmp_path, token, MULTICALL, budgets=BUDGET, attach="    budgets: [daily]"
+        )
+        worker = worker_factory(
+            project_path=project, env={"PAYOUT_KEY": relayer.key.hex()}, rpc_urls={"local": url}
+        )
+        await worker.wait_ready()
+        a, b = chain.Account.create().address, chain.Account.create().address
+        rid = await fire(settings, project, "pay", "manual:pay:batch", {"a": a, "b": b})
+        run = await settled_run(settings, rid, timeout=90)
+        assert run["status"] == "succeeded", (run, worker.tail())
+        [step] = [s for s in run["steps"] if s["path"] == "batch"]
+        receipt = await w3.eth.get_transaction_receipt(step["output"]["tx"]["hash"])
+        assert receipt["to"].lower() == MULTICALL3.lower() and receipt["status"] == 1
+        assert await w3.eth.get_balance(a) == 1000
+        assert await w3.eth.get_balance(b) == 2000
+        contract = w3.eth.contract(address=token, abi=chain.artifact("TestToken")["abi"])
+        assert await contract.functions.balanceOf(a).call() == 5
+        # A batch charges its native value only, even with a call to the budget's token.
+        charges = await reservations(settings, rid)
+        assert [(c["asset"], c["amount"], c["status"]) for c in charges] == [
+            ("native", 3000, "spent")
+        ]
