@@ -17,13 +17,24 @@ from aiokafka.partitioner import DefaultPartitioner
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import EffectRunner, partition_key
 from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
-from rflow.engine import CancelRequested, RunState, RunStatus, Settle, Start, advance, lanes, resume
+from rflow.engine import (
+    CancelRequested,
+    RunState,
+    RunStatus,
+    Settle,
+    Start,
+    TimerFired,
+    advance,
+    lanes,
+    resume,
+)
 from rflow.engine.keys import firing_runs, matrix_combinations, run_key, workflow_version
 from rflow.engine.lanes import Lane
 from rflow.failures import RflowError
 from rflow.lang.model import Workflow
 from rflow.lang.model.resources import Config
-from rflow.storage import workflow_state
+from rflow.ratelimit import SlidingWindow
+from rflow.storage import rate_limits, timers, workflow_state
 from rflow.triggering import group_of
 
 if TYPE_CHECKING:
@@ -48,6 +59,8 @@ class Runner:
         self.versions = {name: workflow_version(wf) for name, wf in self.workflows.items()}
         self.uses_state = {name: _reads_state(wf) for name, wf in self.workflows.items()}
         self.partitions: frozenset[int] = frozenset()
+        self.windows: dict[str, SlidingWindow] = {}
+        """In-process rate-limit windows, by workflow."""
         self.paused: dict[str, str] = {}
         """Workflows paused by an operator, a halt or a breaker: name -> why (refreshed
         from Postgres by a timer, so every worker sees a pause within a second or so)."""
@@ -236,13 +249,68 @@ class Runner:
         combo: dict[str, Any],
         rid: str,
         partition: int,
+        deferrals: int = 0,
     ) -> None:
+        if workflow.rate_limit is not None:
+            retry_at = await self.claim_start(record.workflow, workflow)
+            if retry_at is not None:
+                await self.defer_start(record, rid, partition, retry_at, deferrals + 1)
+                return
         start = self.start_of(workflow, record, combo, rid)
         if self.uses_state[record.workflow]:
             # Reading durable state is I/O: fetch it off the partition, then start.
             self.effects.spawn(self._start_with_state(start, record.partition_key), f"start {rid}")
         else:
             await self.apply(start, partition)
+
+    # --- rate limits --------------------------------------------------------------------
+
+    async def claim_start(self, name: str, workflow: Workflow) -> datetime | None:
+        """Take a run start from ``workflow``'s rate limit: ``None`` if granted, else when
+        to try again."""
+        limit = workflow.rate_limit
+        now = datetime.now(UTC)
+        if limit.durable:
+            return await self.runtime.database.run(
+                lambda conn: rate_limits.claim(conn, name, max=limit.max, per=limit.per, now=now),
+                what="rate limit",
+            )
+        window = self.windows.get(name)
+        if window is None:
+            window = self.windows[name] = SlidingWindow(limit.max, limit.per)
+        return window.claim(now)
+
+    async def defer_start(
+        self, record: TriggerRecord, rid: str, partition: int, retry_at: datetime, deferrals: int
+    ) -> None:
+        """Start ``rid`` when its rate limit has room: a durable timer, never a drop."""
+        gate = run_key(record.workflow, record.trigger_key)
+        await self.runtime.database.run(
+            lambda conn: timers.schedule(
+                conn,
+                run_id=rid,
+                partition_key=record.partition_key,
+                kafka_partition=partition,
+                path=gate,
+                visit=1,
+                attempt=deferrals,
+                purpose="start",
+                due_at=retry_at,
+            ),
+            what="deferred start",
+        )
+        log.info("run %s of %s deferred by its rate limit until %s", rid, record.workflow, retry_at)
+
+    async def deferred_start(self, event: TimerFired, partition: int) -> None:
+        """A deferred start came due: claim the rate limit again."""
+        if self.runs.get(event.run_id) is not None:
+            return  # started already (a redelivered firing started it)
+        try:
+            workflow, record, combo = self.firing(event.path, event.run_id)
+        except (KeyError, StopIteration):
+            log.warning("deferred start of run %s: its firing is unknown", event.run_id)
+            return
+        await self.start_run(workflow, record, combo, event.run_id, partition, event.attempt)
 
     async def matrix_run_settled(self, state: RunState, settle: Settle, partition: int) -> None:
         """A combination finished: apply fail_fast, then start the next within max_parallel."""
@@ -316,6 +384,9 @@ class Runner:
     # --- advancing ----------------------------------------------------------------------
 
     async def apply(self, event: Any, partition: int) -> None:
+        if isinstance(event, TimerFired) and event.purpose == "start":
+            await self.deferred_start(event, partition)
+            return
         stored = self.runs.get(event.run_id)
         if stored is not None and "settled" in stored:
             return  # over: a late or redelivered event (a Start included) changes nothing

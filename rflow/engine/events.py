@@ -46,7 +46,9 @@ class TimerFired(Frozen):
     path: str
     visit: int = 1
     attempt: int
-    purpose: Literal["retry", "delay", "wait_timeout"]
+    purpose: Literal["retry", "delay", "wait_timeout", "start"]
+    """``start``: a run start deferred by its workflow's rate limit (handled by the runner,
+    before the run exists; ``path`` is then the firing's gate key)."""
     due_at: datetime
 
 
