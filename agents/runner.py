@@ -9,11 +9,12 @@ Each event goes through the pure engine; the new state is written to the ``runs`
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.partitioner import DefaultPartitioner
 
+from rflow.agents.breakers import Breakers
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import EffectRunner, partition_key
 from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
@@ -34,13 +35,15 @@ from rflow.failures import RflowError
 from rflow.lang.model import Workflow
 from rflow.lang.model.resources import Config
 from rflow.ratelimit import SlidingWindow
-from rflow.storage import rate_limits, timers, workflow_state
+from rflow.storage import controls, rate_limits, timers, workflow_state
 from rflow.triggering import group_of
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
 
 log = logging.getLogger(__name__)
+PROBE_WAIT = timedelta(seconds=1)
+"""How often a run waiting behind a half-open circuit's probe asks again."""
 
 
 class Runner:
@@ -53,6 +56,7 @@ class Runner:
         self.runs = app.rflow.tables.runs
         self.lanes = app.rflow.tables.lanes
         self.effects = EffectRunner(app)
+        self.breakers = Breakers(app, self.effects)
         project = app.rflow.project
         self.workflows = dict(project.workflows) if project else {}
         self.config = project.config if project else Config()
@@ -85,7 +89,9 @@ class Runner:
             await self.readmit(workflow, record, admitted, message.partition)
             return
         accepted = record.model_dump(mode="json")
-        paused = "paused in its definition" if workflow.paused else self.paused.get(record.workflow)
+        paused = (
+            "paused in its definition" if workflow.paused else await self.pause_of(record.workflow)
+        )
         if paused:
             self.triggers[gate] = {**accepted, "skipped": f"workflow paused: {paused}"}
             log.info(
@@ -117,6 +123,23 @@ class Runner:
             await self.begin(
                 workflow, record, combinations[index], run_ids[index], message.partition
             )
+
+    async def pause_of(self, name: str) -> str | None:
+        """Why ``name`` is paused, or ``None``. The refreshed copy of the pauses answers
+        when the workflow runs; a pause it shows is confirmed in Postgres first, so a
+        firing that arrives just after a resume is not turned away."""
+        if name not in self.paused:
+            return None
+        await self.refresh_pauses()
+        return self.paused.get(name)
+
+    async def refresh_pauses(self) -> None:
+        """Read which workflows are paused (operator, on_failure: halt, breaker)."""
+        found = await self.runtime.database.run(controls.paused, what="workflow pauses")
+        self.paused = {
+            workflow: f"by {by}: {reason}" if reason else f"by {by}"
+            for workflow, (by, reason) in found.items()
+        }
 
     async def readmit(
         self, workflow: Workflow, record: TriggerRecord, admitted: dict[str, Any], partition: int
@@ -251,6 +274,13 @@ class Runner:
         partition: int,
         deferrals: int = 0,
     ) -> None:
+        if workflow.circuit_breaker is not None and not await self.breakers.admits(
+            record.workflow, rid
+        ):
+            # Half-open: one probe for the whole workflow; the others wait behind it.
+            retry_at = datetime.now(UTC) + PROBE_WAIT
+            await self.defer_start(record, rid, partition, retry_at, deferrals + 1)
+            return
         if workflow.rate_limit is not None:
             retry_at = await self.claim_start(record.workflow, workflow)
             if retry_at is not None:
@@ -283,7 +313,8 @@ class Runner:
     async def defer_start(
         self, record: TriggerRecord, rid: str, partition: int, retry_at: datetime, deferrals: int
     ) -> None:
-        """Start ``rid`` when its rate limit has room: a durable timer, never a drop."""
+        """Start ``rid`` at ``retry_at`` (its rate limit has room, or a half-open circuit's
+        probe is done): a durable timer, never a drop."""
         gate = run_key(record.workflow, record.trigger_key)
         await self.runtime.database.run(
             lambda conn: timers.schedule(
@@ -299,7 +330,7 @@ class Runner:
             ),
             what="deferred start",
         )
-        log.info("run %s of %s deferred by its rate limit until %s", rid, record.workflow, retry_at)
+        log.info("run %s of %s deferred until %s", rid, record.workflow, retry_at)
 
     async def deferred_start(self, event: TimerFired, partition: int) -> None:
         """A deferred start came due: claim the rate limit again."""
@@ -409,6 +440,11 @@ class Runner:
         await self.effects.carry_out(new_state, effects, partition)
         for effect in effects:
             if isinstance(effect, Settle):
+                if workflow.circuit_breaker is not None:
+                    self.effects.spawn(
+                        self.breakers.settled(new_state.workflow, new_state.run_id, effect.status),
+                        f"circuit breaker of {new_state.workflow}",
+                    )
                 if new_state.group is not None and workflow.concurrency is not None:
                     await self.leave_lane(new_state, partition)
                 if new_state.matrix is not None:

@@ -6,9 +6,10 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from rflow.agents import breakers
 from rflow.agents.effects import EffectRunner
 from rflow.engine import TimerFired, WaitResolved
-from rflow.storage import controls, runs, timers, waits
+from rflow.storage import runs, timers, waits
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -84,11 +85,15 @@ def attach(app: RflowApp, effects: EffectRunner, runner: Any = None) -> None:
         @app.timer(interval=PAUSE_REFRESH_INTERVAL, name="rflow.pauses")
         async def refresh_pauses() -> None:
             """Which workflows are paused (operator, on_failure: halt), for admission."""
-            found = await runtime.database.run(controls.paused, what="workflow pauses")
-            runner.paused = {
-                name: f"by {by}: {reason}" if reason else f"by {by}"
-                for name, (by, reason) in found.items()
-            }
+            await runner.refresh_pauses()
+
+    if runner is not None and runner.breakers.guarded:
+
+        @app.timer(interval=breakers.TICK_INTERVAL, name="rflow.breakers")
+        async def tick_breakers() -> None:
+            """Open circuits go half-open after a quiet window (every worker may do it:
+            each change is atomic in Postgres)."""
+            await runner.breakers.tick()
 
     @app.timer(interval=RETENTION_INTERVAL, name="rflow.retention")
     async def apply_retention() -> None:

@@ -13,6 +13,10 @@ ON CONFLICT (workflow) DO UPDATE SET paused = true, paused_by = EXCLUDED.paused_
     reason = EXCLUDED.reason, updated_at = now()
 """
 _RESUME = "UPDATE workflow_controls SET paused = false, paused_by = NULL, reason = NULL, updated_at = now() WHERE workflow = %s"
+_RESUME_BY = """
+UPDATE workflow_controls SET paused = false, paused_by = NULL, reason = NULL, updated_at = now()
+WHERE workflow = %s AND paused AND paused_by = %s
+"""
 _PAUSED = "SELECT workflow, paused_by, reason FROM workflow_controls WHERE paused"
 
 
@@ -26,6 +30,13 @@ async def resume(conn: psycopg.AsyncConnection, workflow: str) -> None:
     """Lift any pause of ``workflow``."""
     with translated():
         await conn.execute(_RESUME, (workflow,))
+
+
+async def resume_paused_by(conn: psycopg.AsyncConnection, workflow: str, by: str) -> bool:
+    """Lift ``workflow``'s pause only if ``by`` placed it (another's pause survives)."""
+    with translated():
+        cur = await conn.execute(_RESUME_BY, (workflow, by))
+        return cur.rowcount > 0
 
 
 async def paused(conn: psycopg.AsyncConnection) -> dict[str, tuple[str, str]]:

@@ -101,6 +101,7 @@ async def test_starts_over_the_limit_wait_for_room_and_none_is_dropped(
     assert {run["status"] for run in runs} == {"succeeded"}
     assert len(sink.keys("/hit")) == 6
     started = sorted(run["created_at"] for run in runs)
-    # At most two starts in any window of `per` seconds.
+    # At most two starts in any window of `per` seconds. A run's recorded start is when
+    # the runner applied it, a little after its claim: allow for that delay.
     for first, third in zip(started, started[2:], strict=False):
-        assert third - first >= timedelta(seconds=per) - timedelta(milliseconds=50), started
+        assert third - first >= timedelta(seconds=per) - timedelta(milliseconds=250), started
