@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,8 @@ from rflow.streams import tables, views
 from rflow.streams.control import Control
 from rflow.streams.database import Database
 from rflow.streams.topics import Catalog
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,16 @@ class RflowConsumer(aiokafka_driver.Consumer):
         if fresh:
             await self._thread.seek_to_beginning(*fresh)
         return committed
+
+    async def _add_gap(self, tp, offset_from: int, offset_to: int) -> None:
+        log.warning(
+            "offsets %d..%d of %s[%d] skipped by the fetcher: counted as read",
+            offset_from,
+            offset_to,
+            tp.topic,
+            tp.partition,
+        )
+        await super()._add_gap(tp, offset_from, offset_to)
 
 
 class RflowApp(faust.App):
