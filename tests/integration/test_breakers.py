@@ -83,7 +83,7 @@ async def test_trip_restart_while_open_then_one_probe_closes_it(
     [alert] = await wait_until(alerted, what="the trip alert")
     assert alert.body["severity"] == "critical"
     assert "circuit breaker tripped: 2 failed runs" in alert.body["message"]
-    by, reason = await wait_until(lambda: pause_of(settings), what="the breaker's pause")
+    by, _ = await wait_until(lambda: pause_of(settings), what="the breaker's pause")
     assert by == "breaker"
 
     # While open and paused, a firing starts nothing.
