@@ -35,7 +35,7 @@ from rflow.failures import RflowError
 from rflow.lang.model import Workflow
 from rflow.lang.model.resources import Config
 from rflow.ratelimit import SlidingWindow
-from rflow.storage import controls, rate_limits, timers, workflow_state
+from rflow.storage import controls, rate_limits, timers, versions, workflow_state
 from rflow.triggering import group_of
 
 if TYPE_CHECKING:
@@ -59,9 +59,14 @@ class Runner:
         self.breakers = Breakers(app, self.effects)
         project = app.rflow.project
         self.workflows = dict(project.workflows) if project else {}
+        """The deployed definition of each workflow: the one new runs start with."""
         self.config = project.config if project else Config()
         self.versions = {name: workflow_version(wf) for name, wf in self.workflows.items()}
-        self.uses_state = {name: _reads_state(wf) for name, wf in self.workflows.items()}
+        self.definitions: dict[str, Workflow] = {
+            self.versions[name]: wf for name, wf in self.workflows.items()
+        }
+        """Every version seen, by version: a run runs the version it started with."""
+        self.uses_state: dict[str, bool] = {}
         self.partitions: frozenset[int] = frozenset()
         self.windows: dict[str, SlidingWindow] = {}
         """In-process rate-limit windows, by workflow."""
@@ -123,6 +128,46 @@ class Runner:
             await self.begin(
                 workflow, record, combinations[index], run_ids[index], message.partition
             )
+
+    # --- versions ---------------------------------------------------------------------
+
+    async def definition(self, run: Start | RunState) -> Workflow | None:
+        """The definition ``run`` is pinned to: the version it started with."""
+        found = self.definitions.get(run.version)
+        if found is None:
+            stored = await self.runtime.database.run(
+                lambda conn: versions.definition(conn, run.version), what="workflow version"
+            )
+            if stored is not None:
+                found = self.definitions[run.version] = Workflow.model_validate(stored[1])
+        if found is None:
+            found = self.workflows.get(run.workflow)
+            if found is not None:
+                log.warning(
+                    "run %s: version %s of %s is unknown; the deployed one runs it",
+                    run.run_id,
+                    run.version,
+                    run.workflow,
+                )
+        return found
+
+    async def refresh_deployments(self) -> None:
+        """Take up versions deployed since (``rflow deploy``): new runs start with them."""
+        deployed = await self.runtime.database.run(versions.current, what="deployments")
+        for name, version in deployed.items():
+            if name not in self.workflows or self.versions.get(name) == version:
+                continue
+            stored = self.definitions.get(version)
+            if stored is None:
+                found = await self.runtime.database.run(
+                    lambda conn, version=version: versions.definition(conn, version),
+                    what="workflow version",
+                )
+                if found is None:
+                    continue
+                stored = self.definitions[version] = Workflow.model_validate(found[1])
+            self.workflows[name], self.versions[name] = stored, version
+            log.info("workflow %s: new runs start with version %s", name, version)
 
     async def pause_of(self, name: str) -> str | None:
         """Why ``name`` is paused, or ``None``. The refreshed copy of the pauses answers
@@ -287,7 +332,10 @@ class Runner:
                 await self.defer_start(record, rid, partition, retry_at, deferrals + 1)
                 return
         start = self.start_of(workflow, record, combo, rid)
-        if self.uses_state[record.workflow]:
+        version = self.versions[record.workflow]
+        if version not in self.uses_state:
+            self.uses_state[version] = _reads_state(workflow)
+        if self.uses_state[version]:
             # Reading durable state is I/O: fetch it off the partition, then start.
             self.effects.spawn(self._start_with_state(start, record.partition_key), f"start {rid}")
         else:
@@ -347,7 +395,7 @@ class Runner:
         """A combination finished: apply fail_fast, then start the next within max_parallel."""
         gate = run_key(state.workflow, state.trigger_key)
         entry = self.triggers.get(gate)
-        workflow = self.workflows.get(state.workflow)
+        workflow = await self.definition(state)
         if entry is None or "matrix" not in entry or workflow is None or workflow.strategy is None:
             return
         matrix = dict(entry["matrix"])
@@ -422,8 +470,9 @@ class Runner:
         if stored is not None and "settled" in stored:
             return  # over: a late or redelivered event (a Start included) changes nothing
         state = RunState.model_validate(stored) if stored is not None else None
-        name = event.workflow if isinstance(event, Start) else (state.workflow if state else None)
-        workflow = self.workflows.get(name) if name else None
+        pinned = event if isinstance(event, Start) else state
+        workflow = await self.definition(pinned) if pinned is not None else None
+        name = pinned.workflow if pinned is not None else None
         if workflow is None:
             log.warning("event for run %s of unknown workflow %r ignored", event.run_id, name)
             return
@@ -470,7 +519,7 @@ class Runner:
             partition = partitioner(key.encode(), all_partitions, all_partitions)
             if partition not in fresh:
                 continue
-            workflow = self.workflows.get(state.workflow)
+            workflow = await self.definition(state)
             if workflow is None:
                 continue
             await self.effects.carry_out(state, resume(workflow, state, self.config), partition)

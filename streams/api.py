@@ -205,10 +205,12 @@ def attach(app: RflowApp, control: Control) -> None:
 
     @app.page("/api/workflows", name="rflow.api.workflows")
     async def list_workflows(self: View, request: Request) -> Response:
-        """The project's workflows: trigger kind, deployed version and pause state."""
+        """The project's workflows: trigger kind, the version new runs start with (the
+        deployed one) and pause state."""
 
         async def work() -> dict[str, Any]:
             paused = await db(controls.paused, "workflow controls")
+            deployed = runtime.runner.versions if runtime.runner is not None else {}
             found = []
             for name, definition in (project.workflows if project else {}).items():
                 by, reason = paused.get(name, (None, None))
@@ -216,7 +218,7 @@ def attach(app: RflowApp, control: Control) -> None:
                     {
                         "workflow": name,
                         "trigger": type(definition.trigger).kind,
-                        "version": workflow_version(definition),
+                        "version": deployed.get(name) or workflow_version(definition),
                         "paused": bool(definition.paused) or name in paused,
                         "paused_by": "definition" if definition.paused else by,
                         "reason": reason,

@@ -65,6 +65,14 @@ def fraction(*parts: object) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+def deployable(workflows: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """``{name: (version, definition as JSON)}``: what a deploy publishes."""
+    return {
+        name: (workflow_version(wf), wf.model_dump(mode="json", by_alias=True))
+        for name, wf in workflows.items()
+    }
+
+
 def workflow_version(definition: Any) -> str:
     """A content address of a workflow definition: equal definitions, equal versions."""
     from rflow.codecs import json  # the one JSON writer; imported late to keep keys light

@@ -1,0 +1,59 @@
+"""Workflow versions and deployments: immutable definitions, and which one new runs use."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from rflow.storage.errors import translated
+
+_VERSION = """
+INSERT INTO workflow_versions (version, workflow, definition) VALUES (%s, %s, %s)
+ON CONFLICT (version) DO NOTHING
+"""
+_DEPLOY = """
+INSERT INTO workflow_deployments AS d (workflow, version) VALUES (%s, %s)
+ON CONFLICT (workflow) DO UPDATE SET version = EXCLUDED.version, deployed_at = now()
+WHERE d.version <> EXCLUDED.version
+RETURNING (SELECT version FROM workflow_deployments WHERE workflow = %s)
+"""
+_CURRENT = "SELECT workflow, version FROM workflow_deployments"
+_DEFINITION = "SELECT workflow, definition FROM workflow_versions WHERE version = %s"
+
+
+async def deploy(
+    conn: psycopg.AsyncConnection, definitions: Mapping[str, tuple[str, dict[str, Any]]]
+) -> dict[str, tuple[str | None, str]]:
+    """Publish ``{workflow: (version, definition)}`` and make each the one new runs use.
+
+    Returns ``{workflow: (previous version or None, version)}`` for the workflows whose
+    deployed version changed; publishing what is deployed already changes nothing.
+    """
+    changed = {}
+    with translated():
+        async with conn.transaction():
+            for workflow, (version, definition) in sorted(definitions.items()):
+                await conn.execute(_VERSION, (version, workflow, Jsonb(definition)))
+                cur = await conn.execute(_DEPLOY, (workflow, version, workflow))
+                row = await cur.fetchone()
+                if row is not None:
+                    changed[workflow] = (row[0], version)
+    return changed
+
+
+async def current(conn: psycopg.AsyncConnection) -> dict[str, str]:
+    """The deployed version of every workflow: the one its new runs start with."""
+    with translated():
+        cur = await conn.execute(_CURRENT)
+        return dict(await cur.fetchall())
+
+
+async def definition(conn: psycopg.AsyncConnection, version: str) -> tuple[str, dict] | None:
+    """(workflow, definition) of ``version``, or ``None`` if never deployed."""
+    with translated():
+        cur = await conn.execute(_DEFINITION, (version,))
+        row = await cur.fetchone()
+        return (row[0], row[1]) if row else None
