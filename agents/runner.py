@@ -20,6 +20,7 @@ from rflow.agents.effects import EffectRunner, partition_key
 from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
 from rflow.engine import (
     CancelRequested,
+    Journal,
     RunState,
     RunStatus,
     Settle,
@@ -124,6 +125,7 @@ class Runner:
                 "failed": False,
             }
         self.triggers[gate] = entry
+        self.runtime.metrics.triggers.labels(record.workflow, record.source).inc()
         for index in range(min(limit, len(combinations))):
             await self.begin(
                 workflow, record, combinations[index], run_ids[index], message.partition
@@ -292,8 +294,10 @@ class Runner:
         workflow, record, combo = self.firing(gate, rid)
         self.runs[rid] = {"settled": str(status)}
         start = self.start_of(workflow, record, combo, rid)
-        for entry in lanes.never_started(start, status, reason, datetime.now(UTC)):
+        entries = lanes.never_started(start, status, reason, datetime.now(UTC))
+        for entry in entries:
             await self.effects.publish(entry)
+        self.runtime.metrics.journaled(workflow, record.workflow, None, entries)
         log.info("run %s of %s not started: %s", rid, record.workflow, reason)
 
     def start_of(
@@ -324,12 +328,14 @@ class Runner:
         ):
             # Half-open: one probe for the whole workflow; the others wait behind it.
             retry_at = datetime.now(UTC) + PROBE_WAIT
-            await self.defer_start(record, rid, partition, retry_at, deferrals + 1)
+            await self.defer_start(record, rid, partition, retry_at, deferrals + 1, "probe")
             return
         if workflow.rate_limit is not None:
             retry_at = await self.claim_start(record.workflow, workflow)
             if retry_at is not None:
-                await self.defer_start(record, rid, partition, retry_at, deferrals + 1)
+                await self.defer_start(
+                    record, rid, partition, retry_at, deferrals + 1, "rate_limit"
+                )
                 return
         start = self.start_of(workflow, record, combo, rid)
         version = self.versions[record.workflow]
@@ -359,7 +365,13 @@ class Runner:
         return window.claim(now)
 
     async def defer_start(
-        self, record: TriggerRecord, rid: str, partition: int, retry_at: datetime, deferrals: int
+        self,
+        record: TriggerRecord,
+        rid: str,
+        partition: int,
+        retry_at: datetime,
+        deferrals: int,
+        reason: str,
     ) -> None:
         """Start ``rid`` at ``retry_at`` (its rate limit has room, or a half-open circuit's
         probe is done): a durable timer, never a drop."""
@@ -378,7 +390,8 @@ class Runner:
             ),
             what="deferred start",
         )
-        log.info("run %s of %s deferred until %s", rid, record.workflow, retry_at)
+        self.runtime.metrics.deferrals.labels(record.workflow, reason).inc()
+        log.info("run %s of %s deferred (%s) until %s", rid, record.workflow, reason, retry_at)
 
     async def deferred_start(self, event: TimerFired, partition: int) -> None:
         """A deferred start came due: claim the rate limit again."""
@@ -479,6 +492,9 @@ class Runner:
         new_state, effects = advance(workflow, state, event, datetime.now(UTC), self.config)
         if new_state is None or new_state is state:
             return
+        self.runtime.metrics.journaled(
+            workflow, new_state.workflow, new_state, [e for e in effects if isinstance(e, Journal)]
+        )
         if new_state.settled:
             # The journal is in the read model; the table keeps a marker, so a redelivered
             # event of this run is still recognised, at a few bytes instead of its state.

@@ -40,3 +40,16 @@ async def recent(
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_RECENT, {"topic": topic, "limit": limit})
             return list(await cur.fetchall())
+
+
+_COUNTS = """
+SELECT (SELECT count(*) FROM dead_letters), (SELECT count(*) FROM dead_runs)
+"""
+
+
+async def counts(conn: psycopg.AsyncConnection) -> dict[str, int]:
+    """How many records (``record``) and runs (``run``) are dead-lettered."""
+    with translated():
+        cur = await conn.execute(_COUNTS)
+        records, runs = await cur.fetchone()
+        return {"record": records, "run": runs}

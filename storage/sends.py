@@ -325,3 +325,13 @@ async def of_run(conn: psycopg.AsyncConnection, run_id: str) -> list[dict[str, A
             if row[name] is not None:
                 row[name] = int(row[name])
     return rows
+
+
+_BY_STATUS = "SELECT status, count(*) FROM sends GROUP BY status"
+
+
+async def count_by_status(conn: psycopg.AsyncConnection) -> dict[str, int]:
+    """How many sends are in each status."""
+    with translated():
+        cur = await conn.execute(_BY_STATUS)
+        return dict(await cur.fetchall())

@@ -115,6 +115,14 @@ def attach(app: RflowApp, control: Control) -> None:
         ready = recovered and not app.rebalancing and not app.in_recovery
         return self.json({"status": "ok", "ready": ready})
 
+    @app.page("/metrics", name="rflow.metrics")
+    async def metrics(self: View, request: Request) -> Response:
+        """Prometheus metrics of this worker (text exposition format)."""
+        return web.Response(
+            body=runtime.metrics.render(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
     @app.page("/api/openapi.json", name="rflow.openapi")
     async def openapi(self: View, request: Request) -> Response:
         """The API's OpenAPI document."""

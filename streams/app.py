@@ -53,6 +53,7 @@ class Runtime:
     tables: tables.Tables | None = None
     database: Database | None = None
     runner: Any = None
+    metrics: Any = None
     webhook_paths: set[str] = field(default_factory=set)
     """Webhook paths declared outside ``/hooks/``: public, like every webhook."""
 
@@ -243,7 +244,9 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     app.add_dependency(ChainIngressService(app))
 
     from rflow import agents
+    from rflow.streams import metrics
 
+    runtime.metrics = metrics.attach(app)
     agents.attach(app)
     views.attach(app)
     producer = ingress_views.attach(app)

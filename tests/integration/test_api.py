@@ -103,6 +103,7 @@ async def test_every_route_but_health_and_webhooks_needs_the_token(worker):
         ("POST", "/api/workflows/gated/runs"),
         ("GET", "/api/budgets"),
         ("GET", "/api/openapi.json"),
+        ("GET", "/metrics"),
         ("GET", "/rflow/triggers/x/"),
         ("GET", "/"),
     ]

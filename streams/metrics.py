@@ -1,0 +1,205 @@
+"""Prometheus metrics of a worker, served at ``/metrics`` (behind the API token).
+
+Counters and histograms are counted where things happen (the runner); the gauges that
+describe shared state (budgets, circuits, sends, gas, dead letters) are read from
+Postgres every few seconds, and the ones that describe this worker (lane queues,
+consumer lag) from its tables and consumer. Every worker reports the shared gauges:
+dashboards take ``max`` over instances.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from rflow.streams.app import RflowApp
+
+log = logging.getLogger(__name__)
+REFRESH_INTERVAL = 5.0
+CIRCUIT_STATES = ("closed", "half_open", "open")
+
+
+class Metrics:
+    """One worker's metrics, in a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+        self.triggers = Counter(
+            "rflow_triggers",
+            "Trigger firings admitted, by workflow and source",
+            ["workflow", "source"],
+            registry=registry,
+        )
+        self.runs_started = Counter(
+            "rflow_runs_started", "Runs started, by workflow", ["workflow"], registry=registry
+        )
+        self.runs_settled = Counter(
+            "rflow_runs_settled",
+            "Runs settled, by workflow and status",
+            ["workflow", "status"],
+            registry=registry,
+        )
+        self.step_duration = Histogram(
+            "rflow_step_duration_seconds",
+            "Time from a step's start to its settling, by kind",
+            ["kind"],
+            registry=registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+        )
+        self.retries = Counter(
+            "rflow_step_retries",
+            "Step attempts retried, by failure kind",
+            ["kind"],
+            registry=registry,
+        )
+        self.deferrals = Counter(
+            "rflow_start_deferrals",
+            "Run starts deferred, by workflow and reason "
+            "(rate_limit, or waiting behind a half-open circuit's probe)",
+            ["workflow", "reason"],
+            registry=registry,
+        )
+        self.lane_waiting = Gauge(
+            "rflow_lane_waiting",
+            "Runs waiting in concurrency lanes on this worker, by workflow",
+            ["workflow"],
+            registry=registry,
+        )
+        self.circuit = Gauge(
+            "rflow_circuit_state",
+            "1 for each workflow's circuit breaker state",
+            ["workflow", "state"],
+            registry=registry,
+        )
+        self.budget_cap = Gauge(
+            "rflow_budget_cap", "Budget caps (raw units)", ["budget", "asset"], registry=registry
+        )
+        self.budget_consumed = Gauge(
+            "rflow_budget_consumed",
+            "Reserved and spent in the budget's window (raw units)",
+            ["budget", "asset"],
+            registry=registry,
+        )
+        self.budget_remaining = Gauge(
+            "rflow_budget_remaining",
+            "Cap minus consumed (raw units)",
+            ["budget", "asset"],
+            registry=registry,
+        )
+        self.sends = Gauge(
+            "rflow_sends",
+            "Sends recorded by the relayer, by status",
+            ["status"],
+            registry=registry,
+        )
+        self.gas_spent = Gauge(
+            "rflow_gas_spent_wei",
+            "Gas paid by sends (gas used x effective price), in wei",
+            ["network", "relayer"],
+            registry=registry,
+        )
+        self.consumer_lag = Gauge(
+            "rflow_consumer_lag",
+            "Records not yet committed, by topic and partition",
+            ["topic", "partition"],
+            registry=registry,
+        )
+        self.dead_letters = Gauge(
+            "rflow_dead_letters", "Dead-lettered records and runs", ["kind"], registry=registry
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def journaled(self, workflow: Any, name: str, state: Any, entries: list[Any]) -> None:
+        """Count what one decision of the engine journaled."""
+        for entry in entries:
+            event = entry.event
+            if event == "run_started":
+                self.runs_started.labels(name).inc()
+            elif event == "run_settled":
+                self.runs_settled.labels(name, entry.status).inc()
+            elif event == "step_retrying":
+                kind = (entry.data.get("error") or {}).get("kind", "unknown")
+                self.retries.labels(kind).inc()
+            elif event == "step_settled" and state is not None and entry.path in state.steps:
+                record = state.steps[entry.path]
+                if record.started_at is not None and record.settled_at is not None:
+                    step = next((s for s in workflow.all_steps() if s.id == record.step), None)
+                    kind = step.kind if step is not None else "unknown"
+                    seconds = (record.settled_at - record.started_at).total_seconds()
+                    self.step_duration.labels(kind).observe(max(seconds, 0.0))
+
+
+async def refresh(app: RflowApp, metrics: Metrics) -> None:
+    """Read the gauges: shared state from Postgres, lanes and lag from this worker."""
+    from rflow.storage import budgets, circuits, dead_letters, sends
+
+    runtime = app.rflow
+    project = runtime.project
+    declared = project.budgets if project else {}
+
+    async def shared(conn: Any) -> tuple[Any, ...]:
+        usage = await budgets.usage(conn, declared) if declared else []
+        return (
+            usage,
+            await circuits.circuits(conn),
+            await sends.count_by_status(conn),
+            await budgets.spend(conn, window=None),
+            await dead_letters.counts(conn),
+        )
+
+    usage, found, by_status, spent, dead = await runtime.database.run(shared, what="metrics")
+    for row in usage:
+        metrics.budget_cap.labels(row.budget, row.asset).set(row.cap)
+        metrics.budget_consumed.labels(row.budget, row.asset).set(row.consumed)
+        metrics.budget_remaining.labels(row.budget, row.asset).set(row.remaining)
+    guarded = [n for n, w in (project.workflows.items() if project else []) if w.circuit_breaker]
+    for name in guarded:
+        current = found[name].state if name in found else "closed"
+        for state in CIRCUIT_STATES:
+            metrics.circuit.labels(name, state).set(1 if state == current else 0)
+    for status in ("pending", "succeeded", "reverted", "dropped", "expired", "failed"):
+        metrics.sends.labels(status).set(by_status.get(status, 0))
+    for row in spent:
+        metrics.gas_spent.labels(row.network, row.relayer).set(row.gas_cost)
+    for kind in ("record", "run"):
+        metrics.dead_letters.labels(kind).set(dead.get(kind, 0))
+
+    waiting: dict[str, int] = {name: 0 for name in (project.workflows if project else {})}
+    for key, lane in list(runtime.tables.lanes.items()):
+        workflow = key.split(":", 1)[0]
+        waiting[workflow] = waiting.get(workflow, 0) + len(lane.get("queue", ()))
+    for workflow, count in waiting.items():
+        metrics.lane_waiting.labels(workflow).set(count)
+
+    consumer = app.consumer
+    committed = getattr(consumer, "_committed_offset", {})
+    for tp in consumer.assignment():
+        if tp.topic in app.tables.changelog_topics:
+            continue
+        highwater = consumer.highwater(tp)
+        if highwater is None:
+            continue
+        done = committed.get(tp) or 0
+        metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(highwater - done, 0))
+
+
+def attach(app: RflowApp) -> Metrics:
+    """Give ``app`` its metrics and the loop that refreshes the gauges."""
+    metrics = Metrics()
+
+    @app.timer(interval=REFRESH_INTERVAL, name="rflow.metrics")
+    async def refresh_gauges() -> None:
+        """Refresh the gauges that describe state rather than count events."""
+        if app.rebalancing or app.in_recovery:
+            return
+        try:
+            await refresh(app, metrics)
+        except Exception as exc:  # metrics must never take the worker down
+            log.warning("metrics refresh failed: %r", exc)
+
+    return metrics

@@ -1,0 +1,199 @@
+"""Metrics and dashboards: Prometheus scrapes a worker under load, and every PromQL
+expression of the shipped Grafana dashboards is valid and returns series."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.integration import chain
+from tests.integration.harness import free_port, wait_until
+from tests.integration.test_runs import fire, settled_run
+from tests.integration.test_sends import token_for
+
+pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARDS = ROOT / "scripts" / "compose" / "grafana" / "provisioning" / "dashboards" / "rflow"
+
+PROJECT = """
+networks:
+  local: {{ chain_id: 31337, confirmations: 0 }}
+contracts:
+  Token:
+    address: {{ local: "{token}" }}
+    abi: {abi}
+relayers:
+  payout: {{ key_env: PAYOUT_KEY, networks: [local] }}
+budgets:
+  daily:
+    window: 24h
+    max_token_value: {{ Token: "1000000" }}
+workflows:
+  busy:
+    trigger: {{ manual: {{}} }}
+    concurrency: {{ group: "${{{{ trigger.account }}}}" }}
+    rate_limit: {{ max: 3, per: 2s }}
+    circuit_breaker: {{ max_failures: 50, window: 1m }}
+    steps:
+      - id: hit
+        http_call: {{ url: "{url}/hit", method: POST, body: {{ n: "${{{{ trigger.n }}}}" }} }}
+  flaky:
+    trigger: {{ manual: {{}} }}
+    steps:
+      - id: refused
+        http_call: {{ url: "http://127.0.0.1:{closed}/", method: POST, timeout: 2s }}
+        retry: {{ max_attempts: 2, backoff: 1s }}
+  pay:
+    trigger: {{ manual: {{}} }}
+    permissions: {{ relayers: [payout] }}
+    budgets: [daily]
+    steps:
+      - id: pay
+        send_transaction:
+          network: local
+          relayer: payout
+          contract: Token
+          function: "transfer(address,uint256)"
+          args: ["${{{{ trigger.to }}}}", 7]
+"""
+
+
+def expressions() -> list[tuple[str, str]]:
+    """(dashboard/panel, PromQL) of every panel target; ``$workflow`` means every one."""
+    found = []
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        board = json.loads(path.read_text())
+        for panel in board["panels"]:
+            for target in panel["targets"]:
+                expr = target["expr"].replace("$workflow", ".*")
+                found.append((f"{path.stem}: {panel['title']}", expr))
+    return found
+
+
+def query(url: str, expr: str) -> dict:
+    """Prometheus's answer to ``expr`` (a refused query answers with its error)."""
+    try:
+        with urllib.request.urlopen(
+            f"{url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=5
+        ) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read() or b"{}")
+    except (urllib.error.URLError, ConnectionError):
+        return {"status": "unreachable", "data": {"result": []}}
+
+
+async def test_every_dashboard_query_is_valid_and_returns_series_from_a_loaded_worker(
+    settings, worker_factory, tmp_path, sink
+):
+    prometheus = shutil.which("prometheus")
+    assert prometheus, "prometheus is not installed: scripts/stack install puts it there"
+    assert len(expressions()) >= 15
+
+    w3 = chain.connect(settings.rpc_url("local"))
+    try:
+        relayer = await chain.funded_account(w3)
+        token = await token_for(w3, relayer)
+    finally:
+        await w3.provider.disconnect()
+    project = tmp_path / "project.yaml"
+    project.write_text(
+        PROJECT.format(
+            token=token,
+            abi=chain.artifact_path("TestToken"),
+            url=sink.url,
+            closed=free_port(),
+        )
+    )
+    worker = worker_factory(project_path=project, env={"PAYOUT_KEY": relayer.key.hex()})
+    await worker.wait_ready()
+
+    # Load: a lane with a queue and a rate limit, a run that retries and is dead-lettered,
+    # and a send charged to a budget.
+    sink.held.add("/hit")
+    busy = [
+        await fire(settings, project, "busy", f"manual:busy:{n}", {"account": "a", "n": n})
+        for n in range(4)
+    ] + [
+        await fire(settings, project, "busy", f"manual:busy:b{n}", {"account": f"b{n}", "n": n})
+        for n in range(4)
+    ]
+    flaky = await fire(settings, project, "flaky", "manual:flaky:1", {})
+    to = chain.Account.create().address
+    pay = await fire(settings, project, "pay", "manual:pay:1", {"to": to})
+
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    token = settings.api_token.get_secret_value()
+    config.write_text(
+        f"""
+global: {{ scrape_interval: 1s, evaluation_interval: 1s }}
+scrape_configs:
+  - job_name: rflow-worker
+    authorization: {{ type: Bearer, credentials: "{token}" }}
+    static_configs: [{{ targets: ["127.0.0.1:{worker.settings.web_port}"] }}]
+"""
+    )
+    process = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "prometheus.log").open("wb"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        async def lane_waits():
+            # The lane's queue and the deferrals show while the first runs are held.
+            answer = await asyncio.to_thread(query, url, "max(rflow_lane_waiting) > 0")
+            return answer["data"]["result"]
+
+        await wait_until(lane_waits, timeout=60, what="Prometheus to see a lane queue")
+        sink.release()
+        for rid in busy:
+            assert (await settled_run(settings, rid, timeout=60))["status"] == "succeeded"
+        assert (await settled_run(settings, flaky, timeout=60))["status"] == "failed"
+        assert (await settled_run(settings, pay, timeout=60))["status"] == "succeeded"
+
+        results: dict[str, str] = {}
+
+        async def every_query_answers():
+            for name, expr in expressions():
+                answer = await asyncio.to_thread(query, url, expr)
+                if answer["status"] != "success":
+                    results[name] = f"{expr}: {answer}"
+                elif not answer["data"]["result"]:
+                    results[name] = f"{expr}: no series"
+                else:
+                    results.pop(name, None)
+            return not results
+
+        try:
+            await wait_until(every_query_answers, timeout=60, what="every dashboard query")
+        except AssertionError:
+            pytest.fail("dashboard queries without an answer:\n" + "\n".join(results.values()))
+    finally:
+        process.terminate()
+        await asyncio.to_thread(process.wait, 30)
+
+
+def test_dashboards_refer_only_to_metrics_the_worker_exports():
+    exported = set(re.findall(r'"(rflow_[a-z_]+)"', (ROOT / "streams" / "metrics.py").read_text()))
+    for name, expr in expressions():
+        for metric in re.findall(r"\brflow_[a-z_]+", expr):
+            base = re.sub(r"_(total|bucket|sum|count)$", "", metric)
+            assert base in exported, f"{name}: {metric} is not exported"
