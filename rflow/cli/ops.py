@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import click
@@ -19,7 +20,8 @@ def topics() -> None:
 
 @topics.command("apply")
 @click.option("--dry-run", is_flag=True, help="Report what would be created; change nothing.")
-def topics_apply(dry_run: bool) -> None:
+@click.option("--json", "as_json", is_flag=True)
+def topics_apply(dry_run: bool, as_json: bool) -> None:
     """Create missing topics; refuse a topic whose partition count differs from the file."""
     from rflow.streams import topics as topic_ops
 
@@ -28,6 +30,14 @@ def topics_apply(dry_run: bool) -> None:
         result = asyncio.run(topic_ops.apply(settings, dry_run=dry_run))
     except topic_ops.TopicsError as exc:
         fail(str(exc))
+    if as_json:
+        document = {
+            "dry_run": dry_run,
+            "created": list(result.created),
+            "unchanged": list(result.unchanged),
+        }
+        click.echo(json.dumps(document, indent=2))
+        return
     verb = "would create" if dry_run else "created"
     for name in result.created:
         click.echo(f"{verb}  {name}")
@@ -37,10 +47,14 @@ def topics_apply(dry_run: bool) -> None:
 
 
 @main.command()
-def migrate() -> None:
+@click.option("--json", "as_json", is_flag=True)
+def migrate(as_json: bool) -> None:
     """Apply the database migrations (idempotent)."""
     settings = Settings.from_env()
     applied = asyncio.run(_migrate(settings))
+    if as_json:
+        click.echo(json.dumps({"schema": settings.database_schema, "applied": applied}, indent=2))
+        return
     for name in applied:
         click.echo(f"applied  {name}")
     click.echo(f"schema {settings.database_schema!r} is up to date ({len(applied)} applied now)")

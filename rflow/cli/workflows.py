@@ -55,21 +55,27 @@ def list_workflows(project: Path | None, as_json: bool) -> None:
 @workflow.command()
 @click.argument("name")
 @click.option("--reason", default="paused by an operator", show_default=True)
-def pause(name: str, reason: str) -> None:
+@click.option("--json", "as_json", is_flag=True)
+def pause(name: str, reason: str, as_json: bool) -> None:
     """Pause NAME: its triggers start no runs until it is resumed (runs in flight go on)."""
     from rflow.storage import controls
 
     asyncio.run(
         with_database(lambda conn: controls.pause(conn, name, by="operator", reason=reason))
     )
-    click.echo(f"paused {name}")
+    click.echo(
+        json.dumps({"workflow": name, "paused": True, "reason": reason})
+        if as_json
+        else f"paused {name}"
+    )
 
 
 @workflow.command()
 @click.argument("name")
-def resume(name: str) -> None:
+@click.option("--json", "as_json", is_flag=True)
+def resume(name: str, as_json: bool) -> None:
     """Resume NAME after a pause (an operator's, or on_failure: halt)."""
     from rflow.storage import controls
 
     asyncio.run(with_database(lambda conn: controls.resume(conn, name)))
-    click.echo(f"resumed {name}")
+    click.echo(json.dumps({"workflow": name, "paused": False}) if as_json else f"resumed {name}")

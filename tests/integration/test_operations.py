@@ -253,3 +253,41 @@ workflows:
 
     entry = await wait_until(admitted, timeout=30, what="a run admitted after the resume")
     assert (await settled_run(settings, entry["runs"][0]))["status"] == "succeeded"
+
+
+async def test_workflow_pause_resume_and_retry_from_the_cli_with_json(settings, worker, sink):
+    listed = rflow(settings, "workflow", "ls", "--project", str(worker.project_path), "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {w["workflow"]: w["state"] for w in json.loads(listed.stdout)} == {
+        "gated": "active",
+        "sleepy": "active",
+    }
+    paused = rflow(settings, "workflow", "pause", "gated", "--reason", "audit", "--json")
+    assert json.loads(paused.stdout) == {"workflow": "gated", "paused": True, "reason": "audit"}
+    listed = rflow(settings, "workflow", "ls", "--project", str(worker.project_path), "--json")
+    gated = next(w for w in json.loads(listed.stdout) if w["workflow"] == "gated")
+    assert gated["state"] == "paused operator audit"
+    resumed = rflow(settings, "workflow", "resume", "gated", "--json")
+    assert json.loads(resumed.stdout) == {"workflow": "gated", "paused": False}
+
+    # A run that is not dead-lettered is not retried; an unknown one is named.
+    rid = await fire(settings, worker.project_path, "sleepy", "manual:sleepy:r", {})
+    result = rflow(settings, "runs", "cancel", rid)
+    assert result.returncode == 0, result.stderr
+    await settled_run(settings, rid)
+    refused = rflow(settings, "runs", "retry", rid, "--project", str(worker.project_path))
+    assert refused.returncode != 0 and "not dead-lettered" in refused.stderr
+    missing = rflow(settings, "runs", "retry", "rnope", "--project", str(worker.project_path))
+    assert missing.returncode != 0 and "no run rnope" in missing.stderr
+
+
+def test_migrate_and_topics_apply_answer_in_json(settings):
+    migrated = rflow(settings, "migrate", "--json")
+    assert migrated.returncode == 0, migrated.stderr
+    document = json.loads(migrated.stdout)
+    assert document["schema"] == settings.database_schema and document["applied"] == []
+    applied = rflow(settings, "topics", "apply", "--dry-run", "--json")
+    assert applied.returncode == 0, applied.stderr
+    found = json.loads(applied.stdout)
+    assert found["dry_run"] and found["created"] == []
+    assert settings.topic_prefix + "rflow.triggers" in found["unchanged"]
