@@ -62,12 +62,21 @@ def parse_inputs(values: tuple[str, ...]) -> dict[str, Any]:
     help="The workflow files (default: $RFLOW_PROJECT).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Follow the run step by step (progress on stderr) until it settles; exit 1 "
+    "unless it succeeded.",
+)
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds --wait waits.")
 def run_workflow(
     workflow: str,
     input_values: tuple[str, ...],
     key: str | None,
     project: Path | None,
     as_json: bool,
+    wait: bool,
+    timeout: float,
 ) -> None:
     """Start a run of WORKFLOW through its manual trigger.
 
@@ -114,7 +123,51 @@ def run_workflow(
         "partition": partition,
         "offset": offset,
     }
+    if not wait:
+        if as_json:
+            click.echo(json.dumps(result))
+        else:
+            click.echo(f"{record.trigger_key} -> run {', '.join(result['run_ids'])}")
+        return
+    click.echo(f"{record.trigger_key} -> run {', '.join(result['run_ids'])}", err=True)
+    settled = asyncio.run(follow(settings, result["run_ids"], timeout))
+    if settled is None:
+        _fail(f"not settled within {timeout:g}s; follow it with rflow runs show", code=1)
+    result["runs"] = settled
     if as_json:
-        click.echo(json.dumps(result))
+        click.echo(json.dumps(result, default=str))
     else:
-        click.echo(f"{record.trigger_key} -> run {', '.join(result['run_ids'])}")
+        for run in settled:
+            click.echo(f"run {run['run_id']} {run['status']}")
+    raise SystemExit(0 if all(run["status"] == "succeeded" for run in settled) else 1)
+
+
+async def follow(settings: Settings, run_ids: list[str], timeout: float) -> list | None:
+    """Print each step of ``run_ids`` as it settles (stderr); the runs once all settled."""
+    from rflow import storage
+    from rflow.storage import runs as store
+
+    shown: set[tuple[str, str, int]] = set()
+    deadline = asyncio.get_running_loop().time() + timeout
+    conn = await storage.connect(settings)
+    async with conn:
+        while True:
+            found = [await store.get_run(conn, rid) for rid in run_ids]
+            for run in filter(None, found):
+                for step in run["steps"]:
+                    mark = (run["run_id"], step["path"], step["visit"])
+                    if step["settled_at"] is None or mark in shown:
+                        continue
+                    shown.add(mark)
+                    began = step["started_at"] or step["settled_at"]
+                    took = (step["settled_at"] - began).total_seconds() * 1000
+                    error = f"  {step['error_kind']}: {step['error_message']}" * bool(
+                        step["error_kind"]
+                    )
+                    line = f"  {step['path']:<24} {step['status']:<10} {took:7.0f} ms{error}"
+                    click.echo(line if len(run_ids) == 1 else f"{run['run_id']} {line}", err=True)
+            if all(run is not None and run["settled_at"] for run in found):
+                return found
+            if asyncio.get_running_loop().time() > deadline:
+                return None
+            await asyncio.sleep(0.25)

@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from rflow import storage
 from rflow.codecs import TriggerRecord, decode
+from rflow.engine.keys import run_id
 from rflow.ingress import sign
 from rflow.settings import Settings
 from rflow.streams.topics import Catalog
@@ -318,3 +319,26 @@ async def test_rflow_run_produces_a_checked_firing(settings, tmp_path):
         "manual:payout-by-hand:cli-1",
         {"amount": 5, "account": "acct-3"},
     )
+
+
+async def test_rflow_run_wait_follows_the_run_step_by_step(settings, worker, tmp_path):
+    path = tmp_path / "project.yaml"  # the worker's project
+    env = {**os.environ, **settings.to_env()}
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [
+            *(sys.executable, "-m", "rflow.cli", "run", "payout-by-hand"),
+            *("--input", "account=acct-1", "--input", "amount=3", "--key", "wait-1"),
+            *("--project", str(path), "--wait", "--timeout", "60"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    rid = run_id("payout-by-hand", "manual:payout-by-hand:wait-1")
+    assert done.stdout.strip() == f"run {rid} succeeded"
+    progress = done.stderr.splitlines()
+    assert progress[0] == f"manual:payout-by-hand:wait-1 -> run {rid}"
+    assert progress[1].split()[:2] == ["log", "succeeded"]
