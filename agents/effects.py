@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from rflow.agents.executors import Executors
+from rflow.agents.slots import RunSlots
 from rflow.classify import classify
 from rflow.codecs import RunEvent, RunJournal, SendRequest, encode
 from rflow.engine import (
@@ -55,6 +56,8 @@ class EffectRunner:
         self.executors = Executors(app.rflow)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.limit = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
+        project = app.rflow.project
+        self.slots = RunSlots(project.config.max_concurrent_runs if project else 100)
         self.rows = asyncio.Semaphore(MAX_CONCURRENT_ROWS)
 
     async def close(self) -> None:
@@ -124,7 +127,7 @@ class EffectRunner:
     # --- actions ----------------------------------------------------------------------
 
     async def execute(self, effect: Execute, key: str) -> None:
-        async with self.limit:
+        async with self.slots.hold(effect.run_id), self.limit:
             output: Any = None
             error: StepError | None = None
             timeout = effect.timeout or DEFAULT_STEP_TIMEOUT

@@ -130,3 +130,34 @@ async def test_replace_keeps_only_the_newest_waiting_run(settings, workers, sink
     assert (await settled_run(settings, running))["status"] == "succeeded"
     assert (await settled_run(settings, newest))["status"] == "succeeded"
     assert arrivals(sink, "/replace/first") == [0, 2]
+
+
+async def test_max_concurrent_runs_bounds_the_runs_executing_across_groups(
+    settings, worker_factory, tmp_path, sink
+):
+    path = tmp_path / "limited.yaml"
+    path.write_text(
+        f"""
+config: {{ max_concurrent_runs: 2 }}
+workflows:
+  wide:
+    trigger: {{ manual: {{}} }}
+    concurrency: {{ group: "${{{{ trigger.account }}}}" }}
+    steps:
+      - id: call
+        http_call: {{ url: "{sink.url}/wide", method: POST, body: {{ n: "${{{{ trigger.n }}}}" }} }}
+"""
+    )
+    worker = worker_factory(project_path=path)
+    await worker.wait_ready()
+    sink.held.add("/wide")
+    rids = [
+        await fire(settings, path, "wide", f"manual:wide:{n}", {"account": f"g{n}", "n": n})
+        for n in range(5)
+    ]
+    await requested(sink, "/wide", 2)
+    sink.release()
+    for rid in rids:
+        assert (await settled_run(settings, rid))["status"] == "succeeded"
+    assert len(arrivals(sink, "/wide")) == 5
+    assert sink.peak == 2  # five groups, never more than two runs executing at once
