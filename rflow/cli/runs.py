@@ -72,13 +72,30 @@ def list_runs(
 
 @runs.command("show")
 @click.argument("run_id")
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Also the run's state in the table of the worker at $RFLOW_WEB_PORT (the one "
+    "holding the run's partition knows it).",
+)
 @click.option("--json", "as_json", is_flag=True)
-def show(run_id: str, as_json: bool) -> None:
+def show(run_id: str, live: bool, as_json: bool) -> None:
     """One run's journal, step by step: inputs, outputs, errors and timings, and the budget
     charges of its sends."""
     run = asyncio.run(with_database(lambda conn: _run_with_charges(conn, run_id)))
-    if run is None:
+    if run is None and not live:
         fail(f"no run {run_id}")
+    if live:
+        state = _live_state(run_id)
+        if run is None and state is None:
+            fail(f"no run {run_id}")
+        run = {**(run or {"run_id": run_id}), "live": state}
+        if not as_json:
+            shown = json.dumps(state, indent=2, default=str) if state else "(not on this worker)"
+            click.echo(f"live state:\n{shown}\n")
+        if "steps" not in run:
+            click.echo(_json(run))
+            return
     if as_json:
         click.echo(_json(run))
         return
@@ -107,6 +124,27 @@ def show(run_id: str, as_json: bool) -> None:
         click.echo("")
         charges = [[c["budget"], c["asset"], str(c["amount"]), c["status"]] for c in run["charges"]]
         click.echo(_table(charges, ["BUDGET", "ASSET", "AMOUNT", "STATUS"]))
+
+
+def _live_state(run_id: str) -> dict[str, Any] | None:
+    """The run's state as the worker at ``$RFLOW_WEB_PORT`` holds it (``None`` if it does
+    not hold the run's partition)."""
+    import urllib.error
+    import urllib.request
+
+    settings = Settings.from_env()
+    request = urllib.request.Request(f"http://127.0.0.1:{settings.web_port}/api/runs/{run_id}")
+    if settings.api_token is not None:
+        request.add_header("Authorization", f"Bearer {settings.api_token.get_secret_value()}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return json.loads(resp.read()).get("live")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        fail(f"the worker at port {settings.web_port} answered {exc.code}: {exc.read()[:200]!r}")
+    except (urllib.error.URLError, OSError) as exc:
+        fail(f"no worker answers on port {settings.web_port}: {exc}")
 
 
 async def _run_with_charges(conn: Any, run_id: str) -> dict[str, Any] | None:

@@ -291,3 +291,15 @@ def test_migrate_and_topics_apply_answer_in_json(settings):
     found = json.loads(applied.stdout)
     assert found["dry_run"] and found["created"] == []
     assert settings.topic_prefix + "rflow.triggers" in found["unchanged"]
+
+
+async def test_runs_show_live_reads_the_run_state_from_the_worker(settings, worker):
+    rid = await fire(settings, worker.project_path, "gated", "manual:gated:live", {})
+    await parked(settings, rid)
+    shown = rflow(worker.settings, "runs", "show", rid, "--live", "--json")
+    assert shown.returncode == 0, shown.stderr
+    run = json.loads(shown.stdout)
+    assert (run["live"]["workflow"], run["live"]["status"]) == ("gated", "waiting")
+    assert run["live"]["steps"]["ok"]["status"] == "waiting"
+    text = rflow(worker.settings, "runs", "show", rid, "--live")
+    assert text.returncode == 0 and text.stdout.startswith("live state:")
