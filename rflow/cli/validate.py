@@ -35,13 +35,14 @@ def summary(path: str, report: ValidationReport) -> str:
     show_default=True,
     help="text for people, json for machines",
 )
-def validate(path: str, output_format: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="the same as --format json")
+def validate(path: str, output_format: str, as_json: bool) -> None:
     """Check the workflow files at PATH (a file or a folder) without running anything.
 
     Exits 0 when there are no errors (warnings are printed), 1 when there are errors.
     """
     report = validate_path(path, environ())
-    if output_format == "json":
+    if output_format == "json" or as_json:
         document = {
             "ok": report.ok,
             "errors": [d.to_dict() for d in report.errors],

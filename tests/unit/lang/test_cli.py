@@ -117,3 +117,9 @@ def test_schema_command_matches_the_committed_schema(runner: CliRunner, tmp_path
     schema = json.loads(committed)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["properties"]["workflows"]["description"] == "Workflows, by name."
+
+
+def test_validate_json_flag_is_the_json_format(runner: CliRunner) -> None:
+    flag = runner.invoke(main, ["validate", str(EXAMPLES), "--json"])
+    option = runner.invoke(main, ["validate", str(EXAMPLES), "--format", "json"])
+    assert flag.exit_code == 0 and json.loads(flag.output) == json.loads(option.output)
