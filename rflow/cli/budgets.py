@@ -11,16 +11,8 @@ from pathlib import Path
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, project_option, with_database
+from rflow.cli.common import fail, project_option, table, with_database
 from rflow.settings import Settings, environ
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    )
 
 
 def _window(ctx: click.Context, param: click.Parameter, value: str) -> timedelta | None:
@@ -71,7 +63,7 @@ def list_budgets(project: Path | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([row.document() for row in rows], indent=2))
         return
-    table = [
+    lines = [
         [
             row.budget,
             row.asset,
@@ -84,7 +76,7 @@ def list_budgets(project: Path | None, as_json: bool) -> None:
         for row in rows
     ]
     header = ["budget", "asset", "cap", "consumed", "reserved", "remaining", "window"]
-    click.echo(_table(table, header))
+    click.echo(table(lines, header))
 
 
 @main.command()
@@ -125,9 +117,9 @@ def spend(window: timedelta | None, as_json: bool) -> None:
         span = "ever" if window is None else f"in the last {store.format_window(window)}"
         click.echo(f"no sends recorded {span}")
         return
-    table = [
+    lines = [
         [row.network, row.relayer, str(row.transactions), str(row.gas_cost), str(row.value)]
         for row in rows
     ]
     header = ["network", "relayer", "transactions", "gas_spent_wei", "value_moved_wei"]
-    click.echo(_table(table, header))
+    click.echo(table(lines, header))

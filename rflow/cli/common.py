@@ -63,3 +63,12 @@ project_option = click.option(
     help="Default: $RFLOW_PROJECT.",
 )
 """The ``--project PATH`` option of commands that read the workflows."""
+
+
+def table(rows: list[list[Any]], header: list[str]) -> str:
+    """Rows under a header, in columns as wide as their widest cell."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )

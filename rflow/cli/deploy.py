@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from rflow.cli import main
-from rflow.cli.common import with_database
+from rflow.cli.common import table, with_database
 from rflow.settings import environ
 
 
@@ -46,8 +46,12 @@ def deploy(path: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    width = max([len(r["workflow"]) for r in rows] + [8])
-    click.echo(f"{'WORKFLOW':<{width}}  {'VERSION':<17}  DEPLOYED")
-    for row in rows:
-        note = f"new (was {row['previous'] or 'none'})" if row["changed"] else "unchanged"
-        click.echo(f"{row['workflow']:<{width}}  {row['version']:<17}  {note}")
+    lines = [
+        [
+            row["workflow"],
+            row["version"],
+            f"new (was {row['previous'] or 'none'})" if row["changed"] else "unchanged",
+        ]
+        for row in rows
+    ]
+    click.echo(table(lines, ["WORKFLOW", "VERSION", "DEPLOYED"]))

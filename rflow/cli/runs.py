@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, project_option, with_database
+from rflow.cli.common import fail, project_option, table, with_database
 from rflow.settings import Settings
 
 
@@ -25,15 +25,6 @@ def _json(value: Any) -> str:
 
 def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
-    return "\n".join(lines)
 
 
 @main.group()
@@ -63,11 +54,11 @@ def list_runs(
     if as_json:
         click.echo(_json(rows))
         return
-    table = [
+    lines = [
         [r["run_id"], r["workflow"], r["status"], _when(r["created_at"]), r["error_kind"] or ""]
         for r in rows
     ]
-    click.echo(_table(table, ["RUN", "WORKFLOW", "STATUS", "STARTED", "ERROR"]))
+    click.echo(table(lines, ["RUN", "WORKFLOW", "STATUS", "STARTED", "ERROR"]))
 
 
 @runs.command("show")
@@ -119,11 +110,11 @@ def show(run_id: str, live: bool, as_json: bool) -> None:
             else json.dumps(step["output"], default=str)
         )
         rows.append([step["path"], step["status"], str(step["attempt"]), took, detail[:80]])
-    click.echo(_table(rows, ["STEP", "STATUS", "ATTEMPT", "TOOK", "OUTPUT / ERROR"]))
+    click.echo(table(rows, ["STEP", "STATUS", "ATTEMPT", "TOOK", "OUTPUT / ERROR"]))
     if run["charges"]:
         click.echo("")
         charges = [[c["budget"], c["asset"], str(c["amount"]), c["status"]] for c in run["charges"]]
-        click.echo(_table(charges, ["BUDGET", "ASSET", "AMOUNT", "STATUS"]))
+        click.echo(table(charges, ["BUDGET", "ASSET", "AMOUNT", "STATUS"]))
 
 
 def _live_state(run_id: str) -> dict[str, Any] | None:

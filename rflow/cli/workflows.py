@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, project_option, with_database
+from rflow.cli.common import fail, project_option, table, with_database
 from rflow.settings import Settings, environ
 
 
@@ -46,10 +46,8 @@ def list_workflows(project: Path | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    width = max([len(r["workflow"]) for r in rows] + [8])
-    click.echo(f"{'WORKFLOW':<{width}}  {'TRIGGER':<8}  STATE")
-    for row in rows:
-        click.echo(f"{row['workflow']:<{width}}  {row['trigger']:<8}  {row['state']}")
+    lines = [[row["workflow"], row["trigger"], row["state"]] for row in rows]
+    click.echo(table(lines, ["WORKFLOW", "TRIGGER", "STATE"]))
 
 
 @workflow.command()
