@@ -1,0 +1,173 @@
+"""Secrets stay secret: after runs that send, fail and answer API calls, the relayer key,
+the API token and the webhook secret appear in no log, topic record, database row, CLI
+--json output or API answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import psycopg
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from rflow.engine.keys import run_id
+from rflow.ingress import sign
+from tests.integration import chain
+from tests.integration.test_api import call
+from tests.integration.test_operations import rflow
+from tests.integration.test_runs import settled_run
+from tests.integration.test_sends import token_for
+from tests.integration.test_webhooks import post
+
+pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
+
+HOOK_SECRET = "hook-secret-4f1c9a77d2"
+
+PROJECT = """
+networks:
+  local: {{ chain_id: 31337, confirmations: 0 }}
+contracts:
+  Token:
+    address: {{ local: "{token}" }}
+    abi: {abi}
+relayers:
+  payout: {{ key_env: PAYOUT_KEY, networks: [local] }}
+budgets:
+  daily: {{ window: 24h, max_token_value: {{ Token: "1000" }} }}
+workflows:
+  pay:
+    trigger: {{ manual: {{ inputs: [to, amount] }} }}
+    permissions: {{ relayers: [payout] }}
+    budgets: [daily]
+    steps:
+      - id: pay
+        send_transaction:
+          network: local
+          relayer: payout
+          contract: Token
+          function: "transfer(address,uint256)"
+          args: ["${{{{ inputs.to }}}}", "${{{{ inputs.amount }}}}"]
+  hooked:
+    trigger:
+      webhook:
+        path: /hooks/secret
+        auth: {{ type: hmac, algorithm: sha256, secret_env: SECRET_HOOK }}
+    steps:
+      - id: note
+        command: {{ name: log, args: {{ message: "${{{{ trigger.body.n }}}}" }} }}
+"""
+
+
+async def topic_records(settings) -> list[bytes]:
+    """Every record (key and value) on this test's topics."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers, enable_auto_commit=False)
+    await consumer.start()
+    found: list[bytes] = []
+    try:
+        metadata = await consumer._client.fetch_all_metadata()
+        tps = [
+            TopicPartition(topic, partition)
+            for topic in metadata.topics()
+            if topic.startswith(settings.topic_prefix)
+            for partition in metadata.partitions_for_topic(topic) or ()
+        ]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        pending = {tp for tp in tps if ends[tp] > 0}
+        while pending:
+            batch = await consumer.getmany(timeout_ms=2000)
+            if not batch:
+                break
+            for tp, messages in batch.items():
+                for message in messages:
+                    found.append((message.key or b"") + b"|" + (message.value or b""))
+                    if message.offset + 1 >= ends[tp]:
+                        pending.discard(tp)
+    finally:
+        await consumer.stop()
+    return found
+
+
+async def database_rows(settings) -> list[str]:
+    """Every row of every table of this test's schema, as JSON text."""
+    url = settings.database_url.get_secret_value()
+    rows: list[str] = []
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cur = await conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+            (settings.database_schema,),
+        )
+        for (table,) in await cur.fetchall():
+            query = f'SELECT row_to_json(t)::text FROM "{settings.database_schema}"."{table}" t'
+            rows += [row for (row,) in await (await conn.execute(query)).fetchall()]
+    return rows
+
+
+async def test_no_secret_leaves_its_variable(settings, worker_factory, tmp_path, monkeypatch):
+    w3 = chain.connect(settings.rpc_url("local"))
+    try:
+        relayer = await chain.funded_account(w3)
+        token = await token_for(w3, relayer)
+    finally:
+        await w3.provider.disconnect()
+    key = relayer.key.hex().removeprefix("0x")
+    api_token = settings.api_token.get_secret_value()
+    project = tmp_path / "project.yaml"
+    project.write_text(PROJECT.format(token=token, abi=chain.artifact_path("TestToken")))
+    monkeypatch.setenv("SECRET_HOOK", HOOK_SECRET)
+    worker = worker_factory(project_path=project, env={"PAYOUT_KEY": "0x" + key})
+    await worker.wait_ready()
+
+    to = chain.Account.create().address
+    status, started = await call(
+        worker, "POST", "/api/workflows/pay/runs", {"to": to, "amount": 10}
+    )
+    assert status == 202, started
+    # Over the budget: the send fails before broadcast, with an error message.
+    status, refused = await call(
+        worker, "POST", "/api/workflows/pay/runs", {"to": to, "amount": 5000}
+    )
+    assert status == 202, refused
+    paid = await settled_run(settings, run_id("pay", started["trigger_key"]), timeout=60)
+    failed = await settled_run(settings, run_id("pay", refused["trigger_key"]), timeout=60)
+    assert (paid["status"], failed["status"]) == ("succeeded", "failed")
+    body = b'{"n": 1}'
+    answer = await post(
+        worker, "/hooks/secret", body, {"X-Hub-Signature-256": sign(HOOK_SECRET, body, "sha256")}
+    )
+    assert answer[0] == 202, answer
+    bad = await post(worker, "/hooks/secret", body, {"X-Hub-Signature-256": "sha256=00"})
+    assert bad[0] == 401
+
+    outputs = [
+        json.dumps(await call(worker, "GET", f"/api/runs/{rid}"))
+        for rid in (paid["run_id"], failed["run_id"])
+    ]
+    for path in ("/api/runs", "/api/workflows", "/api/budgets"):
+        outputs.append(json.dumps(await call(worker, "GET", path)))
+    for args in (
+        ("runs", "list", "--json"),
+        ("runs", "show", paid["run_id"], "--json"),
+        ("runs", "show", failed["run_id"], "--json"),
+        ("budgets", "ls", "--project", str(project), "--json"),
+        ("spend", "--json"),
+        ("doctor", str(project), "--json"),
+    ):
+        result = await asyncio.to_thread(rflow, worker.settings, *args)
+        outputs += [result.stdout, result.stderr]
+
+    places = {
+        "worker log": [worker.log_path.read_text(errors="replace")],
+        "topics": [r.decode("utf-8", "replace") for r in await topic_records(settings)],
+        "database": await database_rows(settings),
+        "CLI and API": outputs,
+    }
+    # The scan sees what these places hold: the recipient's address is in each of them.
+    for place in ("topics", "database", "CLI and API"):
+        assert any(to.lower() in t.lower() for t in places[place]), place
+    for secret in (key, api_token, HOOK_SECRET):
+        for place, texts in places.items():
+            leaks = [t[:200] for t in texts if secret.lower() in t.lower()]
+            assert not leaks, f"a secret appears in the {place}: {leaks[:3]}"
