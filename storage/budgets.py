@@ -48,10 +48,11 @@ WITH existing AS (
     SELECT 1 FROM budget_reservations
     WHERE budget = %(budget)s AND asset = %(asset)s AND send_key = %(send_key)s
 ), used AS (
-    -- Two sums, each read from its own partial index: live reservations of any age, and
-    -- spent ones inside the window. Older spent rows are never visited.
-    SELECT (SELECT coalesce(sum(amount), 0) FROM budget_reservations
-            WHERE budget = %(budget)s AND asset = %(asset)s AND status = 'reserved')
+    -- One snapshot for both: the live total (one row, kept by a trigger), and the spent
+    -- reservations inside the window, read from their partial index (older spent rows are
+    -- never visited).
+    SELECT coalesce((SELECT reserved FROM budget_live
+                     WHERE budget = %(budget)s AND asset = %(asset)s), 0)
          + (SELECT coalesce(sum(amount), 0) FROM budget_reservations
             WHERE budget = %(budget)s AND asset = %(asset)s AND status = 'spent'
               AND created_at > (SELECT now() - %(window)s::interval)) AS consumed

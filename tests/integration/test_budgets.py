@@ -321,3 +321,34 @@ async def test_run_charges_lists_a_runs_reservations(conn):
         {"budget": "daily", "asset": NATIVE, "amount": 6, "status": "reserved", "send_key": "s2"},
     ]
     assert await budgets.run_charges(conn, "nope") == []
+
+
+async def test_the_live_total_follows_every_reservation_change(conn):
+    async def live_total() -> tuple[int, int]:
+        cur = await conn.execute(
+            """
+            SELECT (SELECT coalesce(sum(reserved), 0) FROM budget_live),
+                   (SELECT coalesce(sum(amount), 0) FROM budget_reservations
+                    WHERE status = 'reserved')
+            """
+        )
+        kept, summed = await cur.fetchone()
+        return int(kept), int(summed)
+
+    await reserve(conn, "a", native(100), native(5, budget="other"))
+    await reserve(conn, "b", native(200))
+    await reserve(conn, "c", native(300))
+    assert await live_total() == (605, 605)
+    await budgets.settle(conn, "a", "spent")  # live -> spent
+    assert await live_total() == (500, 500)
+    await budgets.settle(conn, "b", "released")  # live -> released
+    await budgets.settle(conn, "a", "released")  # spent -> released: live unchanged
+    assert await live_total() == (300, 300)
+    # A refused reservation leaves no trace in the total.
+    with pytest.raises(BudgetExceeded):
+        await reserve(conn, "d", native(701))
+    assert await live_total() == (300, 300)
+    # The cap check counts the live total: 300 live + 700 = 1000 fits, one more does not.
+    await reserve(conn, "e", native(700))
+    with pytest.raises(BudgetExceeded):
+        await reserve(conn, "f", native(1))
