@@ -77,8 +77,11 @@ class EffectRunner:
 
         task.add_done_callback(done)
 
-    async def carry_out(self, state: RunState, effects: list[Effect], partition: int) -> None:
-        """Start every effect; only the journal sends are awaited (they are buffered)."""
+    async def carry_out(
+        self, state: RunState, effects: list[Effect], partition: int, *, journal: bool = True
+    ) -> None:
+        """Start every effect; only the journal sends are awaited (they are buffered).
+        ``journal=False``: the journal entries were delivered already (:meth:`deliver`)."""
         key = partition_key(state)
         for effect in effects:
             if isinstance(effect, Execute) and effect.kind == "send_transaction":
@@ -97,7 +100,8 @@ class EffectRunner:
                     "unpark",
                 )
             elif isinstance(effect, Journal | Settle):
-                await self.publish(effect)
+                if journal:
+                    await self.publish(effect)
                 if isinstance(effect, Settle):
                     self.settled(effect, state)
 
@@ -184,6 +188,26 @@ class EffectRunner:
                     delay,
                     exc,
                 )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def deliver(self, entries: list[Journal | Settle]) -> None:
+        """Publish ``entries`` and wait until the broker has them all; retried until it does."""
+        delay = 0.1
+        while True:
+            try:
+                pending = [
+                    await self.runtime.topics.events.send(
+                        key=entry.run_id.encode(), value=encode(RunJournal(entry=entry))
+                    )
+                    for entry in entries
+                ]
+                await asyncio.gather(*pending)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Kafka away: keep the entries, try again
+                log.warning("cannot deliver the journal, retrying in %.1fs: %r", delay, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 

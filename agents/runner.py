@@ -495,14 +495,17 @@ class Runner:
         self.runtime.metrics.journaled(
             workflow, new_state.workflow, new_state, [e for e in effects if isinstance(e, Journal)]
         )
-        if new_state.settled:
-            # The journal is in the read model; the table keeps a marker, so a redelivered
-            # event of this run is still recognised, at a few bytes instead of its state.
-            self.runs[event.run_id] = {"settled": str(new_state.status)}
-        else:
+        if not new_state.settled:
             # Defaults are left out: a parked run's entry is a third smaller in memory.
             self.runs[event.run_id] = new_state.model_dump(mode="json", exclude_defaults=True)
-        await self.effects.carry_out(new_state, effects, partition)
+            await self.effects.carry_out(new_state, effects, partition)
+            return
+        # A settling decision: its journal is delivered first, and the run is marked settled
+        # last. A worker that dies in between leaves the run unmarked, so the event is
+        # decided again (the same entries, projected idempotently); the other way round,
+        # the marker would hide a run whose settlement never reached the read model.
+        await self.effects.deliver([e for e in effects if isinstance(e, Journal | Settle)])
+        await self.effects.carry_out(new_state, effects, partition, journal=False)
         for effect in effects:
             if isinstance(effect, Settle):
                 if workflow.circuit_breaker is not None:
@@ -514,6 +517,9 @@ class Runner:
                     await self.leave_lane(new_state, partition)
                 if new_state.matrix is not None:
                     await self.matrix_run_settled(new_state, effect, partition)
+        # The table keeps a marker of a settled run, so a redelivered event of it is still
+        # recognised, at a few bytes instead of its state.
+        self.runs[event.run_id] = {"settled": str(new_state.status)}
 
     async def resume_partitions(self, assigned: frozenset[int]) -> None:
         """After a rebalance: re-issue what every unsettled run of new partitions awaits."""
