@@ -412,7 +412,6 @@ workflows:
     assert usage[("cap", "native")].reserved == 0
 
 
-@pytest.mark.soak
 async def test_sigkill_during_100_sends_leaves_exactly_100_transfers(
     settings, worker_factory, tmp_path, w3
 ):
