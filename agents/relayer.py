@@ -12,6 +12,7 @@ the tracker's (:mod:`rflow.agents.receipts`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("rflow.relayer")
 FEE_CAP_MULTIPLE = 4
 """Without a step's ``max_fee_per_gas``, bumps stop at four times the first fee."""
+
+
+async def _given(value: int) -> int:
+    return value
 
 
 class _KeyTaken(Exception):
@@ -135,11 +140,20 @@ class Relayer:
         build.check_permissions(project, execute.workflow, intent)
         signer = self.signer(intent.relayer)
         node = await self.node(intent.network)
-        await node.simulate(signer.address, intent.to, intent.value, intent.data)
-        gas = intent.gas_limit or await node.gas_limit(
-            signer.address, intent.to, intent.value, intent.data
+        # Simulation, gas estimate and fee history ask the node independent questions: at
+        # once. A refusal of any is the send's answer (simulation's first).
+        asked = await asyncio.gather(
+            node.simulate(signer.address, intent.to, intent.value, intent.data),
+            node.gas_limit(signer.address, intent.to, intent.value, intent.data)
+            if intent.gas_limit is None
+            else _given(intent.gas_limit),
+            node.fees(cap=intent.max_fee_per_gas, tip=intent.max_priority_fee_per_gas),
+            return_exceptions=True,
         )
-        fees = await node.fees(cap=intent.max_fee_per_gas, tip=intent.max_priority_fee_per_gas)
+        for answer in asked:
+            if isinstance(answer, BaseException):
+                raise answer
+        _, gas, fees = asked
         fee_cap = intent.max_fee_per_gas or fees.max_fee_per_gas * FEE_CAP_MULTIPLE
         reservations, breakers = charges(project, execute.workflow, intent.shape)
         synced = (intent.network, signer.address) in self._synced
@@ -216,7 +230,12 @@ class Relayer:
             self.tracker.watch(row, accepted=False)
             return
         if outcome in (Broadcast.ACCEPTED, Broadcast.KNOWN):
-            await self.db(lambda conn: budgets.settle(conn, row.send_key, "spent"), "hand-off")
+            # Reserved and spent both count against the cap: the next send need not wait
+            # for the move (a crash before it leaves the reservation for the recovery pass).
+            self.runtime.runner.effects.spawn(
+                self.db(lambda conn: budgets.settle(conn, row.send_key, "spent"), "hand-off"),
+                f"hand-off of {row.send_key}",
+            )
             self.tracker.watch(row, accepted=True)
         elif outcome is Broadcast.NONCE_TOO_LOW:
             self.tracker.watch(row, accepted=False, nonce_low=True)
