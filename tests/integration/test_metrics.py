@@ -18,7 +18,7 @@ import pytest
 from tests.integration import chain
 from tests.integration.harness import free_port, wait_until
 from tests.integration.test_runs import fire, settled_run
-from tests.integration.test_sends import token_for
+from tests.integration.test_sends import chain_resources, token_for
 
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
@@ -26,14 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "scripts" / "compose" / "grafana" / "provisioning" / "dashboards" / "rflow"
 
 PROJECT = """
-networks:
-  local: {{ chain_id: 31337, confirmations: 0 }}
-contracts:
-  Token:
-    address: {{ local: "{token}" }}
-    abi: {abi}
-relayers:
-  payout: {{ key_env: PAYOUT_KEY, networks: [local] }}
 budgets:
   daily:
     window: 24h
@@ -107,14 +99,7 @@ async def test_every_dashboard_query_is_valid_and_returns_series_from_a_loaded_w
     finally:
         await w3.provider.disconnect()
     project = tmp_path / "project.yaml"
-    project.write_text(
-        PROJECT.format(
-            token=token,
-            abi=chain.artifact_path("TestToken"),
-            url=sink.url,
-            closed=free_port(),
-        )
-    )
+    project.write_text(chain_resources(token) + PROJECT.format(url=sink.url, closed=free_port()))
     worker = worker_factory(project_path=project, env={"PAYOUT_KEY": relayer.key.hex()})
     await worker.wait_ready()
 

@@ -17,7 +17,7 @@ from tests.integration import chain
 from tests.integration.test_api import call
 from tests.integration.test_operations import rflow
 from tests.integration.test_runs import settled_run
-from tests.integration.test_sends import token_for
+from tests.integration.test_sends import chain_resources, token_for
 from tests.integration.test_webhooks import post
 
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
@@ -25,14 +25,6 @@ pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 HOOK_SECRET = "hook-secret-4f1c9a77d2"
 
 PROJECT = """
-networks:
-  local: {{ chain_id: 31337, confirmations: 0 }}
-contracts:
-  Token:
-    address: {{ local: "{token}" }}
-    abi: {abi}
-relayers:
-  payout: {{ key_env: PAYOUT_KEY, networks: [local] }}
 budgets:
   daily: {{ window: 24h, max_token_value: {{ Token: "1000" }} }}
 workflows:
@@ -115,7 +107,7 @@ async def test_no_secret_leaves_its_variable(settings, worker_factory, tmp_path,
     key = relayer.key.hex().removeprefix("0x")
     api_token = settings.api_token.get_secret_value()
     project = tmp_path / "project.yaml"
-    project.write_text(PROJECT.format(token=token, abi=chain.artifact_path("TestToken")))
+    project.write_text(chain_resources(token) + PROJECT.format())
     monkeypatch.setenv("SECRET_HOOK", HOOK_SECRET)
     worker = worker_factory(project_path=project, env={"PAYOUT_KEY": "0x" + key})
     await worker.wait_ready()

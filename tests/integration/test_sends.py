@@ -25,6 +25,21 @@ pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 TRANSFER_TOPIC = "0x" + keccak(text="Transfer(address,address,uint256)").hex()
 
 
+def chain_resources(token: str, confirmations: int = 0) -> str:
+    """The YAML of the shared anvil as network ``local``, TestToken at ``token`` as
+    ``Token``, and relayer ``payout`` (its key in ``PAYOUT_KEY``)."""
+    return f"""
+networks:
+  local: {{ chain_id: 31337, confirmations: {confirmations} }}
+contracts:
+  Token:
+    address: {{ local: "{token}" }}
+    abi: {chain.artifact_path("TestToken")}
+relayers:
+  payout: {{ key_env: PAYOUT_KEY, networks: [local] }}
+"""
+
+
 def write_project(
     folder: Path,
     token: str,
@@ -38,16 +53,8 @@ def write_project(
     """A project on the shared anvil: TestToken as ``Token``, relayer ``payout``."""
     path = folder / "project.yaml"
     path.write_text(
-        f"""
-networks:
-  local: {{ chain_id: 31337, confirmations: {confirmations} }}
-contracts:
-  Token:
-    address: {{ local: "{token}" }}
-    abi: {chain.artifact_path("TestToken")}
-relayers:
-  payout: {{ key_env: PAYOUT_KEY, networks: [local] }}
-{budgets}
+        chain_resources(token, confirmations)
+        + f"""{budgets}
 workflows:
   pay:
     trigger: {{ manual: {{}} }}
