@@ -131,15 +131,71 @@ class RflowConsumer(aiokafka_driver.Consumer):
             await self._thread.seek_to_beginning(*fresh)
         return committed
 
+    _reading_again: asyncio.Future | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rereading: dict[Any, int] = {}
+        """Partitions being read again, from the first offset skipped: records after it
+        wait for it, so a partition's records are still handled in order."""
+        self.deliver = self.callback
+        self.callback = self.in_order
+
+    async def in_order(self, message: Any) -> None:
+        """Hand ``message`` on, unless it is ahead of records being read again."""
+        first = self.rereading.get(message.tp)
+        if first is not None:
+            if message.offset > first:
+                # Ahead of the records read again: it comes back after them.
+                self.read_again()
+                return
+            del self.rereading[message.tp]
+        await self.deliver(message)
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        for tp in revoked:
+            self.rereading.pop(tp, None)
+        await super().on_partitions_revoked(revoked)
+
+    def read_again(self) -> None:
+        """Go back to the committed offsets, after the fetcher's current record."""
+        if self._reading_again is None or self._reading_again.done():
+            self._reading_again = asyncio.ensure_future(self._read_again())
+
     async def _add_gap(self, tp, offset_from: int, offset_to: int) -> None:
+        """A jump in a partition's offsets, which Faust counts as read.
+
+        On a compacted changelog that is right. On rflow's streams offsets are contiguous
+        (no compaction, no transactions), so a jump means records were fetched and dropped
+        around a rebalance (a seek to the committed offsets racing the fetcher): counting
+        them as read would lose them. They are not counted; positions go back to the
+        committed offsets, which cannot pass a record never processed, and the records are
+        read again (the ones read since arrive twice, which every agent handles).
+        """
+        if tp.topic in self.app.tables.changelog_topics:
+            await super()._add_gap(tp, offset_from, offset_to)
+            return
         log.warning(
-            "offsets %d..%d of %s[%d] skipped by the fetcher: counted as read",
+            "offsets %d..%d of %s[%d] were skipped by the fetcher: reading them again",
             offset_from,
-            offset_to,
+            offset_to - 1,
             tp.topic,
             tp.partition,
         )
-        await super()._add_gap(tp, offset_from, offset_to)
+        self.rereading[tp] = min(offset_from, self.rereading.get(tp, offset_from))
+        self.read_again()
+
+    async def _read_again(self) -> None:
+        await asyncio.sleep(0)  # after the fetcher's current record
+        try:
+            await self.perform_seek()
+        except Exception as exc:  # a rebalance under way seeks everything itself
+            log.warning("reading skipped records again failed: %r", exc)
+            return
+        for tp, first in list(self.rereading.items()):
+            # The group committed past the first skipped record: nothing to wait for.
+            if (self._committed_offset.get(tp) or 0) > first:
+                del self.rereading[tp]
 
 
 class RflowApp(faust.App):

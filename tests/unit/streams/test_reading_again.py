@@ -1,0 +1,70 @@
+"""Records the fetcher skipped around a rebalance are read again, in order, not counted
+as read (the consumer's side; the seek itself is Kafka's)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from faust.types import TP
+
+from rflow.settings import Settings
+from rflow.streams.app import create_app
+
+TRIGGERS = TP("rflow.triggers", 0)
+
+
+def consumer_with_records():
+    app = create_app(Settings(api_token="t"))
+    consumer = app.consumer
+    delivered: list[int] = []
+    seeks: list[int] = []
+
+    async def deliver(message):
+        delivered.append(message.offset)
+
+    async def perform_seek():
+        seeks.append(len(delivered))
+
+    consumer.deliver = deliver
+    consumer.perform_seek = perform_seek
+    return consumer, delivered, seeks
+
+
+def record(offset: int, tp: TP = TRIGGERS) -> SimpleNamespace:
+    return SimpleNamespace(tp=tp, offset=offset)
+
+
+async def settle() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def test_a_skipped_stretch_is_read_again_before_anything_after_it():
+    consumer, delivered, seeks = consumer_with_records()
+    await consumer.in_order(record(26))
+    # The fetcher jumped from 26 to 29: 27 and 28 were dropped around a rebalance.
+    await consumer._add_gap(TRIGGERS, 27, 29)
+    assert consumer.rereading == {TRIGGERS: 27}
+    assert not consumer._gap.get(TRIGGERS)  # not counted as read
+    await consumer.in_order(record(29))  # ahead of the skipped ones: held back
+    await settle()
+    assert delivered == [26] and seeks  # positions went back to the committed offsets
+    for offset in (26, 27, 28, 29):  # read again from the committed offset
+        await consumer.in_order(record(offset))
+    assert delivered == [26, 26, 27, 28, 29]
+    assert consumer.rereading == {}
+
+
+async def test_other_partitions_flow_and_a_commit_past_the_stretch_ends_the_wait():
+    consumer, delivered, _ = consumer_with_records()
+    other = TP("rflow.triggers", 1)
+    await consumer._add_gap(TRIGGERS, 27, 29)
+    await consumer.in_order(record(5, other))
+    assert delivered == [5]
+    consumer._committed_offset[TRIGGERS] = 30  # the group got past it meanwhile
+    consumer.read_again()
+    await settle()
+    assert consumer.rereading == {}
+    await consumer.in_order(record(30))
+    assert delivered == [5, 30]
