@@ -80,7 +80,11 @@ def query(url: str, expr: str) -> dict:
         ) as resp:
             return json.loads(resp.read())
     except urllib.error.HTTPError as exc:
-        return json.loads(exc.read() or b"{}")
+        body = exc.read()
+        try:
+            return json.loads(body)
+        except ValueError:  # not up yet: "Service Unavailable"
+            return {"status": f"HTTP {exc.code}: {body[:100]!r}", "data": {"result": []}}
     except (urllib.error.URLError, ConnectionError):
         return {"status": "unreachable", "data": {"result": []}}
 
