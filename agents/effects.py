@@ -172,47 +172,26 @@ class EffectRunner:
 
     async def _produce(self, topic: Any, key: str, value: bytes, run_id: str) -> None:
         """Produce and wait for the broker; retried until it lands."""
-        delay = 0.1
-        while True:
-            try:
-                fut = await topic.send(key=key.encode(), value=value)
-                await fut
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # Kafka away: keep the record, try again
-                log.warning(
-                    "cannot produce to %s for run %s, retrying in %.1fs: %r",
-                    topic.get_topic_name(),
-                    run_id,
-                    delay,
-                    exc,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+
+        async def produce() -> None:
+            await (await topic.send(key=key.encode(), value=value))
+
+        await _until_delivered(produce, f"to {topic.get_topic_name()} for run {run_id}")
 
     async def deliver(self, entries: list[Journal | Settle]) -> None:
         """Publish ``entries`` and wait until the broker has them all; retried until it does."""
-        delay = 0.1
-        while True:
-            try:
-                pending = [
-                    await self.runtime.topics.events.send(
-                        key=entry.run_id.encode(), value=encode(RunJournal(entry=entry))
-                    )
-                    for entry in entries
-                ]
-                await asyncio.gather(*pending)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # Kafka away: keep the entries, try again
-                log.warning("cannot deliver the journal, retrying in %.1fs: %r", delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+
+        async def produce() -> None:
+            await asyncio.gather(*[await self._journal(entry) for entry in entries])
+
+        await _until_delivered(produce, "the journal")
 
     async def publish(self, entry: Journal | Settle) -> None:
-        await self.runtime.topics.events.send(
+        await self._journal(entry)
+
+    async def _journal(self, entry: Journal | Settle) -> Awaitable[Any]:
+        """Hand a journal entry to the producer; the returned future says when it is out."""
+        return await self.runtime.topics.events.send(
             key=entry.run_id.encode(), value=encode(RunJournal(entry=entry))
         )
 
@@ -257,3 +236,19 @@ class EffectRunner:
             )
 
         return work
+
+
+async def _until_delivered(produce: Callable[[], Awaitable[None]], what: str) -> None:
+    """Run ``produce`` until the broker has acknowledged it: Kafka away keeps the records
+    and tries again, backing off up to five seconds."""
+    delay = 0.1
+    while True:
+        try:
+            await produce()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # Kafka away: keep the records, try again
+            log.warning("cannot produce %s, retrying in %.1fs: %r", what, delay, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)

@@ -206,9 +206,7 @@ class Runner:
             log.info("duplicate delivery of trigger %s ignored", record.trigger_key)
             return
         # The firing as first admitted: a repeat of its key may carry another payload.
-        record = TriggerRecord.model_validate(
-            {k: v for k, v in admitted.items() if k in TriggerRecord.model_fields}
-        )
+        record = accepted_record(admitted)
         runs = firing_runs(
             record.workflow,
             record.trigger_key,
@@ -277,9 +275,7 @@ class Runner:
     def firing(self, gate: str, rid: str) -> tuple[Workflow, TriggerRecord, dict[str, Any]]:
         """The workflow, record and matrix combination of run ``rid`` of firing ``gate``."""
         entry = self.triggers[gate]
-        record = TriggerRecord.model_validate(
-            {k: v for k, v in entry.items() if k in TriggerRecord.model_fields}
-        )
+        record = accepted_record(entry)
         workflow = self.workflows[record.workflow]
         runs = firing_runs(
             record.workflow,
@@ -422,9 +418,7 @@ class Runner:
         ):
             matrix["failed"] = True
             pending, cancel = [], active
-        record = TriggerRecord.model_validate(
-            {k: v for k, v in entry.items() if k in TriggerRecord.model_fields}
-        )
+        record = accepted_record(entry)
         combinations = matrix_combinations(workflow.strategy.matrix)
         limit = workflow.strategy.max_parallel or len(combinations)
         starting = []
@@ -548,6 +542,13 @@ class Runner:
             resumed += 1
         if resumed:
             log.info("resumed %d unsettled runs on partitions %s", resumed, sorted(fresh))
+
+
+def accepted_record(entry: dict[str, Any]) -> TriggerRecord:
+    """The firing as first admitted, from its gate entry in the ``triggers`` table."""
+    return TriggerRecord.model_validate(
+        {k: v for k, v in entry.items() if k in TriggerRecord.model_fields}
+    )
 
 
 def lane_key(workflow: str, group: str) -> str:
