@@ -113,7 +113,12 @@ class Breakers:
         """Open circuits whose window passed without failure go half_open; the breaker's
         own pause is lifted (an operator's stays)."""
         now = datetime.now(UTC)
+        # One read of every circuit; only an open one is changed (under its row lock, so
+        # of the workers ticking at once exactly one turns it half-open).
+        found = await self.runtime.database.run(circuits.circuits, what="circuit breakers")
         for name, workflow in self.guarded.items():
+            if name not in found or found[name].state != "open":
+                continue
             rule = rule_of(workflow)
             before, after, _ = await self.runtime.database.run(
                 lambda conn, rule=rule, name=name: circuits.change(
