@@ -141,14 +141,16 @@ class Tracker:
         confirmations = self.relayer.confirmations(network)
         now = time.monotonic()
         unmined: list[Watched] = []
+        confirmed: list[tuple[Watched, dict[str, Any]]] = []
         for watched in group:
             mined = [receipts[a.tx_hash] for a in watched.row.attempts if a.tx_hash in receipts]
             if mined:
                 receipt = mined[0]
                 if head - int(receipt["blockNumber"], 16) + 1 >= confirmations:
-                    await self.settle_mined(watched, receipt)
+                    confirmed.append((watched, receipt))
                 continue
             unmined.append(watched)
+        await self.settle_mined(confirmed)
         due = [w for w in unmined if w.accepted and now - w.checked_at >= POOL_CHECK_INTERVAL]
         pooled = await node.pooled([w.row.tx_hash for w in due]) if due else {}
         for watched in unmined:
@@ -158,30 +160,43 @@ class Tracker:
 
     # --- settling -------------------------------------------------------------------------
 
-    async def settle_mined(self, watched: Watched, receipt: dict[str, Any]) -> None:
-        row = watched.row
-        succeeded = int(receipt["status"], 16) == 1
-        status = "succeeded" if succeeded else "reverted"
+    async def settle_mined(self, confirmed: list[tuple[Watched, dict[str, Any]]]) -> None:
+        """Settle sends with a confirmed receipt, all in one transaction, and answer them."""
+        if not confirmed:
+            return
 
         async def work(conn) -> None:
             async with conn.transaction():
-                await sends.settle(conn, row.send_key, status=status, receipt=receipt)
-                await budgets.record_gas(
-                    conn,
-                    tx_hash=receipt["transactionHash"],
-                    send_key=row.send_key,
-                    network=row.network,
-                    relayer=row.relayer,
-                    gas_used=int(receipt["gasUsed"], 16),
-                    effective_gas_price=int(receipt["effectiveGasPrice"], 16),
-                    value=row.value if succeeded else 0,
-                )
-                if row.purpose == "step":
-                    await budgets.settle(conn, row.send_key, "spent" if succeeded else "released")
+                for watched, receipt in confirmed:
+                    row = watched.row
+                    succeeded = int(receipt["status"], 16) == 1
+                    await sends.settle(
+                        conn,
+                        row.send_key,
+                        status="succeeded" if succeeded else "reverted",
+                        receipt=receipt,
+                    )
+                    await budgets.record_gas(
+                        conn,
+                        tx_hash=receipt["transactionHash"],
+                        send_key=row.send_key,
+                        network=row.network,
+                        relayer=row.relayer,
+                        gas_used=int(receipt["gasUsed"], 16),
+                        effective_gas_price=int(receipt["effectiveGasPrice"], 16),
+                        value=row.value if succeeded else 0,
+                    )
+                    if row.purpose == "step":
+                        await budgets.settle(
+                            conn, row.send_key, "spent" if succeeded else "released"
+                        )
 
-        await self.relayer.db(work, f"settle send {row.send_key}")
-        log.info("send %s %s in block %s", row.send_key, status, int(receipt["blockNumber"], 16))
-        await self._answer(row.send_key)
+        await self.relayer.db(work, f"settle {len(confirmed)} send(s)")
+        for watched, receipt in confirmed:
+            status = "succeeded" if int(receipt["status"], 16) == 1 else "reverted"
+            block = int(receipt["blockNumber"], 16)
+            log.info("send %s %s in block %s", watched.row.send_key, status, block)
+        await self._answer(*(watched.row.send_key for watched, _ in confirmed))
 
     async def settle_failed(self, row: SendRow, error: StepError) -> None:
         """Settle an open send that never reached the chain (or whose nonce is gone)."""
@@ -197,12 +212,13 @@ class Tracker:
         log.warning("send %s failed: %s", row.send_key, error.message)
         await self._answer(row.send_key)
 
-    async def _answer(self, send_key: str) -> None:
-        self.watched.pop(send_key, None)
-        row = await self.relayer.db(lambda conn: sends.find(conn, send_key), "find send")
-        if row is not None and row.reply is not None and row.settled:
-            output, error = result_of(row)
-            await self.relayer.reply(row.reply, output, error)
+    async def _answer(self, *send_keys: str) -> None:
+        for key in send_keys:
+            self.watched.pop(key, None)
+        rows = await self.relayer.db(lambda conn: sends.find_many(conn, send_keys), "find sends")
+        await self.relayer.reply_many(
+            [(row.reply, *result_of(row)) for row in rows.values() if row.reply and row.settled]
+        )
 
     async def refused(self, row: SendRow, error: StepError) -> None:
         """The node refused a new send for good: it never went out. Its nonce goes back,

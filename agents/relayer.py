@@ -14,29 +14,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.partitioner import DefaultPartitioner
 
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.receipts import Tracker, reply_of, result_of, sign
-from rflow.budgets import charges
+from rflow.budgets import Charge, GasBreaker, charges
 from rflow.codecs import DecodeError, SendRequest, decode
 from rflow.engine import StepResult
 from rflow.failures import FailureKind, RflowError, StepError
 from rflow.ingress.rpc import JsonRpc, RpcUnavailable, endpoints
 from rflow.lang.model import Project
 from rflow.relayer import build
+from rflow.relayer.fees import Fees
 from rflow.relayer.node import Broadcast, Node
 from rflow.relayer.signing import Signer, signer
 from rflow.storage import budgets, sends
-from rflow.storage.budgets import BudgetExceeded
-from rflow.storage.sends import Attempt, SendRow
+from rflow.storage.sends import SendRow
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
 
 log = logging.getLogger("rflow.relayer")
+BATCH = 100
+"""Sends taken from the topic at once: checked together, stored in one COMMIT and
+broadcast in one request per network."""
+WITHIN = 0.005
+"""Seconds a batch waits to fill."""
 FEE_CAP_MULTIPLE = 4
 """Without a step's ``max_fee_per_gas``, bumps stop at four times the first fee."""
 
@@ -45,8 +53,60 @@ async def _given(value: int) -> int:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class _Ready:
+    """A send that passed its checks, priced: what the commit stores and signs."""
+
+    request: SendRequest
+    reply: dict[str, Any]
+    intent: build.Intent
+    signer: Signer
+    node: Node
+    gas: int
+    fees: Fees
+    fee_cap: int
+    reservations: Sequence[Charge]
+    breakers: Sequence[GasBreaker]
+
+    @property
+    def key(self) -> str:
+        return self.request.execute.key
+
+    @property
+    def signer_on(self) -> tuple[str, str]:
+        return (self.intent.network, self.signer.address)
+
+    def new_send(self, nonce: int) -> sends.NewSend:
+        """This send signed with ``nonce``, as stored."""
+        intent, execute = self.intent, self.request.execute
+        attempt = sign(
+            self.signer, self.node, nonce, intent.to, intent.value, intent.data, self.gas, self.fees
+        )
+        return sends.NewSend(
+            send_key=execute.key,
+            purpose="step",
+            run_id=execute.run_id,
+            workflow=execute.workflow,
+            reply=self.reply,
+            network=intent.network,
+            relayer=intent.relayer,
+            address=self.signer.address,
+            nonce=nonce,
+            to_address=intent.to,
+            value=intent.value,
+            data=intent.data,
+            gas_limit=self.gas,
+            fee_cap=self.fee_cap,
+            attempt=attempt,
+        )
+
+
 class _KeyTaken(Exception):
     """Another delivery of the same send committed first."""
+
+
+class _OneByOne(Exception):
+    """The batch cannot be stored together: roll back, store one send at a time."""
 
 
 class Relayer:
@@ -104,34 +164,65 @@ class Relayer:
     async def db(self, work: Any, what: str) -> Any:
         return await self.runtime.database.run(work, what=what)
 
-    # --- one send -----------------------------------------------------------------------
+    # --- sends, a batch at a time ---------------------------------------------------------
 
     async def handle(self, request: SendRequest) -> None:
-        """Take one send from the topic: answer, rebroadcast, or prepare and broadcast."""
-        execute = request.execute
-        reply = reply_of(request)
-        existing = await self.db(lambda conn: sends.find(conn, execute.key), "find send")
-        if existing is not None:
-            if existing.settled:
-                output, error = result_of(existing)
-                await self.reply(reply, output, error)
-            else:
-                self.tracker.watch(existing, accepted=False)
-            return
-        try:
-            row = await self.prepare(request, reply)
-        except RflowError as exc:
-            log.info("send %s refused: %s", execute.key, exc)
-            await self.reply(reply, None, exc.as_data())
-            return
-        if row.settled:  # another delivery of this send got there first
-            output, error = result_of(row)
-            await self.reply(reply, output, error)
-            return
-        await self.hand_off(row)
+        """Take one send from the topic (see :meth:`handle_many`)."""
+        for _, exc in await self.handle_many([request]):
+            raise exc
 
-    async def prepare(self, request: SendRequest, reply: dict[str, Any]) -> SendRow:
-        """Check, price, reserve, allocate, sign and store one send (nothing broadcast)."""
+    async def handle_many(
+        self, requests: Sequence[SendRequest]
+    ) -> list[tuple[SendRequest, BaseException]]:
+        """Take a batch of sends from the topic, in their order: answer the settled ones,
+        rebroadcast the open ones, and check, price, store (one COMMIT for the batch) and
+        broadcast (one request per network) the new ones. Returns the sends that failed
+        unexpectedly, each with its exception; every other send has its answer or is
+        followed by the tracker."""
+        firsts: dict[str, SendRequest] = {}
+        for request in requests:  # a key twice in one batch: the first delivery answers
+            firsts.setdefault(request.execute.key, request)
+        existing = await self.db(lambda conn: sends.find_many(conn, list(firsts)), "find sends")
+        replies: list[tuple[dict[str, Any], Any, StepError | None]] = []
+        fresh: list[SendRequest] = []
+        for key, request in firsts.items():
+            row = existing.get(key)
+            if row is None:
+                fresh.append(request)
+            elif row.settled:
+                replies.append((reply_of(request), *result_of(row)))
+            else:
+                self.tracker.watch(row, accepted=False)
+        failed: list[tuple[SendRequest, BaseException]] = []
+        ready: list[_Ready] = []
+        checked = await asyncio.gather(*map(self.check, fresh), return_exceptions=True)
+        for request, outcome in zip(fresh, checked, strict=True):
+            if isinstance(outcome, _Ready):
+                ready.append(outcome)
+            elif isinstance(outcome, RflowError):
+                log.info("send %s refused: %s", request.execute.key, outcome)
+                replies.append((reply_of(request), None, outcome.as_data()))
+            elif isinstance(outcome, Exception):
+                failed.append((request, outcome))
+            else:
+                raise outcome  # a cancellation
+        stored = await self.store(ready)
+        out: list[SendRow] = []
+        for item in ready:
+            result = stored[item.key]
+            if isinstance(result, RflowError):
+                log.info("send %s refused: %s", item.key, result)
+                replies.append((item.reply, None, result.as_data()))
+            elif result.settled:  # another delivery of this send got there first
+                replies.append((item.reply, *result_of(result)))
+            else:
+                out.append(result)
+        await self.hand_off(out)
+        await self.reply_many(replies)
+        return failed
+
+    async def check(self, request: SendRequest) -> _Ready:
+        """Permissions, simulation, gas and fees for one send (nothing stored or sent)."""
         execute = request.execute
         project = self.project
         if execute.workflow not in project.workflows:
@@ -154,62 +245,137 @@ class Relayer:
             if isinstance(answer, BaseException):
                 raise answer
         _, gas, fees = asked
-        fee_cap = intent.max_fee_per_gas or fees.max_fee_per_gas * FEE_CAP_MULTIPLE
         reservations, breakers = charges(project, execute.workflow, intent.shape)
-        synced = (intent.network, signer.address) in self._synced
-        chain_nonce = None if synced else await self.chain_nonce(node, signer.address)
+        return _Ready(
+            request=request,
+            reply=reply_of(request),
+            intent=intent,
+            signer=signer,
+            node=node,
+            gas=gas,
+            fees=fees,
+            fee_cap=intent.max_fee_per_gas or fees.max_fee_per_gas * FEE_CAP_MULTIPLE,
+            reservations=reservations,
+            breakers=breakers,
+        )
 
-        async def commit(conn) -> Attempt:
+    async def store(self, ready: Sequence[_Ready]) -> dict[str, SendRow | RflowError]:
+        """One Postgres transaction for the batch: check the gas breakers, reserve against
+        every attached budget (each send's check sees the reservations of the sends before
+        it), allocate each signer's nonces in the batch's order, sign, and store. A refused
+        send (over budget, breaker tripped) is answered with its error and takes no nonce;
+        a key stored by another delivery keeps that row."""
+        if not ready:
+            return {}
+        chain_nonces: dict[tuple[str, str], int] = {}
+        for item in ready:
+            pair = item.signer_on
+            if pair not in self._synced and pair not in chain_nonces:
+                chain_nonces[pair] = await self.chain_nonce(item.node, item.signer.address)
+        refused: dict[str, RflowError] = {}
+
+        async def together(conn) -> None:
+            refused.clear()
             async with conn.transaction():
-                await budgets.check_gas(conn, breakers)
-                await budgets.reserve(
-                    conn,
-                    send_key=execute.key,
-                    run_id=execute.run_id,
-                    workflow=execute.workflow,
-                    charges=reservations,
-                )
-                nonce = await sends.next_nonce(conn, intent.network, signer.address, chain_nonce)
-                if nonce is None:  # a counter that vanished: sync it with the chain
-                    nonce = await sends.next_nonce(
-                        conn,
-                        intent.network,
-                        signer.address,
-                        await self.chain_nonce(node, signer.address),
-                    )
-                attempt = sign(signer, node, nonce, intent.to, intent.value, intent.data, gas, fees)
-                stored = await sends.insert(
-                    conn,
-                    send_key=execute.key,
-                    purpose="step",
-                    run_id=execute.run_id,
-                    workflow=execute.workflow,
-                    reply=reply,
-                    network=intent.network,
-                    relayer=intent.relayer,
-                    address=signer.address,
-                    nonce=nonce,
-                    to_address=intent.to,
-                    value=intent.value,
-                    data=intent.data,
-                    gas_limit=gas,
-                    fee_cap=fee_cap,
-                    attempt=attempt,
-                )
-                if not stored:
-                    raise _KeyTaken
-            return attempt
+                await budgets.lock(conn, [c for item in ready for c in item.reservations])
+                if not await self._store_together(conn, ready, chain_nonces, refused):
+                    raise _OneByOne
+
+        async def one_by_one(conn) -> None:
+            refused.clear()
+            async with conn.transaction():
+                await budgets.lock(conn, [c for item in ready for c in item.reservations])
+                for item in ready:
+                    try:
+                        async with conn.transaction():  # a savepoint per send
+                            await self._store_one(conn, item, chain_nonces.get(item.signer_on))
+                    except RflowError as exc:  # over budget, or a gas breaker tripped
+                        refused[item.key] = exc
+                    except _KeyTaken:
+                        pass
 
         try:
-            await self.db(commit, f"store send {execute.key}")
-        except BudgetExceeded as exc:
-            raise RflowError(FailureKind.BUDGET_EXCEEDED, str(exc)) from None
-        except _KeyTaken:
-            pass
-        self._synced.add((intent.network, signer.address))
-        row = await self.db(lambda conn: sends.find(conn, execute.key), "find send")
-        assert row is not None
-        return row
+            await self.db(together, f"store {len(ready)} send(s)")
+        except _OneByOne:
+            log.info(
+                "%d send(s) stored one at a time (refused on one of several caps, or stored meanwhile)",
+                len(ready),
+            )
+            await self.db(one_by_one, f"store {len(ready)} send(s) one by one")
+        self._synced.update(chain_nonces)
+        keys = [item.key for item in ready if item.key not in refused]
+        rows = await self.db(lambda conn: sends.find_many(conn, keys), "find sends")
+        return {**rows, **refused}
+
+    async def _store_together(
+        self,
+        conn: Any,
+        ready: Sequence[_Ready],
+        chain_nonces: dict[tuple[str, str], int],
+        refused: dict[str, RflowError],
+    ) -> bool:
+        """The batch in a few round trips; False when it must go one send at a time (a
+        send refused on one of several caps, or a key stored meanwhile by another
+        delivery), and the caller rolls everything back."""
+        by_breakers: dict[tuple[GasBreaker, ...], list[_Ready]] = defaultdict(list)
+        for item in ready:
+            by_breakers[tuple(item.breakers)].append(item)
+        for breakers, items in by_breakers.items():
+            try:
+                await budgets.check_gas(conn, breakers)
+            except RflowError as exc:
+                refused.update((item.key, exc) for item in items)
+        over = await budgets.reserve_many(
+            conn,
+            [
+                budgets.Reservation(
+                    item.key,
+                    item.request.execute.run_id,
+                    item.request.execute.workflow,
+                    item.reservations,
+                )
+                for item in ready
+                if item.key not in refused
+            ],
+        )
+        if over is None:
+            return False
+        refused.update(over)
+        going = [item for item in ready if item.key not in refused]
+        by_signer: dict[tuple[str, str], list[_Ready]] = defaultdict(list)
+        for item in going:
+            by_signer[item.signer_on].append(item)
+        new: list[sends.NewSend] = []
+        for (network, address), items in by_signer.items():
+            chain_nonce = chain_nonces.get((network, address))
+            first = await sends.next_nonce(conn, network, address, chain_nonce, len(items))
+            if first is None:  # a counter that vanished: sync it with the chain
+                chain_nonce = await self.chain_nonce(items[0].node, address)
+                first = await sends.next_nonce(conn, network, address, chain_nonce, len(items))
+            new += [item.new_send(first + i) for i, item in enumerate(items)]
+        stored = await sends.insert_many(conn, new)
+        return len(stored) == len(new)
+
+    async def _store_one(self, conn: Any, item: _Ready, chain_nonce: int | None) -> None:
+        intent, signer, execute = item.intent, item.signer, item.request.execute
+        await budgets.check_gas(conn, item.breakers)
+        await budgets.reserve(
+            conn,
+            send_key=execute.key,
+            run_id=execute.run_id,
+            workflow=execute.workflow,
+            charges=item.reservations,
+        )
+        nonce = await sends.next_nonce(conn, intent.network, signer.address, chain_nonce)
+        if nonce is None:  # a counter that vanished: sync it with the chain
+            nonce = await sends.next_nonce(
+                conn,
+                intent.network,
+                signer.address,
+                await self.chain_nonce(item.node, signer.address),
+            )
+        if not await sends.insert_many(conn, [item.new_send(nonce)]):
+            raise _KeyTaken
 
     async def chain_nonce(self, node: Node, address: str) -> int:
         try:
@@ -217,30 +383,42 @@ class Relayer:
         except Exception as exc:  # unreachable or refused: retryable either way
             raise RflowError(FailureKind.RPC_TIMEOUT, f"eth_getTransactionCount: {exc}") from None
 
-    async def hand_off(self, row: SendRow) -> None:
-        """Broadcast a stored send; the tracker follows it from here, whatever happened."""
-        node = await self.node(row.network)
-        try:
-            outcome = await node.broadcast(row.latest.raw)
-        except RflowError as exc:
-            await self.tracker.refused(row, exc.as_data())
-            return
-        except RpcUnavailable as exc:
-            log.warning("broadcast of %s unanswered, will rebroadcast: %s", row.send_key, exc)
-            self.tracker.watch(row, accepted=False)
-            return
-        if outcome in (Broadcast.ACCEPTED, Broadcast.KNOWN):
+    async def hand_off(self, rows: Sequence[SendRow]) -> None:
+        """Broadcast stored sends, one request per network in their nonce order; the
+        tracker follows each from here, whatever happened to it."""
+        by_network: dict[str, list[SendRow]] = defaultdict(list)
+        for row in rows:
+            by_network[row.network].append(row)
+        spent: list[str] = []
+        for network, group in by_network.items():
+            node = await self.node(network)
+            outcomes = await node.broadcast_many([row.latest.raw for row in group])
+            for row, outcome in zip(group, outcomes, strict=True):
+                if isinstance(outcome, RflowError):
+                    await self.tracker.refused(row, outcome.as_data())
+                elif isinstance(outcome, RpcUnavailable):
+                    log.warning(
+                        "broadcast of %s unanswered, will rebroadcast: %s", row.send_key, outcome
+                    )
+                    self.tracker.watch(row, accepted=False)
+                elif outcome in (Broadcast.ACCEPTED, Broadcast.KNOWN):
+                    spent.append(row.send_key)
+                    self.tracker.watch(row, accepted=True)
+                elif outcome is Broadcast.NONCE_TOO_LOW:
+                    self.tracker.watch(row, accepted=False, nonce_low=True)
+                else:
+                    self.tracker.watch(row, accepted=False)
+        if spent:
             # Reserved and spent both count against the cap: the next send need not wait
             # for the move (a crash before it leaves the reservation for the recovery pass).
             self.runtime.runner.effects.spawn(
-                self.db(lambda conn: budgets.settle(conn, row.send_key, "spent"), "hand-off"),
-                f"hand-off of {row.send_key}",
+                self.db(lambda conn: budgets.settle_many(conn, spent, "spent"), "hand-off"),
+                f"hand-off of {len(spent)} send(s)",
             )
-            self.tracker.watch(row, accepted=True)
-        elif outcome is Broadcast.NONCE_TOO_LOW:
-            self.tracker.watch(row, accepted=False, nonce_low=True)
-        else:
-            self.tracker.watch(row, accepted=False)
+
+    async def reply_many(self, replies: Sequence[tuple[dict[str, Any], Any, Any]]) -> None:
+        """Each send's result back to its run, produced together."""
+        await asyncio.gather(*(self.reply(*reply) for reply in replies))
 
     async def reply(self, reply: dict[str, Any], output: Any, error: StepError | None) -> None:
         """The send's result, back to its run as a step result."""
@@ -279,18 +457,28 @@ def attach(app: RflowApp) -> Relayer:
 
     @app.agent(runtime.topics.sends, name="rflow.relayer", concurrency=1)
     async def relay(stream):
-        """Sign, store and broadcast each send, in order per relayer."""
-        async for event in stream.events():
-            message = event.message
+        """Sign, store and broadcast sends a batch at a time, in order per relayer."""
+        async for events in stream.take_events(BATCH, within=WITHIN):
+            taken = []
+            for event in events:
+                try:
+                    taken.append((event.message, decode(event.value, SendRequest)))
+                except DecodeError as exc:
+                    await send_dead_letter(app, event.message, exc.reason)
             try:
-                request = decode(event.value, SendRequest)
-            except DecodeError as exc:
-                await send_dead_letter(app, message, exc.reason)
-                continue
-            try:
-                await relayer.handle(request)
-            except Exception as exc:
-                log.exception("relayer failed on %s@%s", message.partition, message.offset)
+                failed = await relayer.handle_many([request for _, request in taken])
+            except Exception:
+                log.exception("relayer failed on a batch of %d; taking them one by one", len(taken))
+                failed = []
+                for _, request in taken:
+                    try:
+                        failed += await relayer.handle_many([request])
+                    except Exception as exc:
+                        failed.append((request, exc))
+            messages = {id(request): message for message, request in taken}
+            for request, exc in failed:
+                message = messages[id(request)]
+                log.error("relayer failed on %s@%s: %r", message.partition, message.offset, exc)
                 await send_dead_letter(
                     app, message, f"the relayer failed: {type(exc).__name__}: {exc}"
                 )

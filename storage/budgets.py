@@ -72,11 +72,11 @@ SELECT EXISTS (SELECT 1 FROM existing), (SELECT consumed FROM used),
 _SETTLE = {
     "spent": """
 UPDATE budget_reservations SET status = 'spent', settled_at = now()
-WHERE send_key = %s AND status = 'reserved'
+WHERE send_key = ANY(%s) AND status = 'reserved'
 """,
     "released": """
 UPDATE budget_reservations SET status = 'released', settled_at = now()
-WHERE send_key = %s AND status <> 'released'
+WHERE send_key = ANY(%s) AND status <> 'released'
 """,
 }
 
@@ -216,6 +216,29 @@ class SpendRow:
     value: int
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What one send reserves: its charges, under its key."""
+
+    send_key: str
+    run_id: str | None
+    workflow: str | None
+    charges: Sequence[Charge]
+
+
+async def lock(conn: psycopg.AsyncConnection, charges: Sequence[Charge]) -> None:
+    """Take the lock of every (budget, asset) of ``charges``, in sorted order, for the rest
+    of the caller's transaction: a transaction that reserves for several sends takes them
+    all first, so two of them can never wait for each other."""
+    pairs = sorted({(charge.budget, charge.asset) for charge in charges})
+    if not pairs:
+        return
+    with translated():
+        async with conn.pipeline():
+            for pair in pairs:
+                await conn.execute(_LOCK, pair)
+
+
 async def reserve(
     conn: psycopg.AsyncConnection,
     *,
@@ -233,6 +256,77 @@ async def reserve(
     that exists already (a redelivered send) is left as it is and not checked again; a zero
     amount is recorded and never fails.
     """
+    [(_, refusal)] = await _reserve(conn, [Reservation(send_key, run_id, workflow, charges)])
+    if refusal is not None:
+        raise refusal
+
+
+async def reserve_many(
+    conn: psycopg.AsyncConnection, reservations: Sequence[Reservation]
+) -> dict[str, BudgetExceeded] | None:
+    """:func:`reserve` for several sends in one round trip, in their order, each check
+    seeing the reservations of the sends before it. Returns the refused sends by key.
+
+    A send with charges on several caps that is refused on one of them has reserved the
+    others: then this returns ``None``, and the caller rolls its transaction back and
+    reserves one send at a time (as :func:`reserve` under a savepoint each).
+    """
+    refused: dict[str, BudgetExceeded] = {}
+    for (reservation, refusal), partial in await _reserve(conn, reservations, partial=True):
+        if refusal is not None:
+            if partial:
+                return None
+            refused[reservation.send_key] = refusal
+    return refused
+
+
+async def _reserve(conn, reservations, *, partial=False):
+    """Lock and reserve in one pipeline; each reservation with its first refusal (and,
+    with ``partial``, whether another of its charges was reserved)."""
+    planned = [(reservation, _merged(reservation.charges)) for reservation in reservations]
+    with translated():
+        # One round trip for every lock and check: the server still runs them in order,
+        # each check after its lock is granted.
+        async with conn.pipeline():
+            cursors = []
+            for reservation, pairs in planned:
+                for (budget, asset), charge in pairs:
+                    await conn.execute(_LOCK, (budget, asset))
+                    params = {
+                        "budget": budget,
+                        "asset": asset,
+                        "send_key": reservation.send_key,
+                        "amount": charge.amount,
+                        "cap": charge.cap,
+                        "window": charge.window,
+                        "run_id": reservation.run_id,
+                        "workflow": reservation.workflow,
+                    }
+                    cursors.append(await conn.execute(_RESERVE, params))
+        answers = iter(cursors)
+        results = []
+        for reservation, pairs in planned:
+            refusal = None
+            reserved = False
+            for (budget, asset), charge in pairs:
+                existed, consumed, inserted = await next(answers).fetchone()
+                reserved = reserved or inserted
+                if not existed and not inserted and refusal is None:
+                    refusal = BudgetExceeded(
+                        budget=budget,
+                        asset=asset,
+                        cap=charge.cap,
+                        consumed=int(consumed),
+                        amount=charge.amount,
+                        window=charge.window,
+                    )
+            result = (reservation, refusal)
+            results.append((result, refusal is not None and reserved) if partial else result)
+    return results
+
+
+def _merged(charges: Sequence[Charge]) -> list[tuple[tuple[str, str], Charge]]:
+    """Charges summed per (budget, asset), in sorted order."""
     merged: dict[tuple[str, str], Charge] = {}
     for charge in charges:
         if charge.amount < 0:
@@ -241,36 +335,7 @@ async def reserve(
         if key in merged:
             charge = replace(charge, amount=merged[key].amount + charge.amount)
         merged[key] = charge
-    pairs = sorted(merged.items())
-    with translated():
-        # One round trip for every lock and check: the server still runs them in order,
-        # each check after its lock is granted.
-        async with conn.pipeline():
-            cursors = []
-            for (budget, asset), charge in pairs:
-                await conn.execute(_LOCK, (budget, asset))
-                params = {
-                    "budget": budget,
-                    "asset": asset,
-                    "send_key": send_key,
-                    "amount": charge.amount,
-                    "cap": charge.cap,
-                    "window": charge.window,
-                    "run_id": run_id,
-                    "workflow": workflow,
-                }
-                cursors.append(await conn.execute(_RESERVE, params))
-        for ((budget, asset), charge), cur in zip(pairs, cursors, strict=True):
-            existed, consumed, inserted = await cur.fetchone()
-            if not existed and not inserted:
-                raise BudgetExceeded(
-                    budget=budget,
-                    asset=asset,
-                    cap=charge.cap,
-                    consumed=int(consumed),
-                    amount=charge.amount,
-                    window=charge.window,
-                )
+    return sorted(merged.items())
 
 
 async def settle(conn: psycopg.AsyncConnection, send_key: str, status: str) -> int:
@@ -280,11 +345,16 @@ async def settle(conn: psycopg.AsyncConnection, send_key: str, status: str) -> i
     a proven failure, or a revert, drop or expiry) applies to ``reserved`` and ``spent``
     rows and is final, so repeating either is harmless.
     """
+    return await settle_many(conn, [send_key], status)
+
+
+async def settle_many(conn: psycopg.AsyncConnection, send_keys: Sequence[str], status: str) -> int:
+    """:func:`settle` for every key of ``send_keys`` in one statement."""
     statement = _SETTLE.get(status)
     if statement is None:
         raise ValueError(f"a reservation settles as 'spent' or 'released', not {status!r}")
     with translated():
-        cur = await conn.execute(statement, (send_key,))
+        cur = await conn.execute(statement, (list(send_keys),))
         return cur.rowcount
 
 

@@ -21,17 +21,18 @@ from rflow.storage.errors import translated
 SETTLED = ("succeeded", "reverted", "dropped", "expired", "failed")
 
 _NEXT_NONCE = """
-UPDATE relayer_nonces SET next_nonce = next_nonce + 1
-WHERE network = %s AND address = %s
-RETURNING next_nonce - 1
+UPDATE relayer_nonces SET next_nonce = next_nonce + %(count)s
+WHERE network = %(network)s AND address = %(address)s
+RETURNING next_nonce - %(count)s
 """
 # First use, or a resync: never below what the chain has used, never back over what we
 # have signed ourselves.
 _SYNC_NONCE = """
-INSERT INTO relayer_nonces (network, address, next_nonce) VALUES (%s, %s, %s + 1)
+INSERT INTO relayer_nonces (network, address, next_nonce)
+VALUES (%(network)s, %(address)s, %(chain)s + %(count)s)
 ON CONFLICT (network, address) DO UPDATE
-    SET next_nonce = greatest(relayer_nonces.next_nonce, EXCLUDED.next_nonce - 1) + 1
-RETURNING next_nonce - 1
+    SET next_nonce = greatest(relayer_nonces.next_nonce, %(chain)s) + %(count)s
+RETURNING next_nonce - %(count)s
 """
 _RETURN_NONCE = """
 UPDATE relayer_nonces SET next_nonce = %s
@@ -44,6 +45,7 @@ VALUES (%(send_key)s, %(purpose)s, %(run_id)s, %(workflow)s, %(reply)s, %(networ
         %(relayer)s, %(address)s, %(nonce)s, %(to_address)s, %(value)s, %(data)s,
         %(gas_limit)s, %(fee_cap)s, %(tx_hash)s, %(error)s)
 ON CONFLICT (send_key) DO NOTHING
+RETURNING send_key
 """
 _ATTEMPT = """
 INSERT INTO send_attempts (tx_hash, send_key, nonce, max_fee_per_gas, max_priority_fee_per_gas, raw)
@@ -61,6 +63,7 @@ SELECT s.*, coalesce(
 FROM sends s
 """
 _FIND = _SELECT + " WHERE s.send_key = %s"
+_FIND_MANY = _SELECT + " WHERE s.send_key = ANY(%s)"
 _OPEN = _SELECT + " WHERE s.settled_at IS NULL AND s.network = %s AND s.relayer = ANY(%s)"
 _MARK = "UPDATE sends SET error = %s, updated_at = now() WHERE send_key = %s"
 _SETTLE = """
@@ -166,18 +169,21 @@ def _row(found: dict[str, Any]) -> SendRow:
 
 
 async def next_nonce(
-    conn: psycopg.AsyncConnection, network: str, address: str, chain_nonce: int | None
+    conn: psycopg.AsyncConnection,
+    network: str,
+    address: str,
+    chain_nonce: int | None,
+    count: int = 1,
 ) -> int | None:
-    """Allocate the signer's next nonce (inside the caller's transaction).
+    """Allocate the signer's next ``count`` nonces (inside the caller's transaction); the
+    first is returned, the others follow it.
 
     With ``chain_nonce`` (the node's pending count) the counter is created or brought up
     to it; without, an unknown signer gives ``None`` (ask the chain, then call again).
     """
+    params = {"network": network, "address": address.lower(), "chain": chain_nonce, "count": count}
     with translated():
-        if chain_nonce is None:
-            cur = await conn.execute(_NEXT_NONCE, (network, address.lower()))
-        else:
-            cur = await conn.execute(_SYNC_NONCE, (network, address.lower(), chain_nonce))
+        cur = await conn.execute(_NEXT_NONCE if chain_nonce is None else _SYNC_NONCE, params)
         found = await cur.fetchone()
     return None if found is None else int(found[0])
 
@@ -192,65 +198,88 @@ async def return_nonce(
     return cur.rowcount == 1
 
 
-async def insert(
-    conn: psycopg.AsyncConnection,
-    *,
-    send_key: str,
-    purpose: str,
-    run_id: str | None,
-    workflow: str | None,
-    reply: dict[str, Any] | None,
-    network: str,
-    relayer: str,
-    address: str,
-    nonce: int,
-    to_address: str,
-    value: int,
-    data: bytes,
-    gas_limit: int,
-    fee_cap: int,
-    attempt: Attempt,
-    error: dict[str, Any] | None = None,
-) -> bool:
-    """Store a new send with its first signed attempt; False if the key already exists."""
-    params = {
-        "send_key": send_key,
-        "purpose": purpose,
-        "run_id": run_id,
-        "workflow": workflow,
-        "reply": Jsonb(reply) if reply is not None else None,
-        "network": network,
-        "relayer": relayer,
-        "address": address.lower(),
-        "nonce": nonce,
-        "to_address": to_address,
-        "value": value,
-        "data": data,
-        "gas_limit": gas_limit,
-        "fee_cap": fee_cap,
-        "tx_hash": attempt.tx_hash,
-        "error": Jsonb(error) if error is not None else None,
-    }
+@dataclass(frozen=True, slots=True)
+class NewSend:
+    """A send to store with its first signed attempt."""
+
+    send_key: str
+    purpose: str
+    run_id: str | None
+    workflow: str | None
+    reply: dict[str, Any] | None
+    network: str
+    relayer: str
+    address: str
+    nonce: int
+    to_address: str
+    value: int
+    data: bytes
+    gas_limit: int
+    fee_cap: int
+    attempt: Attempt
+    error: dict[str, Any] | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "send_key": self.send_key,
+            "purpose": self.purpose,
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "reply": Jsonb(self.reply) if self.reply is not None else None,
+            "network": self.network,
+            "relayer": self.relayer,
+            "address": self.address.lower(),
+            "nonce": self.nonce,
+            "to_address": self.to_address,
+            "value": self.value,
+            "data": self.data,
+            "gas_limit": self.gas_limit,
+            "fee_cap": self.fee_cap,
+            "tx_hash": self.attempt.tx_hash,
+            "error": Jsonb(self.error) if self.error is not None else None,
+        }
+
+
+async def insert(conn: psycopg.AsyncConnection, **send: Any) -> bool:
+    """Store a new send (the fields of :class:`NewSend`) with its first signed attempt;
+    False if the key already exists."""
+    return bool(await insert_many(conn, [NewSend(**send)]))
+
+
+async def insert_many(conn: psycopg.AsyncConnection, new: Sequence[NewSend]) -> set[str]:
+    """Store new sends with their first attempts in one round trip; the keys stored (a key
+    that exists already is left as it is, and its attempt is not stored)."""
+    if not new:
+        return set()
+    stored: set[str] = set()
     with translated():
-        cur = await conn.execute(_INSERT, params)
-        if cur.rowcount != 1:
-            return False
-        await _add_attempt(conn, send_key, attempt)
-    return True
+        async with conn.cursor() as cur:
+            await cur.executemany(_INSERT, [send.params() for send in new], returning=True)
+            while True:
+                found = await cur.fetchone()
+                if found is not None:
+                    stored.add(found[0])
+                if not cur.nextset():
+                    break
+            attempts = [_attempt_params(s.send_key, s.attempt) for s in new if s.send_key in stored]
+            if attempts:
+                await cur.executemany(_ATTEMPT, attempts)
+    return stored
+
+
+def _attempt_params(send_key: str, attempt: Attempt) -> tuple[Any, ...]:
+    return (
+        attempt.tx_hash,
+        send_key,
+        attempt.nonce,
+        attempt.max_fee_per_gas,
+        attempt.max_priority_fee_per_gas,
+        attempt.raw,
+    )
 
 
 async def _add_attempt(conn: psycopg.AsyncConnection, send_key: str, attempt: Attempt) -> None:
-    await conn.execute(
-        _ATTEMPT,
-        (
-            attempt.tx_hash,
-            send_key,
-            attempt.nonce,
-            attempt.max_fee_per_gas,
-            attempt.max_priority_fee_per_gas,
-            attempt.raw,
-        ),
-    )
+    await conn.execute(_ATTEMPT, _attempt_params(send_key, attempt))
 
 
 async def add_attempt(conn: psycopg.AsyncConnection, send_key: str, attempt: Attempt) -> None:
@@ -267,6 +296,16 @@ async def find(conn: psycopg.AsyncConnection, send_key: str) -> SendRow | None:
             await cur.execute(_FIND, (send_key,))
             found = await cur.fetchone()
     return None if found is None else _row(found)
+
+
+async def find_many(conn: psycopg.AsyncConnection, send_keys: Sequence[str]) -> dict[str, SendRow]:
+    """The stored sends among ``send_keys``, by key (keys without a row are left out)."""
+    if not send_keys:
+        return {}
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_FIND_MANY, (list(send_keys),))
+            return {found["send_key"]: _row(found) for found in await cur.fetchall()}
 
 
 async def open_sends(

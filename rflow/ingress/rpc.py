@@ -86,7 +86,17 @@ class JsonRpc:
         return _result(method, answer)
 
     async def batch(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
-        """Several calls in one request; results in call order."""
+        """Several calls in one request; results in call order (the first error raised)."""
+        answers = await self.answers(calls)
+        for answer in answers:
+            if isinstance(answer, RpcError | RpcUnavailable):
+                raise answer
+        return answers
+
+    async def answers(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+        """Several calls in one request; each call's result, or its error as an
+        :class:`RpcError` (or :class:`RpcUnavailable`) in its place, in call order.
+        Raises :class:`RpcUnavailable` when the request as a whole went unanswered."""
         if not calls:
             return []
         ids = [next(self._ids) for _ in calls]
@@ -99,12 +109,18 @@ class JsonRpc:
             # A node (or provider plan) without batches answers with one error object:
             # ask one call at a time instead.
             log.debug("%s refused a batch (%s); calling one by one", self.url, answer)
-            return [await self.call(method, *params) for method, params in calls]
+            results: list[Any] = []
+            for method, params in calls:
+                try:
+                    results.append(await self.call(method, *params))
+                except (RpcError, RpcUnavailable) as exc:
+                    results.append(exc)
+            return results
         by_id = {a.get("id"): a for a in answer if isinstance(a, dict)}
         missing = [m for i, (m, _) in zip(ids, calls, strict=True) if i not in by_id]
         if missing:
             raise RpcUnavailable(f"{self.url} left {len(missing)} batched calls unanswered")
-        return [_result(m, by_id[i]) for i, (m, _) in zip(ids, calls, strict=True)]
+        return [_answer(m, by_id[i]) for i, (m, _) in zip(ids, calls, strict=True)]
 
     # --- the calls the follower makes ---------------------------------------------
 
@@ -171,6 +187,14 @@ def endpoints(
         return Endpoints("http" + url[2:], ws_url or url)
     derived = "ws" + url[4:] if url.startswith(("http://", "https://")) else None
     return Endpoints(url, ws_url or derived)
+
+
+def _answer(method: str, answer: Any) -> Any:
+    """A batched call's result, or its error in its place."""
+    try:
+        return _result(method, answer)
+    except (RpcError, RpcUnavailable) as exc:
+        return exc
 
 
 def _result(method: str, answer: Any) -> Any:

@@ -93,21 +93,32 @@ class Node:
         try:
             await self.rpc.call("eth_sendRawTransaction", "0x" + raw.hex())
         except RpcError as exc:
-            message = exc.message.lower()
-            if any(m in message for m in _KNOWN):
-                return Broadcast.KNOWN
-            if any(m in message for m in _NONCE_LOW):
-                return Broadcast.NONCE_TOO_LOW
-            if any(m in message for m in _NOT_NOW):
-                return Broadcast.NOT_NOW
-            if any(m in message for m in _FUNDS):
-                raise RflowError(
-                    FailureKind.INSUFFICIENT_FUNDS, f"the node refused the send: {exc.message}"
-                ) from None
-            raise RflowError(
-                FailureKind.SIMULATION_FAILED, f"the node refused the send: {exc.message}"
-            ) from None
+            outcome = _refusal(exc)
+            if isinstance(outcome, RflowError):
+                raise outcome from None
+            return outcome
         return Broadcast.ACCEPTED
+
+    async def broadcast_many(
+        self, raws: Sequence[bytes]
+    ) -> list[Broadcast | RflowError | RpcUnavailable]:
+        """Send signed transactions in one request, in order (a signer's nonces ascending):
+        each one's :class:`Broadcast`, or in its place the ``RflowError`` of a refusal for
+        good or the ``RpcUnavailable`` of a lost answer, as :meth:`broadcast` raises them."""
+        calls = [("eth_sendRawTransaction", ("0x" + raw.hex(),)) for raw in raws]
+        try:
+            answers = await self.rpc.answers(calls)
+        except RpcUnavailable as exc:
+            return [exc] * len(raws)
+        outcomes: list[Broadcast | RflowError | RpcUnavailable] = []
+        for answer in answers:
+            if isinstance(answer, RpcError):
+                outcomes.append(_refusal(answer))
+            elif isinstance(answer, RpcUnavailable):
+                outcomes.append(answer)
+            else:
+                outcomes.append(Broadcast.ACCEPTED)
+        return outcomes
 
     async def receipts(self, hashes: Sequence[str]) -> tuple[int, dict[str, dict[str, Any]]]:
         """The head block number and the receipts of ``hashes`` that have one."""
@@ -122,3 +133,19 @@ class Node:
         """Whether the node knows each transaction (pending or mined)."""
         answers = await self.rpc.batch([("eth_getTransactionByHash", (h,)) for h in hashes])
         return {h: a is not None for h, a in zip(hashes, answers, strict=True)}
+
+
+def _refusal(exc: RpcError) -> Broadcast | RflowError:
+    """What a node's error answer to ``eth_sendRawTransaction`` means for the send."""
+    message = exc.message.lower()
+    if any(m in message for m in _KNOWN):
+        return Broadcast.KNOWN
+    if any(m in message for m in _NONCE_LOW):
+        return Broadcast.NONCE_TOO_LOW
+    if any(m in message for m in _NOT_NOW):
+        return Broadcast.NOT_NOW
+    if any(m in message for m in _FUNDS):
+        return RflowError(
+            FailureKind.INSUFFICIENT_FUNDS, f"the node refused the send: {exc.message}"
+        )
+    return RflowError(FailureKind.SIMULATION_FAILED, f"the node refused the send: {exc.message}")

@@ -352,3 +352,32 @@ async def test_the_live_total_follows_every_reservation_change(conn):
     await reserve(conn, "e", native(700))
     with pytest.raises(BudgetExceeded):
         await reserve(conn, "f", native(1))
+
+
+async def test_reserving_for_a_batch_checks_each_send_after_the_ones_before_it(conn):
+    batch = [budgets.Reservation(f"b{i}", f"r{i}", "sweep", [native(300)]) for i in range(4)]
+    async with conn.transaction():
+        refused = await budgets.reserve_many(conn, batch)
+    # 300 + 300 + 300 fits the cap of 1000; the fourth would take it to 1200.
+    assert list(refused) == ["b3"]
+    assert refused["b3"].consumed == 900
+    assert sorted(k for (_, _, k) in await rows(conn)) == ["b0", "b1", "b2"]
+
+
+async def test_a_batch_send_refused_on_one_of_two_caps_asks_for_one_at_a_time(conn):
+    first = budgets.Reservation("one", None, "sweep", [native(100)])
+    both = budgets.Reservation(
+        "two", None, "sweep", [native(10), Charge("daily", "USDC", 60, 50, DAY)]
+    )
+    with pytest.raises(_RolledBack):
+        async with conn.transaction():
+            # The native charge of "two" fits and is reserved, its USDC charge is not:
+            # a partial reservation, which the caller must roll back.
+            assert await budgets.reserve_many(conn, [first, both]) is None
+            assert len(await rows(conn)) == 2
+            raise _RolledBack
+    assert await rows(conn) == {}
+
+
+class _RolledBack(Exception):
+    pass

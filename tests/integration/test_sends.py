@@ -16,6 +16,7 @@ from rflow import storage
 from rflow.lang import load_project
 from rflow.relayer.build import MULTICALL3
 from rflow.storage import budgets, sends
+from rflow.storage.sends import Attempt
 from tests.integration import chain
 from tests.integration.harness import wait_until
 from tests.integration.test_runs import fire, settled_run
@@ -169,6 +170,34 @@ async def test_a_foreach_payout_of_erc20_transfers_with_max_parallel_4(
     assert sum(c["amount"] for c in token_charges) == sum(r["amount"] for r in recipients)
     native = [c for c in charges if c["asset"] == "native"]
     assert len(native) == 12 and sum(c["amount"] for c in native) == 0
+
+
+async def test_sends_over_one_of_two_caps_are_refused_alone(settings, worker_factory, tmp_path, w3):
+    """Each payout charges native value (zero) and the token: once the token cap is
+    reached the other transfers are refused, and nothing of theirs is reserved."""
+    relayer = await chain.funded_account(w3)
+    token = await token_for(w3, relayer)
+    tight = BUDGET.replace(
+        'max_token_value: { Token: "1000000" }', 'max_token_value: { Token: "4000" }'
+    )
+    project = write_project(tmp_path, token, PAYOUT, budgets=tight, attach="    budgets: [daily]")
+    worker = worker_factory(project_path=project, env={"PAYOUT_KEY": relayer.key.hex()})
+    await worker.wait_ready()
+    recipients = [{"address": chain.Account.create().address, "amount": 1000} for _ in range(7)]
+    rid = await fire(settings, project, "pay", "manual:pay:tight", {"recipients": recipients})
+    run = await settled_run(settings, rid, timeout=90)
+    assert run["status"] == "failed", (run, worker.tail())
+
+    iterations = [s for s in run["steps"] if s["path"].startswith("payout[")]
+    kinds = [s["error_kind"] or "ok" for s in iterations]
+    assert kinds.count("ok") == 4 and set(kinds) - {"ok"} <= {"budget_exceeded"}, kinds
+    assert len(await transfers_from(w3, token, relayer.address)) == 4
+    charges = await reservations(settings, rid)
+    token_charges = [c for c in charges if c["asset"] == "Token"]
+    assert sum(c["amount"] for c in token_charges) == 4000
+    # A refused send reserved nothing, not even its zero native charge.
+    assert {c["send_key"] for c in charges} == {c["send_key"] for c in token_charges}
+    assert len(await sends_of(settings, rid)) == 4
 
 
 async def private_node(stack):
@@ -512,3 +541,51 @@ async def test_a_multicall_batch_runs_every_call_in_one_transaction_and_charges_
         assert [(c["asset"], c["amount"], c["status"]) for c in charges] == [
             ("native", 3000, "spent")
         ]
+
+
+async def test_a_batch_takes_a_block_of_nonces_and_is_stored_in_one_go(settings):
+    conn = await storage.connect(settings)
+    async with conn:
+        async with conn.transaction():
+            # First use: the chain has used 7 nonces; three sends take 7, 8 and 9.
+            assert await sends.next_nonce(conn, "local", ADDRESS, 7, 3) == 7
+            assert await sends.next_nonce(conn, "local", ADDRESS, None) == 10
+            # A resync never goes back over what was signed, nor below the chain.
+            assert await sends.next_nonce(conn, "local", ADDRESS, 5, 2) == 11
+            assert await sends.next_nonce(conn, "local", ADDRESS, 20, 1) == 20
+        new = [_new_send(f"k{i}", nonce) for i, nonce in enumerate((7, 8, 9))]
+        async with conn.transaction():
+            assert await sends.insert_many(conn, new) == {"k0", "k1", "k2"}
+        # Stored again (a second delivery): nothing is stored, the first rows stand.
+        again = [_new_send("k1", 30), _new_send("k3", 31)]
+        async with conn.transaction():
+            assert await sends.insert_many(conn, again) == {"k3"}
+        found = await sends.find_many(conn, ["k0", "k1", "k3", "missing"])
+    assert sorted(found) == ["k0", "k1", "k3"]
+    assert found["k1"].nonce == 8
+    assert [a.nonce for a in found["k1"].attempts] == [8]
+    assert found["k3"].latest.raw == b"raw-31"
+
+
+ADDRESS = "0x" + "ab" * 20
+
+
+def _new_send(key: str, nonce: int) -> sends.NewSend:
+    attempt = Attempt(f"0x{nonce:064x}", nonce, 2 * 10**9, 10**8, f"raw-{nonce}".encode())
+    return sends.NewSend(
+        send_key=key,
+        purpose="step",
+        run_id=None,
+        workflow=None,
+        reply=None,
+        network="local",
+        relayer="payout",
+        address=ADDRESS,
+        nonce=nonce,
+        to_address="0x" + "cd" * 20,
+        value=0,
+        data=b"",
+        gas_limit=21_000,
+        fee_cap=4 * 10**9,
+        attempt=attempt,
+    )
