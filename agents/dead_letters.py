@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from rflow.codecs import DeadLetter, DecodeError, decode, encode
+from rflow.storage import StorageError
 from rflow.storage import dead_letters as store
 
 if TYPE_CHECKING:
@@ -54,6 +55,17 @@ def attach(app: RflowApp) -> None:
             except DecodeError as exc:
                 # A malformed record on the DLQ itself is stored as its own dead letter.
                 letter = letter_for(event.message, f"unreadable dead letter: {exc.reason}")
-            await app.rflow.database.run(
-                lambda conn, letter=letter: store.record(conn, letter), what="dead letter"
-            )
+            try:
+                await app.rflow.database.run(
+                    lambda conn, letter=letter: store.record(conn, letter), what="dead letter"
+                )
+            except StorageError as exc:
+                # Refused by the database: keep the origin and the reason, without the
+                # record's text. The agent must never stop on what it was sent.
+                log.error("dead letter from %s@%s refused: %s", letter.topic, letter.offset, exc)
+                bare = letter.model_copy(
+                    update={"raw": "", "reason": f"{letter.reason} (record not storable: {exc})"}
+                )
+                await app.rflow.database.run(
+                    lambda conn, bare=bare: store.record(conn, bare), what="dead letter"
+                )

@@ -26,9 +26,17 @@ LIMIT %(limit)s
 
 
 async def record(conn: psycopg.AsyncConnection, letter: DeadLetter) -> bool:
-    """Store ``letter`` once; returns False when the same origin was stored before."""
+    """Store ``letter`` once; returns False when the same origin was stored before.
+
+    Postgres text cannot hold NUL: a record carrying one (hostile or broken input is what
+    this table is for) is stored with each NUL shown as U+FFFD.
+    """
+    fields = {
+        name: value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+        for name, value in letter.model_dump().items()
+    }
     with translated():
-        cur = await conn.execute(_INSERT, letter.model_dump())
+        cur = await conn.execute(_INSERT, fields)
         return cur.rowcount == 1
 
 
