@@ -22,6 +22,7 @@ from rflow.classify import http_status_kind
 from rflow.codecs import json
 from rflow.engine import Execute
 from rflow.failures import FailureKind, RflowError
+from rflow.hosts import check_url
 from rflow.lang.abi import parse_signature
 from rflow.storage import workflow_state
 
@@ -78,6 +79,9 @@ class Executors:
 
     async def http_call(self, effect: Execute) -> dict[str, Any]:
         action = effect.action
+        project = self.runtime.project
+        declared = project.workflows.get(effect.workflow) if project else None
+        check_url(action["url"], declared.permissions.http_hosts if declared else None)
         headers = {str(k): str(v) for k, v in (action.get("headers") or {}).items()}
         # Attempts of one step share the key, so the receiver can deduplicate retries.
         headers.setdefault("Idempotency-Key", effect.key)

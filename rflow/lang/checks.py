@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rflow.failures import FailureKind, RflowError
+from rflow.hosts import check_url
 from rflow.lang.abi import Abi, SignatureError, parse_signature, read_abi_file
 from rflow.lang.diagnostics import DataPath, Diagnostic
 from rflow.lang.messages import did_you_mean
@@ -318,12 +320,25 @@ class Checker:
             self._target(workflow, where, action, action.network)
         elif step.kind == "query":
             self._networks(workflow, (*where, "network"), action.network)
+        elif step.kind == "http_call" and workflow.permissions.http_hosts is not None:
+            self._http_host(workflow, (*where, "url"), action.url)
         elif step.kind == "notify":
             self._declared("channels", action.channel, (*where, "channel"))
         elif step.kind == "command" and action.name not in COMMANDS:
             self._declared("commands", action.name, (*where, "name"))
         elif step.kind == "wait_for" and action.event is not None:
             self._event((*where, "event"), action.event, "a wait for an event")
+
+    def _http_host(self, workflow: WorkflowView, path: DataPath, url: str) -> None:
+        """A literal URL outside ``permissions.http_hosts`` (a rendered one is checked when
+        the call is made)."""
+        if has_expression(url):
+            return
+        try:
+            check_url(url, workflow.permissions.http_hosts)
+        except RflowError as exc:
+            if exc.kind == FailureKind.PERMISSION_DENIED:
+                self._error(path, exc.message)
 
     def _networks(self, workflow: WorkflowView, path: DataPath, text: str) -> list[str]:
         found = []

@@ -109,3 +109,13 @@ async def sink():
     started = await Sink().start()
     yield started
     await started.stop()
+
+
+@pytest.fixture
+async def w3(settings: Settings):
+    """A web3 on the stack's anvil."""
+    from tests.integration import chain
+
+    w3 = chain.connect(settings.rpc_url("local"))
+    yield w3
+    await w3.provider.disconnect()

@@ -135,13 +135,6 @@ async def triggers(settings: Settings) -> AsyncIterator[TriggerLog]:
     await log.stop()
 
 
-@pytest.fixture
-async def w3(settings: Settings):
-    w3 = chain.connect(settings.rpc_url("local"))
-    yield w3
-    await w3.provider.disconnect()
-
-
 @asynccontextmanager
 async def following(
     settings: Settings, path: Path, producer: Producer, database: Database, **options: Any

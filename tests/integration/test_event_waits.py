@@ -14,13 +14,6 @@ from tests.integration.test_runs import fire, settled_run
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
 
-@pytest.fixture
-async def w3(settings):
-    w3 = chain.connect(settings.rpc_url("local"))
-    yield w3
-    await w3.provider.disconnect()
-
-
 def project(tmp_path, emitter: str):
     path = tmp_path / "project.yaml"
     path.write_text(

@@ -68,13 +68,6 @@ workflows:
     return path
 
 
-@pytest.fixture
-async def w3(settings):
-    w3 = chain.connect(settings.rpc_url("local"))
-    yield w3
-    await w3.provider.disconnect()
-
-
 async def token_for(w3, relayer, amount: int = 10**24) -> str:
     """A fresh TestToken, with ``amount`` minted to ``relayer``."""
     token, _ = await chain.deploy(w3, "TestToken", "Test", "TST", account=relayer)

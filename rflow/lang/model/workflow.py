@@ -12,12 +12,17 @@ from rflow.lang.model.triggers import Trigger
 
 
 class Permissions(Model):
-    """What the workflow's sends may do."""
+    """What the workflow's sends and HTTP calls may do."""
 
     relayers: list[Name] = []
     """The only relayers this workflow may send from."""
     max_value_per_tx: Amount | None = None
     """Cap on native value per send."""
+    http_hosts: list[Annotated[str, Field(pattern=r"^(\*\.)?[A-Za-z0-9.-]+(:[0-9]+)?$")]] | None = (
+        None
+    )
+    """The only hosts http_call may reach: exact names (api.example.com, 127.0.0.1:8080)
+    or subdomains (*.example.com), checked on the rendered URL. Unset: any host."""
 
 
 class Concurrency(Model):

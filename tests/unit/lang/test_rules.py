@@ -728,3 +728,34 @@ def test_manual_inputs_are_declared() -> None:
         "wf.yaml:6:71: error: workflows.w.steps[0].notify.message: unknown input 'recipent' — "
         "did you mean 'recipient'? (the manual trigger declares: recipient)"
     ]
+
+
+def test_a_literal_http_call_url_must_be_in_the_allowed_hosts() -> None:
+    assert findings(
+        """\
+        workflows:
+          w:
+            permissions: { http_hosts: [api.example.com, "*.internal.example", "127.0.0.1:8080"] }
+            trigger: { manual: {} }
+            steps:
+              - id: ok
+                http_call: { url: "https://api.example.com/v1/pay" }
+              - id: sub
+                http_call: { url: "http://ledger.internal.example/entries" }
+              - id: port
+                http_call: { url: "http://127.0.0.1:8080/" }
+              - id: rendered
+                http_call: { url: "https://${{ trigger.host }}/x" }
+              - id: other
+                http_call: { url: "https://evil.example.org/steal" }
+              - id: wrong_port
+                http_call: { url: "http://127.0.0.1:9090/" }
+        """
+    ) == [
+        "wf.yaml:15:27: error: workflows.w.steps[4].http_call.url: http_call to "
+        "evil.example.org is not allowed by permissions.http_hosts "
+        "(api.example.com, *.internal.example, 127.0.0.1:8080)",
+        "wf.yaml:17:27: error: workflows.w.steps[5].http_call.url: http_call to "
+        "127.0.0.1:9090 is not allowed by permissions.http_hosts "
+        "(api.example.com, *.internal.example, 127.0.0.1:8080)",
+    ]
