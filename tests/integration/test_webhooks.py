@@ -342,3 +342,43 @@ async def test_rflow_run_wait_follows_the_run_step_by_step(settings, worker, tmp
     progress = done.stderr.splitlines()
     assert progress[0] == f"manual:payout-by-hand:wait-1 -> run {rid}"
     assert progress[1].split()[:2] == ["log", "succeeded"]
+
+
+LIMIT = 1 << 20
+
+
+def body_of(size: int) -> bytes:
+    """A JSON array of exactly ``size`` bytes (empty for 0, ``[]`` for 2)."""
+    if size < 4:
+        return {0: b"", 2: b"[]"}[size]
+    return b'["' + b"a" * (size - 4) + b'"]'
+
+
+async def test_bodies_of_every_size_up_to_and_over_the_limit(settings, worker):
+    """Up to the limit a body is taken (or refused as too big for one record), over it
+    refused before anything is read into a record; the worker answers throughout."""
+    sizes = [0, 2, 10, 100, 1000, 10_000, 100_000, 500_000, 1_000_000, LIMIT - 600]
+    sizes += [LIMIT - 1, LIMIT, LIMIT + 1, 2 * LIMIT, 8 * LIMIT]
+    taken = 0
+    for size in sizes:
+        body = body_of(size)
+        assert len(body) == size
+        status, reply, _ = await post(worker, "/partners/acme", body, {"X-API-Key": SECRET})
+        if size == 0:
+            assert status == 400 and reply["error"], (size, reply)
+        elif size > LIMIT:
+            assert (status, reply) == (
+                413,
+                {"error": f"request body of {size} bytes is over the {LIMIT}-byte limit"},
+            ), size
+        elif status == 413:  # the body fits, its record (body, headers, envelope) does not
+            assert size > LIMIT - 1000 and "record limit" in reply["error"], (size, reply)
+        else:
+            assert status == 202, (size, status, reply)
+            taken += 1
+    assert taken >= 8
+    records = await triggers_on_topic(settings)
+    assert len(records) == taken
+    assert sorted(len(json.dumps(r.payload["body"])) for _, r in records) == sorted(
+        s for s in sizes[1 : taken + 1]
+    )
