@@ -5,10 +5,17 @@ exceptions are translated to :class:`StorageError` subclasses and never leak out
 """
 
 from rflow.storage.db import check_schema, connect, pool
-from rflow.storage.errors import MigrationError, StorageError, Unavailable, UniqueViolation
+from rflow.storage.errors import (
+    InvalidValue,
+    MigrationError,
+    StorageError,
+    Unavailable,
+    UniqueViolation,
+)
 from rflow.storage.migrate import available, migrate, pending
 
 __all__ = [
+    "InvalidValue",
     "MigrationError",
     "StorageError",
     "Unavailable",

@@ -21,6 +21,11 @@ class UniqueViolation(StorageError):
     """A row with the same unique key exists."""
 
 
+class InvalidValue(StorageError):
+    """Postgres refused a value as data (a NUL in text, a number out of range...): the
+    input is at fault, not the database."""
+
+
 class MigrationError(StorageError):
     """The schema cannot be brought to the code's version."""
 
@@ -34,5 +39,7 @@ def translated() -> Iterator[None]:
         raise UniqueViolation(str(exc)) from exc
     except psycopg.OperationalError as exc:
         raise Unavailable(str(exc)) from exc
+    except psycopg.DataError as exc:
+        raise InvalidValue(str(exc)) from exc
     except psycopg.Error as exc:
         raise StorageError(str(exc)) from exc

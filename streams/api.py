@@ -20,7 +20,7 @@ from rflow.codecs import json
 from rflow.codecs.json import JSONDecodeError
 from rflow.engine import RunStatus
 from rflow.engine.keys import workflow_version
-from rflow.storage import StorageError, budgets, controls, runs
+from rflow.storage import InvalidValue, StorageError, budgets, controls, runs
 from rflow.streams.control import Control, ControlError
 from rflow.streams.producer import ProduceError
 
@@ -42,6 +42,19 @@ def error(status: int, message: str, **headers: str) -> web.Response:
         content_type="application/json",
         headers=headers or None,
     )
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """aiohttp's own refusals (no such route, a method it does not take) in JSON too, as
+    every other error of the worker's HTTP endpoints."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        return error(exc.status, f"{exc.reason}: {request.method} {request.path}", **headers)
 
 
 def authenticator(token: str | None, public: Callable[[str], bool]) -> Any:
@@ -82,6 +95,8 @@ def attach(app: RflowApp, control: Control) -> None:
             return error(exc.status, str(exc))
         except ProduceError as exc:
             return error(503, str(exc))
+        except InvalidValue as exc:
+            return error(400, f"a value in the request cannot be stored or looked up: {exc}")
         except StorageError as exc:
             return error(503, f"the database is unavailable: {exc}")
 

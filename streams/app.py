@@ -279,7 +279,9 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
         # One event at a time per partition keeps per-group order; effects run as tasks.
         stream_buffer_maxsize=1024,
         Topic=RflowTopic,
-        web_application_options={"middlewares": [api.authenticator(token, public)]},
+        web_application_options={
+            "middlewares": [api.json_errors, api.authenticator(token, public)]
+        },
     )
     app.rflow = runtime = Runtime(settings, catalog, project, env)
     runtime.topics = Topics(
