@@ -26,6 +26,7 @@ WITH claimed AS (
 SELECT EXISTS (SELECT 1 FROM claimed),
        (SELECT window_start FROM rate_limit_buckets WHERE workflow = %(workflow)s)
 """
+_WINDOW = "SELECT window_start FROM rate_limit_buckets WHERE workflow = %s"
 
 
 async def claim(
@@ -37,6 +38,11 @@ async def claim(
     with translated():
         cur = await conn.execute(_CLAIM, params)
         granted, window_start = await cur.fetchone()
+        if not granted and window_start is None:
+            # The bucket was created by a racing claim after this statement's snapshot
+            # was taken (the conflict saw its row, the SELECT cannot): read it anew.
+            cur = await conn.execute(_WINDOW, (workflow,))
+            (window_start,) = await cur.fetchone()
     if granted:
         return None
     return window_start + per

@@ -14,6 +14,7 @@ import pytest
 
 from rflow import storage
 from rflow.storage import rate_limits
+from tests.integration.harness import wait_until
 from tests.integration.test_runs import fire, settled_run
 
 pytestmark = pytest.mark.usefixtures("schema")
@@ -69,6 +70,28 @@ async def test_two_processes_racing_for_a_durable_window_never_exceed_max(settin
         assert refused > later
         free = await rate_limits.claim(conn, "w", max=7, per=timedelta(hours=1), now=refused)
         assert free is None
+
+
+async def test_a_claim_refused_behind_the_first_claim_of_a_window_says_when_it_frees(settings):
+    """The first claim of a new window is still open when a second one, refused, starts:
+    the refusal must still say when the window frees (not fail on a row it cannot see)."""
+    now, hour = datetime.now(UTC), timedelta(hours=1)
+    first, second, watcher = [await storage.connect(settings) for _ in range(3)]
+    async with first, second, watcher:
+        async with first.transaction():
+            assert await rate_limits.claim(first, "w", max=1, per=hour, now=now) is None
+            refused = asyncio.create_task(rate_limits.claim(second, "w", max=1, per=hour, now=now))
+
+            async def blocked() -> bool:
+                cur = await watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = %s"
+                    " AND wait_event_type = 'Lock'",
+                    (second.info.backend_pid,),
+                )
+                return (await cur.fetchone())[0] == 1
+
+            await wait_until(blocked, timeout=10, what="the second claim to wait for the first")
+        assert await refused == now + hour
 
 
 PROJECT = """
