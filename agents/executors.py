@@ -21,6 +21,7 @@ from web3 import AsyncHTTPProvider, AsyncWeb3
 from rflow.classify import http_status_kind
 from rflow.codecs import json
 from rflow.engine import Execute
+from rflow.engine.keys import header_value
 from rflow.failures import FailureKind, RflowError
 from rflow.hosts import check_url
 from rflow.lang.abi import parse_signature
@@ -83,8 +84,14 @@ class Executors:
         declared = project.workflows.get(effect.workflow) if project else None
         check_url(action["url"], declared.permissions.http_hosts if declared else None)
         headers = {str(k): str(v) for k, v in (action.get("headers") or {}).items()}
+        for name, value in headers.items():
+            if not all(" " <= ch <= "~" or ch == "\t" for ch in name + value) or not name:
+                raise RflowError(
+                    FailureKind.INVALID_INPUT,
+                    f"http_call.headers: {name!r} holds a character a header cannot carry",
+                )
         # Attempts of one step share the key, so the receiver can deduplicate retries.
-        headers.setdefault("Idempotency-Key", effect.key)
+        headers.setdefault("Idempotency-Key", header_value(effect.key))
         body = action.get("body")
         async with self.session.request(
             action.get("method", "GET"),

@@ -11,7 +11,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from rflow.engine.effects import Journal, Settle
-from rflow.storage.errors import translated
+from rflow.storage.errors import InvalidValue, translated
 
 _RUN_STARTED = """
 INSERT INTO runs (run_id, workflow, version, trigger_key, matrix, group_key, status, trigger, created_at, updated_at)
@@ -108,12 +108,36 @@ async def project(conn: psycopg.AsyncConnection, entries: Iterable[Journal | Set
         row = _row(entry)
         if row is not None:
             batches[entry.event].append(row)
+    try:
+        await _apply(conn, batches)
+    except InvalidValue:
+        # A value Postgres cannot hold (a NUL in text or in JSON, from a trigger's input
+        # or an answer): the entries are stored with each NUL shown as U+FFFD.
+        await _apply(
+            conn, {name: [storable(row) for row in rows] for name, rows in batches.items()}
+        )
+    return count
+
+
+async def _apply(conn: psycopg.AsyncConnection, batches: dict[str, list[tuple[Any, ...]]]) -> None:
     with translated():
         async with conn.transaction(), conn.cursor() as cur:
             for name in _ORDER:
                 if batches[name]:
                     await cur.executemany(_STATEMENTS[name], batches[name])
-    return count
+
+
+def storable(value: Any) -> Any:
+    """``value`` with every NUL in its text (JSON keys and strings included) as U+FFFD."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, Jsonb):
+        return Jsonb(storable(value.obj))
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(storable(v) for v in value)
+    return value
 
 
 def _row(entry: Journal) -> tuple[Any, ...] | None:

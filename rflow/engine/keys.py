@@ -59,6 +59,14 @@ def idempotency_key(run: str, path: str, visit: int = 1) -> str:
     return f"{run}:{path}" if visit <= 1 else f"{run}:{path}#{visit}"
 
 
+def header_value(key: str) -> str:
+    """``key`` as an HTTP header value: itself when it is printable ASCII, else a digest
+    of it (a trigger key may hold any character; a header may not)."""
+    if all(" " <= ch <= "~" for ch in key):
+        return key
+    return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def fraction(*parts: object) -> float:
     """A number in [0, 1) determined by ``parts``: deterministic jitter without randomness."""
     digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()

@@ -118,11 +118,16 @@ async def test_hostile_records_on_every_topic_are_dead_lettered_and_the_worker_g
         assert reason in found[where], (where, found[where])
     assert worker.proc.poll() is None, worker.tail()
 
-    # The worker goes on: a run fired afterwards completes.
+    # The worker goes on: a run fired afterwards completes, and one whose input holds a
+    # NUL (which Postgres text and jsonb cannot) is in the read model all the same.
     rid = await fire(settings, project, "echo", "manual:echo:after", {"n": 7})
     assert rid == run_id("echo", "manual:echo:after")
     run = await settled_run(settings, rid, timeout=60)
     assert run["status"] == "succeeded", (run, worker.tail())
+    rid = await fire(settings, project, "echo", "manual:echo:\x00nul", {"n": "a\x00b"})
+    run = await settled_run(settings, rid, timeout=60)
+    assert run["status"] == "succeeded", (run, worker.tail())
+    assert run["trigger"]["n"] == "a\ufffdb"
     assert worker.proc.poll() is None, worker.tail()
 
 
