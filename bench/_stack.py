@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # for tests.integration.harness (not an installed package)
     sys.path.insert(0, str(REPO))
 
+from _report import print_table  # noqa: E402, F401 (shared by the benchmarks)
 from aiohttp import web  # noqa: E402
 from aiokafka import AIOKafkaProducer  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
@@ -422,18 +423,6 @@ def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
     return ordered[rank - 1]
-
-
-def print_table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(row: tuple[str, ...]) -> str:
-        return "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-
-    print(line(header))
-    print("  ".join("-" * w for w in widths))
-    for row in rows:
-        print(line(row))
 
 
 def install_sigterm() -> None:

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import emit
 from _stack import (
     BenchError,
     Worker,
@@ -37,7 +38,6 @@ from _stack import (
     install_sigterm,
     memory_of,
     prepare,
-    print_table,
     produce_all,
     start_producer,
     wait_stable,
@@ -161,8 +161,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         f"({k / parked_after:.0f} runs/s); Postgres: {timers} delay timers, {runs} runs"
     )
     print(f"  VmRSS when the last run parked: {loaded['VmRSS']:.1f} MB")
-    print()
-    print_table(
+    emit(
+        "parked",
         [
             (f"worker VmRSS, {k} parked", f"{rss:.1f} MB", f"{idle:.1f} MB (idle)",
              f"{rss / idle:.2f}", f"< {TARGET_MB:.0f} MB",
@@ -178,7 +178,6 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
                 "met" if idle + per_thousand * 100 < TARGET_MB else "NOT met",
             ),
         ],
-        ("figure", "value", "baseline", "ratio", "target", "verdict"),
     )  # fmt: skip
 
 

@@ -51,6 +51,7 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import emit
 from _stack import (
     BenchError,
     CpuMeter,
@@ -64,7 +65,6 @@ from _stack import (
     memory_of,
     percentile,
     prepare,
-    print_table,
     produce_all,
     produce_paced,
     profile_summary,
@@ -755,8 +755,7 @@ def report(results: dict, rate: float) -> None:
                 "-",
             )
         )
-    print()
-    print_table(rows, ("figure", "value", "baseline", "ratio", "target", "verdict"))
+    emit("pipeline", rows)
 
 
 def main() -> None:

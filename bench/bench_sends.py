@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _report import emit, verdict
 from _stack import Worker, check_stack, cleanup, fresh_settings, prepare, query_one
 
 from rflow.lang import load_project
@@ -146,9 +147,19 @@ async def run(count: int, workdir: Path) -> None:
         await rflow_rate(settings, project, recipient, 20, "warm")  # connections, caches
         base = await baseline(w3, token, plain, recipient, count)
         ours = await rflow_rate(settings, project, recipient, count, "measured")
-        print(f"sends/s end to end through rflow: {ours:8.1f}")
-        print(f"baseline, a web3.py loop:         {base:8.1f}")
-        print(f"ratio: {ours / base:.2f} (target 0.7)")
+        emit(
+            "sends",
+            [
+                (
+                    "sends/s end to end (reserve, sign, broadcast, receipt)",
+                    f"{ours:.1f} sends/s",
+                    f"{base:.1f} sends/s (web3.py loop)",
+                    f"{ours / base:.2f}",
+                    ">= 0.7 of baseline",
+                    verdict(ours / base >= 0.7),
+                )
+            ],
+        )
     finally:
         if worker is not None:
             worker.stop()

@@ -9,10 +9,14 @@ building the pydantic validators) is reported separately: it is paid once per pr
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import emit
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,8 +65,19 @@ def main() -> None:
     print(f"yaml.safe_load (baseline):     {plain * 1000:8.1f} ms")
     print(f"yaml CSafeLoader (baseline):   {plain_c * 1000:8.1f} ms")
     print(f"validate_path (load + checks): {ours * 1000:8.1f} ms")
-    print(f"ratio to yaml.safe_load:       {ours / plain:8.2f}x")
-    print(f"ratio to CSafeLoader:          {ours / plain_c:8.2f}x")
+    emit(
+        "validate",
+        [
+            (
+                f"rflow validate, {len(files)} files",
+                f"{ours * 1000:.1f} ms",
+                f"{plain * 1000:.1f} ms (yaml.safe_load)",
+                f"{ours / plain:.2f}",
+                "-",
+                "-",
+            )
+        ],
+    )
 
 
 if __name__ == "__main__":
