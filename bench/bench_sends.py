@@ -5,6 +5,7 @@ embedded relayer (permissions, simulation, fee history, a budget reservation, no
 signed transaction committed to Postgres, broadcast, receipt), from the first trigger
 produced to the last run settled in the read model.
 
+Both run against a fresh anvil of the benchmark's own (``--shared-node`` for the stack's).
 Baseline, measured in the same run against the same anvil: one process signing the same
 transfers and sending them one after another with ``eth_sendRawTransaction``, polling
 each receipt every 2 ms.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import tempfile
 import time
@@ -121,8 +123,18 @@ async def rflow_rate(settings, project: Path, recipient: str, count: int, tag: s
     return count / elapsed
 
 
-async def run(count: int, workdir: Path) -> None:
-    settings = fresh_settings("sends", workdir)
+async def run(count: int, workdir: Path, shared_node: bool) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        settings = fresh_settings("sends", workdir)
+        if not shared_node:
+            # A node of its own: the stack's anvil slows down as its chain grows, and a
+            # slower node would flatter the ratio (the baseline waits on it, rflow less).
+            url = await stack.enter_async_context(chain.private_anvil())
+            settings = settings.model_copy(update={"rpc_urls": {"local": url}})
+        await measure(settings, count, workdir)
+
+
+async def measure(settings, count: int, workdir: Path) -> None:
     await check_stack(settings)
     await prepare(settings)
     w3 = chain.connect(settings.rpc_url("local"))
@@ -170,9 +182,12 @@ async def run(count: int, workdir: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=300, help="transfers per side")
+    parser.add_argument(
+        "--shared-node", action="store_true", help="use the stack's anvil, not a fresh one"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rflow-bench-sends-") as workdir:
-        asyncio.run(run(args.count, Path(workdir)))
+        asyncio.run(run(args.count, Path(workdir), args.shared_node))
 
 
 if __name__ == "__main__":
