@@ -53,6 +53,8 @@ class Watched:
     retry_at: float = 0.0
     checked_at: float = 0.0
     missing: int = 0
+    mined: bool = False
+    """A receipt of it was seen (not yet confirmed): gone again means a reorg."""
 
 
 class Tracker:
@@ -146,9 +148,27 @@ class Tracker:
             mined = [receipts[a.tx_hash] for a in watched.row.attempts if a.tx_hash in receipts]
             if mined:
                 receipt = mined[0]
-                if head - int(receipt["blockNumber"], 16) + 1 >= confirmations:
+                block = int(receipt["blockNumber"], 16)
+                if head - block + 1 >= confirmations:
                     confirmed.append((watched, receipt))
+                elif not watched.mined:
+                    log.info(
+                        "send %s mined in block %d, waiting for %d confirmations",
+                        watched.row.send_key,
+                        block,
+                        confirmations,
+                    )
+                watched.mined = True
                 continue
+            if watched.mined:
+                # Mined, then reorged away before its confirmations: the signed transaction
+                # is still good, so it goes back out as it is, at the same nonce.
+                log.warning(
+                    "send %s: its block was reorged away; rebroadcasting", watched.row.send_key
+                )
+                watched.mined = False
+                watched.accepted = False
+                watched.retry_at = 0.0
             unmined.append(watched)
         await self.settle_mined(confirmed)
         due = [w for w in unmined if w.accepted and now - w.checked_at >= POOL_CHECK_INTERVAL]

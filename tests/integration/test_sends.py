@@ -348,6 +348,49 @@ async def test_a_stuck_transaction_is_bumped_and_mined_once(settings, worker_fac
         assert len(logs) == 1 and logs[0]["transactionHash"] == mined
 
 
+async def test_a_send_reorged_away_before_its_confirmations_goes_out_again(
+    settings, worker_factory, tmp_path
+):
+    async with contextlib.AsyncExitStack() as stack:
+        url, w3 = await private_node(stack)
+        relayer = await chain.funded_account(w3)
+        token = await token_for(w3, relayer)
+        project = write_project(tmp_path, token, ONE_TRANSFER, confirmations=3)
+        worker = worker_factory(
+            project_path=project, env={"PAYOUT_KEY": relayer.key.hex()}, rpc_urls={"local": url}
+        )
+        await worker.wait_ready()
+        to = chain.Account.create().address
+        rid = await fire(settings, project, "pay", "manual:pay:reorg", {"to": to, "amount": 9})
+
+        async def seen_mined():
+            return "waiting for 3 confirmations" in worker.tail(200)
+
+        await wait_until(seen_mined, timeout=30, what="the relayer to see its send mined")
+        [row] = await open_sends(settings)
+        await chain.reorg(w3, 1)  # its block replaced by an empty one: the transfer is gone
+        assert await chain.rpc(w3, "eth_getTransactionReceipt", row.tx_hash) is None
+
+        async def back_on_chain():
+            await chain.mine(w3)
+            return await transfers_from(w3, token, relayer.address)
+
+        [log] = await wait_until(back_on_chain, timeout=30, what="the transfer to be mined again")
+        await chain.mine(w3, 3)
+        run = await settled_run(settings, rid)
+        assert run["status"] == "succeeded", worker.tail()
+        # The same signed transaction, at the same nonce: nothing signed anew, no filler.
+        assert log["transactionHash"] == row.tx_hash == run["steps"][0]["output"]["tx"]["hash"]
+        assert [r.purpose for r in await all_sends(settings)] == ["step"]
+
+
+async def all_sends(settings) -> list[Any]:
+    conn = await storage.connect(settings)
+    async with conn:
+        cur = await conn.execute("SELECT send_key FROM sends")
+        return [await sends.find(conn, k) for (k,) in await cur.fetchall()]
+
+
 async def sends_of_key(settings, key: str):
     conn = await storage.connect(settings)
     async with conn:
