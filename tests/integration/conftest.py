@@ -46,7 +46,10 @@ async def schema(settings: Settings) -> AsyncIterator[str]:
     conn = await storage.connect(settings)
     async with conn:
         await storage.migrate(conn, settings.database_schema)
-        yield settings.database_schema
+    yield settings.database_schema
+    # A new connection: the test may have restarted Postgres under the first one.
+    conn = await storage.connect(settings)
+    async with conn:
         await conn.execute(
             sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
                 sql.Identifier(settings.database_schema)

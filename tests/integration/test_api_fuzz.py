@@ -9,6 +9,9 @@ running a workflow at the end.
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -80,3 +83,36 @@ async def test_every_operation_answers_fuzzed_requests_as_documented(
     assert worker.proc.poll() is None, worker.tail()
     rid = await fire(settings, project, "picky", "manual:picky:after-fuzz", {})
     assert (await settled_run(settings, rid))["status"] == "failed"
+
+
+async def test_what_the_fuzzer_found_stays_fixed(settings, worker_factory, tmp_path):
+    """A NUL in a request was answered 503 (the database "unavailable"), and a path the
+    router cannot match was answered in plain text."""
+    project = tmp_path / "project.yaml"
+    project.write_text(PROJECT)
+    worker = worker_factory(project_path=project)
+    await worker.wait_ready()
+
+    def call(method: str, path: str, body: bytes | None = None) -> tuple[int, str, dict]:
+        request = urllib.request.Request(
+            worker.url + path,
+            data=body,
+            method=method,
+            headers={**worker.auth, "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                return resp.status, resp.headers.get_content_type(), json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers.get_content_type(), json.loads(exc.read())
+
+    status, kind, reply = await asyncio.to_thread(call, "GET", "/api/runs?workflow=a%00b")
+    assert (status, kind) == (400, "application/json"), reply
+    assert "NUL" in reply["error"]
+    body = json.dumps({"step": "a\u0000b", "by": "me"}).encode()
+    status, _, reply = await asyncio.to_thread(call, "POST", "/api/runs/nope/approve", body)
+    assert status in (400, 404), reply
+    for path in ("/hooks/a%0Ab", "/api/runs/a%0Ab/cancel/more", "/no/such/route"):
+        status, kind, reply = await asyncio.to_thread(call, "POST", path, b"{}")
+        assert (status, kind) == (404, "application/json"), (path, reply)
+        assert reply["error"]
