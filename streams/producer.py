@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
+    KafkaError,
+    OutOfOrderSequenceNumber,
+    ProducerFenced,
+    UnknownProducerId,
+)
 
 from rflow.codecs import Record, TriggerRecord, TriggerRetracted, encode
 from rflow.settings import Settings
@@ -12,6 +21,17 @@ from rflow.streams.topics import Catalog
 
 class ProduceError(Exception):
     """The record was not acknowledged by Kafka; the caller must not report success."""
+
+
+POISONED = (
+    OutOfOrderSequenceNumber,
+    UnknownProducerId,
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
+    ProducerFenced,
+)
+"""Refusals after which an idempotent producer's sequence state is useless (a broker
+restart can leave it behind): every later record would be refused the same way."""
 
 
 class Producer:
@@ -24,12 +44,24 @@ class Producer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.catalog = Catalog.from_settings(settings)
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_brokers,
+        self._producer = self._new()
+        self._poisoned = False
+
+    def _new(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_brokers,
             acks="all",
             enable_idempotence=True,
             request_timeout_ms=15000,
         )
+
+    async def _renew(self) -> None:
+        """Replace a poisoned producer with a fresh one (a new producer id)."""
+        old, self._producer = self._producer, self._new()
+        with contextlib.suppress(KafkaError):
+            await old.stop()
+        await self._producer.start()
+        self._poisoned = False
 
     async def __aenter__(self) -> Producer:
         try:
@@ -47,10 +79,14 @@ class Producer:
     async def send(self, topic: str, key: str, record: Record) -> tuple[int, int]:
         """Produce ``record`` to declared topic ``topic``; returns (partition, offset)."""
         try:
+            if self._poisoned:
+                await self._renew()
             meta = await self._producer.send_and_wait(
                 self.catalog.full_name(topic), value=encode(record), key=key.encode()
             )
         except KafkaError as exc:
+            # Refused, so not written: the next record goes out on a fresh producer.
+            self._poisoned = self._poisoned or isinstance(exc, POISONED)
             raise ProduceError(
                 f"Kafka at {self.settings.kafka_brokers} did not accept the record: {exc}"
             ) from None
