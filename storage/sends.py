@@ -91,8 +91,8 @@ class Attempt:
 
 
 @dataclass(frozen=True, slots=True)
-class SendRow:
-    """A send as stored."""
+class _Send:
+    """What every send is: its key, its run, its signer and nonce, and the call."""
 
     send_key: str
     purpose: str
@@ -108,6 +108,12 @@ class SendRow:
     data: bytes
     gas_limit: int
     fee_cap: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendRow(_Send):
+    """A send as stored."""
+
     status: str
     tx_hash: str
     block_number: int | None
@@ -199,23 +205,9 @@ async def return_nonce(
 
 
 @dataclass(frozen=True, slots=True)
-class NewSend:
+class NewSend(_Send):
     """A send to store with its first signed attempt."""
 
-    send_key: str
-    purpose: str
-    run_id: str | None
-    workflow: str | None
-    reply: dict[str, Any] | None
-    network: str
-    relayer: str
-    address: str
-    nonce: int
-    to_address: str
-    value: int
-    data: bytes
-    gas_limit: int
-    fee_cap: int
     attempt: Attempt
     error: dict[str, Any] | None = None
 
