@@ -1,10 +1,10 @@
 """The soak: a mixed load on two workers while a seeded fault driver breaks things.
 
-Load: webhook firings (with repeated deliveries) in concurrency groups, a cron schedule,
-contract events on a private anvil, and foreach payouts of ERC20 transfers through the
-relayer against a budget that cannot pay them all. Faults, drawn from
-``RFLOW_CHAOS_SEED`` (printed, so any failure can be replayed): SIGKILL and restart of
-one of the two workers, a restart of the Kafka broker, a restart of Postgres, an RPC
+Load: webhook firings (with repeated deliveries) in concurrency groups, a cron schedule
+whose firings run a matrix, contract events on a private anvil, and foreach payouts of
+ERC20 transfers through the relayer against a budget that cannot pay them all. Faults,
+drawn from ``RFLOW_CHAOS_SEED`` (printed, so any failure can be replayed): SIGKILL and
+restart of one of the two workers, a restart of the Kafka broker, a restart of Postgres, an RPC
 proxy in front of anvil injecting timeouts, 429s, 5xx, dropped connections and slow
 answers, ``anvil_reorg`` of recent blocks, and anvil's mining paused.
 
@@ -83,9 +83,10 @@ workflows:
         command: {{ name: log, args: {{ message: "${{{{ trigger.body.n }}}}" }} }}
   tick:
     trigger: {{ schedule: {{ cron: "* * * * *" }} }}
+    strategy: {{ matrix: {{ region: [eu, us, ap] }}, max_parallel: 2 }}
     steps:
       - id: note
-        command: {{ name: log, args: {{ message: tick }} }}
+        command: {{ name: log, args: {{ message: "tick ${{{{ matrix.region }}}}" }} }}
   swap:
     concurrency: {{ group: "${{{{ trigger.args.sender }}}}" }}
     trigger:
@@ -471,10 +472,16 @@ async def test_soak_under_faults_loses_nothing_and_repeats_nothing(
                 f"{chaos.log.read_text()}\n" + "\n".join(w.tail(40) for w in workers)
             ) from None
 
-        runs = await query(settings, "SELECT workflow, trigger_key, status FROM runs")
+        runs = await query(
+            settings, "SELECT workflow, trigger_key, matrix->>'region', status FROM runs"
+        )
         by_key: dict[tuple[str, str], list[str]] = defaultdict(list)
-        for workflow, key, status in runs:
-            by_key[(workflow, key)].append(status)
+        regions: dict[str, list[str]] = defaultdict(list)
+        for workflow, key, region, status in runs:
+            if region is None:
+                by_key[(workflow, key)].append(status)
+            else:  # a matrix run: one per combination of its firing
+                regions[key].append(region)
         duplicates = {k: v for k, v in by_key.items() if len(v) > 1}
         losses: list[str] = []
 
@@ -497,13 +504,17 @@ async def test_soak_under_faults_loses_nothing_and_repeats_nothing(
         stray = [k for k in by_key if k[0] == "swap" and k[1] not in canonical]
         assert not stray, (seed, "runs of logs not on the chain", stray)
 
-        # The schedule: every minute boundary while the workers ran fired once.
+        # The schedule: every minute boundary while the workers ran fired once, and each
+        # firing ran once per combination of its matrix.
         minute = (began + timedelta(minutes=1)).replace(second=0, microsecond=0)
         while minute <= ended - timedelta(seconds=5):
             key = "schedule:" + minute.strftime("%Y-%m-%dT%H:%M:%SZ")
-            if ("tick", key) not in by_key:
-                losses.append(f"tick {key}")
+            missing = {"eu", "us", "ap"} - set(regions.get(key, []))
+            losses += [f"tick {key} region {region}" for region in sorted(missing)]
             minute += timedelta(minutes=1)
+        for key, seen in regions.items():
+            if len(seen) != len(set(seen)):
+                duplicates[("tick", key)] = seen
 
         # Payouts: every acknowledged firing is one run; every send is on chain exactly
         # once or failed with a recorded kind; no recipient was paid twice.
@@ -539,7 +550,7 @@ async def test_soak_under_faults_loses_nothing_and_repeats_nothing(
         dead = await query(settings, "SELECT run_id, journal IS NOT NULL FROM dead_runs")
         assert all(has for _, has in dead), (seed, "dead-lettered runs without a journal")
 
-        statuses = Counter(status for _, _, status in runs)
+        statuses = Counter(status for *_, status in runs)
         report = [
             f"seed {seed}, {SECONDS:.0f}s of faults",
             "faults: " + ", ".join(f"{k} {v}" for k, v in sorted(chaos.faults.items())),
@@ -547,7 +558,7 @@ async def test_soak_under_faults_loses_nothing_and_repeats_nothing(
             + ", ".join(f"{k} {v}" for k, v in sorted(proxy.injected.items()))
             + f", forwarded {proxy.forwarded}",
             "runs: "
-            + ", ".join(f"{w} {n}" for w, n in sorted(Counter(w for w, _ in by_key).items()))
+            + ", ".join(f"{w} {n}" for w, n in sorted(Counter(w for w, *_ in runs).items()))
             + " | "
             + ", ".join(f"{s} {n}" for s, n in sorted(statuses.items())),
             f"webhook deliveries accepted {len(ledger.hooks)}, repeated {ledger.duplicate_deliveries},"
