@@ -68,3 +68,51 @@ def test_any_mutation_of_an_example_is_reported_not_raised(
         assert diagnostic.message
         assert diagnostic.file in ("project.yaml", "wf.yaml")
         assert diagnostic.line is not None and diagnostic.column is not None
+
+
+yaml_text = st.one_of(
+    st.text(max_size=300),
+    st.lists(
+        st.sampled_from(
+            [
+                "workflows:",
+                "  w:",
+                "    trigger: { manual: {} }",
+                "    steps:",
+                "      - id: a",
+                "        delay: { duration: 1s }",
+                "&a [*a]",
+                "*a",
+                "!!python/object:os.system",
+                "- [",
+                "{",
+                "}",
+                ": :",
+                "\t",
+                "'",
+                '"',
+                "%YAML 1.1",
+                "---",
+                "...",
+                "? x",
+                "<<: *a",
+                "\x00",
+                "\ufeff",
+                "key: |",
+                "  text",
+                "k: !!binary AA==",
+            ]
+        ),
+        max_size=12,
+    ).map("\n".join),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=yaml_text)
+def test_any_text_is_loaded_or_refused_with_a_located_reason(text: str) -> None:
+    report = validate_sources([("project.yaml", PROJECT), ("wf.yaml", text)], {})
+    assert (report.project is not None) == report.ok
+    for diagnostic in report.diagnostics:
+        assert diagnostic.message
+        assert diagnostic.file in ("project.yaml", "wf.yaml")
