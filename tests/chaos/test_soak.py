@@ -39,6 +39,7 @@ from aiokafka.structs import TopicPartition
 from eth_utils import keccak
 
 from rflow import storage
+from rflow.engine.keys import run_id
 from rflow.lang import load_project
 from rflow.settings import Settings
 from rflow.streams.producer import Producer
@@ -335,6 +336,43 @@ async def consumer_lag(settings: Settings) -> int:
         await admin.close()
 
 
+async def trace(settings: Settings, keys: set[str]) -> list[str]:
+    """Where each of ``keys`` (trigger keys, gate keys, run ids) appears on the triggers
+    topic and the changelogs, and the group's committed offsets there: for a loss report."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    found: list[str] = []
+    try:
+        committed = await admin.list_consumer_group_offsets(settings.app_id)
+        for name in ("rflow.triggers", "rflow.state.triggers", "rflow.state.runs", "rflow.events"):
+            tps = [TopicPartition(settings.topic_prefix + name, p) for p in range(8)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            ends = await consumer.end_offsets(tps)
+            for tp in tps:
+                while await consumer.position(tp) < ends[tp]:
+                    batch = await consumer.getmany(tp, timeout_ms=2000)
+                    for message in batch.get(tp, []):
+                        text = (
+                            (message.key or b"").decode(errors="replace")
+                            + " "
+                            + (message.value or b"").decode(errors="replace")[:400]
+                        )
+                        hits = [k for k in keys if k in text]
+                        if hits:
+                            meta = committed.get(tp)
+                            found.append(
+                                f"{name}[{tp.partition}]@{message.offset} (group at "
+                                f"{meta.offset if meta else None}): {text[:200]}"
+                            )
+    finally:
+        await consumer.stop()
+        await admin.close()
+    return found
+
+
 async def transfers(w3, token: str, sender: str) -> list[dict[str, Any]]:
     topic = "0x" + sender.lower().removeprefix("0x").rjust(64, "0")
     transfer = "0x" + keccak(text="Transfer(address,address,uint256)").hex()
@@ -574,4 +612,8 @@ async def test_soak_under_faults_loses_nothing_and_repeats_nothing(
         with capsys.disabled():
             print("\n[chaos] " + "\n[chaos] ".join(report))
         assert not duplicates and not paid_twice, (seed, duplicates, paid_twice)
-        assert not losses, (seed, losses)
+        if losses:
+            lost = {key for key in ledger.hooks.values() if ("hook", key) not in by_key}
+            lost |= {run_id("hook", key) for key in set(lost)}
+            where = await trace(settings, lost) if lost else []
+            raise AssertionError(f"seed {seed}: losses {losses}\n" + "\n".join(where))
