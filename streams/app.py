@@ -185,6 +185,37 @@ class RflowConsumer(aiokafka_driver.Consumer):
         self.rereading[tp] = min(offset_from, self.rereading.get(tp, offset_from))
         self.read_again()
 
+    def _new_offset(self, tp):
+        """The offset to commit for ``tp``: Faust's, unless it would pass a record never
+        acknowledged.
+
+        Faust commits the first consecutive run of acknowledged offsets, and lets that run
+        start one past the committed offset (or anywhere while the committed offset is 0
+        or unknown): the record at the committed offset, if it was dropped unprocessed
+        around a rebalance and its successors were acknowledged, would be committed past
+        and lost. On rflow's streams a commit must start at the committed offset; when the
+        record there is missing the partition is read again from it instead.
+        """
+        acked = self._acked[tp]
+        committed = self._committed_offset[tp]
+        if acked and committed is not None and tp.topic not in self.app.tables.changelog_topics:
+            head = min(acked)
+            gaps = self._gap.get(tp)
+            if gaps:
+                head = min(head, min(interval.begin for interval in gaps))
+            if head > committed:
+                log.warning(
+                    "%s[%d]: offsets %d..%d were never acknowledged: reading them again",
+                    tp.topic,
+                    tp.partition,
+                    committed,
+                    head - 1,
+                )
+                self.rereading[tp] = min(committed, self.rereading.get(tp, committed))
+                self.read_again()
+                return None
+        return super()._new_offset(tp)
+
     async def _read_again(self) -> None:
         await asyncio.sleep(0)  # after the fetcher's current record
         try:

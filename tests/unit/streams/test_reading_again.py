@@ -68,3 +68,22 @@ async def test_other_partitions_flow_and_a_commit_past_the_stretch_ends_the_wait
     assert consumer.rereading == {}
     await consumer.in_order(record(30))
     assert delivered == [5, 30]
+
+
+async def test_no_commit_passes_a_record_never_acknowledged():
+    consumer, _, seeks = consumer_with_records()
+    # Faust would commit 51..52 past 50 (it allows one missing record at the head), and
+    # anything at all while the committed offset is 0.
+    for committed, acked in ((50, [51, 52]), (0, [3, 4])):
+        consumer._committed_offset[TRIGGERS] = committed
+        consumer._acked[TRIGGERS] = list(acked)
+        consumer._acked_index[TRIGGERS] = set(acked)
+        assert consumer._new_offset(TRIGGERS) is None
+        assert consumer.rereading == {TRIGGERS: committed}
+        await settle()
+        consumer.rereading.clear()
+    assert len(seeks) == 2  # read again from the committed offset each time
+    consumer._committed_offset[TRIGGERS] = 50
+    consumer._acked[TRIGGERS] = [50, 51, 52]
+    consumer._acked_index[TRIGGERS] = {50, 51, 52}
+    assert consumer._new_offset(TRIGGERS) == 53
