@@ -185,17 +185,16 @@ class Tracker:
         if not confirmed:
             return
 
+        outcomes = [
+            (watched.row, receipt, "succeeded" if int(receipt["status"], 16) == 1 else "reverted")
+            for watched, receipt in confirmed
+        ]
+
         async def work(conn) -> None:
             async with conn.transaction():
-                for watched, receipt in confirmed:
-                    row = watched.row
-                    succeeded = int(receipt["status"], 16) == 1
-                    await sends.settle(
-                        conn,
-                        row.send_key,
-                        status="succeeded" if succeeded else "reverted",
-                        receipt=receipt,
-                    )
+                for row, receipt, status in outcomes:
+                    succeeded = status == "succeeded"
+                    await sends.settle(conn, row.send_key, status=status, receipt=receipt)
                     await budgets.record_gas(
                         conn,
                         tx_hash=receipt["transactionHash"],
@@ -212,11 +211,11 @@ class Tracker:
                         )
 
         await self.relayer.db(work, f"settle {len(confirmed)} send(s)")
-        for watched, receipt in confirmed:
-            status = "succeeded" if int(receipt["status"], 16) == 1 else "reverted"
-            block = int(receipt["blockNumber"], 16)
-            log.info("send %s %s in block %s", watched.row.send_key, status, block)
-        await self._answer(*(watched.row.send_key for watched, _ in confirmed))
+        for row, receipt, status in outcomes:
+            log.info(
+                "send %s %s in block %s", row.send_key, status, int(receipt["blockNumber"], 16)
+            )
+        await self._answer(*(row.send_key for row, _, _ in outcomes))
 
     async def settle_failed(self, row: SendRow, error: StepError) -> None:
         """Settle an open send that never reached the chain (or whose nonce is gone)."""
@@ -407,8 +406,7 @@ class Tracker:
             async with conn.transaction():
                 if reason is not None:
                     await sends.mark(conn, row.send_key, reason.model_dump(mode="json"))
-                await sends.insert(
-                    conn,
+                filler = sends.NewSend(
                     send_key=key,
                     purpose="fill",
                     run_id=None,
@@ -425,6 +423,7 @@ class Tracker:
                     fee_cap=max(fees.max_fee_per_gas * 4, row.fee_cap),
                     attempt=attempt,
                 )
+                await sends.insert_many(conn, [filler])
 
         await self.relayer.db(work, f"fill nonce {row.nonce}")
         log.warning(

@@ -166,11 +166,6 @@ class Relayer:
 
     # --- sends, a batch at a time ---------------------------------------------------------
 
-    async def handle(self, request: SendRequest) -> None:
-        """Take one send from the topic (see :meth:`handle_many`)."""
-        for _, exc in await self.handle_many([request]):
-            raise exc
-
     async def handle_many(
         self, requests: Sequence[SendRequest]
     ) -> list[tuple[SendRequest, BaseException]]:
@@ -346,18 +341,14 @@ class Relayer:
         for item in going:
             by_signer[item.signer_on].append(item)
         new: list[sends.NewSend] = []
-        for (network, address), items in by_signer.items():
-            chain_nonce = chain_nonces.get((network, address))
-            first = await sends.next_nonce(conn, network, address, chain_nonce, len(items))
-            if first is None:  # a counter that vanished: sync it with the chain
-                chain_nonce = await self.chain_nonce(items[0].node, address)
-                first = await sends.next_nonce(conn, network, address, chain_nonce, len(items))
+        for pair, items in by_signer.items():
+            first = await self._nonces(conn, items[0], chain_nonces.get(pair), len(items))
             new += [item.new_send(first + i) for i, item in enumerate(items)]
         stored = await sends.insert_many(conn, new)
         return len(stored) == len(new)
 
     async def _store_one(self, conn: Any, item: _Ready, chain_nonce: int | None) -> None:
-        intent, signer, execute = item.intent, item.signer, item.request.execute
+        execute = item.request.execute
         await budgets.check_gas(conn, item.breakers)
         await budgets.reserve(
             conn,
@@ -366,16 +357,20 @@ class Relayer:
             workflow=execute.workflow,
             charges=item.reservations,
         )
-        nonce = await sends.next_nonce(conn, intent.network, signer.address, chain_nonce)
-        if nonce is None:  # a counter that vanished: sync it with the chain
-            nonce = await sends.next_nonce(
-                conn,
-                intent.network,
-                signer.address,
-                await self.chain_nonce(item.node, signer.address),
-            )
+        nonce = await self._nonces(conn, item, chain_nonce)
         if not await sends.insert_many(conn, [item.new_send(nonce)]):
             raise _KeyTaken
+
+    async def _nonces(
+        self, conn: Any, item: _Ready, chain_nonce: int | None, count: int = 1
+    ) -> int:
+        """Allocate ``count`` nonces of ``item``'s signer; the first is returned."""
+        network, address = item.signer_on
+        first = await sends.next_nonce(conn, network, address, chain_nonce, count)
+        if first is None:  # a counter that vanished: sync it with the chain
+            chain_nonce = await self.chain_nonce(item.node, address)
+            first = await sends.next_nonce(conn, network, address, chain_nonce, count)
+        return first
 
     async def chain_nonce(self, node: Node, address: str) -> int:
         try:

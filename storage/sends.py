@@ -232,12 +232,6 @@ class NewSend(_Send):
         }
 
 
-async def insert(conn: psycopg.AsyncConnection, **send: Any) -> bool:
-    """Store a new send (the fields of :class:`NewSend`) with its first signed attempt;
-    False if the key already exists."""
-    return bool(await insert_many(conn, [NewSend(**send)]))
-
-
 async def insert_many(conn: psycopg.AsyncConnection, new: Sequence[NewSend]) -> set[str]:
     """Store new sends with their first attempts in one round trip; the keys stored (a key
     that exists already is left as it is, and its attempt is not stored)."""
