@@ -8,7 +8,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from rflow.codecs import DeadLetter
-from rflow.storage.errors import translated
+from rflow.storage.errors import storable, translated
 
 _INSERT = """
 INSERT INTO dead_letters (topic, "partition", "offset", record_key, reason, raw, failed_at)
@@ -31,12 +31,8 @@ async def record(conn: psycopg.AsyncConnection, letter: DeadLetter) -> bool:
     Postgres text cannot hold NUL: a record carrying one (hostile or broken input is what
     this table is for) is stored with each NUL shown as U+FFFD.
     """
-    fields = {
-        name: value.replace("\x00", "\ufffd") if isinstance(value, str) else value
-        for name, value in letter.model_dump().items()
-    }
     with translated():
-        cur = await conn.execute(_INSERT, fields)
+        cur = await conn.execute(_INSERT, storable(letter.model_dump()))
         return cur.rowcount == 1
 
 

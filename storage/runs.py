@@ -11,7 +11,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from rflow.engine.effects import Journal, Settle
-from rflow.storage.errors import InvalidValue, translated
+from rflow.storage.errors import InvalidValue, storable, translated
 
 _RUN_STARTED = """
 INSERT INTO runs (run_id, workflow, version, trigger_key, matrix, group_key, status, trigger, created_at, updated_at)
@@ -125,19 +125,6 @@ async def _apply(conn: psycopg.AsyncConnection, batches: dict[str, list[tuple[An
             for name in _ORDER:
                 if batches[name]:
                     await cur.executemany(_STATEMENTS[name], batches[name])
-
-
-def storable(value: Any) -> Any:
-    """``value`` with every NUL in its text (JSON keys and strings included) as U+FFFD."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, Jsonb):
-        return Jsonb(storable(value.obj))
-    if isinstance(value, dict):
-        return {storable(k): storable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(storable(v) for v in value)
-    return value
 
 
 def _row(entry: Journal) -> tuple[Any, ...] | None:
