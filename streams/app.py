@@ -182,27 +182,24 @@ class RflowConsumer(aiokafka_driver.Consumer):
             tp.topic,
             tp.partition,
         )
-        self.rereading[tp] = min(offset_from, self.rereading.get(tp, offset_from))
-        self.read_again()
+        self._read_from(tp, offset_from)
 
     def _new_offset(self, tp):
         """The offset to commit for ``tp``: Faust's, unless it would pass a record never
         acknowledged.
 
         Faust commits the first consecutive run of acknowledged offsets, and lets that run
-        start one past the committed offset (or anywhere while the committed offset is 0
-        or unknown): the record at the committed offset, if it was dropped unprocessed
-        around a rebalance and its successors were acknowledged, would be committed past
-        and lost. On rflow's streams a commit must start at the committed offset; when the
-        record there is missing the partition is read again from it instead.
+        start one past the committed offset (or anywhere while the committed offset is 0):
+        the record at the committed offset, if it was dropped unprocessed around a
+        rebalance and its successors were acknowledged, would be committed past and lost.
+        On rflow's streams, once the group has a committed offset, a commit must start at
+        it; when the record there is missing the partition is read again from it instead.
         """
         acked = self._acked[tp]
         committed = self._committed_offset[tp]
+        # (No gaps to weigh: on these topics _add_gap never records one.)
         if acked and committed is not None and tp.topic not in self.app.tables.changelog_topics:
             head = min(acked)
-            gaps = self._gap.get(tp)
-            if gaps:
-                head = min(head, min(interval.begin for interval in gaps))
             if head > committed:
                 log.warning(
                     "%s[%d]: offsets %d..%d were never acknowledged: reading them again",
@@ -211,10 +208,14 @@ class RflowConsumer(aiokafka_driver.Consumer):
                     committed,
                     head - 1,
                 )
-                self.rereading[tp] = min(committed, self.rereading.get(tp, committed))
-                self.read_again()
+                self._read_from(tp, committed)
                 return None
         return super()._new_offset(tp)
+
+    def _read_from(self, tp, offset: int) -> None:
+        """Read ``tp`` again from ``offset`` on, holding back the records after it."""
+        self.rereading[tp] = min(offset, self.rereading.get(tp, offset))
+        self.read_again()
 
     async def _read_again(self) -> None:
         await asyncio.sleep(0)  # after the fetcher's current record
