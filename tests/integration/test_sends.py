@@ -227,11 +227,16 @@ async def pending_sends(settings, count: int) -> list[Any] | None:
 
 
 async def open_sends(settings) -> list[Any]:
+    return await stored_sends(settings, open_only=True)
+
+
+async def stored_sends(settings, *, open_only: bool = False) -> list[Any]:
+    """Every stored send (or every unsettled one), with its attempts."""
+    query = "SELECT send_key FROM sends" + (" WHERE settled_at IS NULL" if open_only else "")
     conn = await storage.connect(settings)
     async with conn:
-        rows = await conn.execute("SELECT send_key FROM sends WHERE settled_at IS NULL")
-        keys = [r[0] for r in await rows.fetchall()]
-        return [await sends.find(conn, k) for k in keys]
+        cur = await conn.execute(query)
+        return [await sends.find(conn, key) for (key,) in await cur.fetchall()]
 
 
 ONE_TRANSFER = """
@@ -381,14 +386,7 @@ async def test_a_send_reorged_away_before_its_confirmations_goes_out_again(
         assert run["status"] == "succeeded", worker.tail()
         # The same signed transaction, at the same nonce: nothing signed anew, no filler.
         assert log["transactionHash"] == row.tx_hash == run["steps"][0]["output"]["tx"]["hash"]
-        assert [r.purpose for r in await all_sends(settings)] == ["step"]
-
-
-async def all_sends(settings) -> list[Any]:
-    conn = await storage.connect(settings)
-    async with conn:
-        cur = await conn.execute("SELECT send_key FROM sends")
-        return [await sends.find(conn, k) for (k,) in await cur.fetchall()]
+        assert [r.purpose for r in await stored_sends(settings)] == ["step"]
 
 
 async def sends_of_key(settings, key: str):
