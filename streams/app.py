@@ -16,6 +16,7 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.transport.producer import ProducerBuffer
+from mode.utils.queues import ThrowableQueue
 
 from rflow.codecs import tables as table_codec
 from rflow.lang import Project, load_project
@@ -212,6 +213,27 @@ class RflowConsumer(aiokafka_driver.Consumer):
                 return None
         return super()._new_offset(tp)
 
+    def records_dropped(self, events: list[Any]) -> None:
+        """A flow resume emptied a stream's queue: read each partition of rflow's
+        streams again from the first record thrown away, holding back the ones after."""
+        first: dict[Any, int] = {}
+        for event in events:
+            message = getattr(event, "message", None)
+            if message is None or message.topic in self.app.tables.changelog_topics:
+                continue
+            first[message.tp] = min(message.offset, first.get(message.tp, message.offset))
+        assigned = self.assignment()
+        for tp, offset in first.items():
+            if tp in assigned:
+                log.info(
+                    "%s[%d]: records from offset %d were dropped by a flow resume: "
+                    "reading them again",
+                    tp.topic,
+                    tp.partition,
+                    offset,
+                )
+                self._read_from(tp, offset)
+
     def _read_from(self, tp, offset: int) -> None:
         """Read ``tp`` again from ``offset`` on, holding back the records after it."""
         self.rereading[tp] = min(offset, self.rereading.get(tp, offset))
@@ -230,10 +252,54 @@ class RflowConsumer(aiokafka_driver.Consumer):
                 del self.rereading[tp]
 
 
+class ClearedQueue(ThrowableQueue):
+    """Faust's flow-controlled queue, telling ``dropped`` which events a clear threw away."""
+
+    def __init__(self, *args: Any, dropped: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.dropped = dropped
+
+    def clear(self) -> None:
+        events = list(self._queue)  # type: ignore[attr-defined]
+        super().clear()
+        if events:
+            self.dropped(events)
+
+
 class RflowApp(faust.App):
     """A Faust app carrying rflow's :class:`Runtime` as ``app.rflow``."""
 
     rflow: Runtime
+
+    def FlowControlQueue(
+        self, maxsize: int | None = None, *, clear_on_resume: bool = False
+    ) -> ThrowableQueue:
+        """Faust's queue of a stream or channel, which a flow resume empties.
+
+        Faust resumes the flow several times in one rebalance, the last time after it has
+        sought the streams to their committed offsets and resumed fetching: records
+        fetched in between are thrown away, though the fetcher counts them as read. On
+        rflow's streams those records are read again, and the ones after them wait
+        (:meth:`RflowConsumer.records_dropped`), so nothing is lost or taken out of order.
+        """
+        return ClearedQueue(
+            maxsize=maxsize,
+            flow_control=self.flow_control,
+            clear_on_resume=clear_on_resume,
+            dropped=lambda events: self.consumer.records_dropped(events),
+        )
+
+    def keep_changelog_records(self) -> None:
+        """Never throw away changelog records a flow resume finds queued.
+
+        Recovery would wait forever for records thrown away after it sought a changelog
+        partition back (it reads each partition once, to its end), and a standby would
+        keep a hole. Applying a record queued before a seek is harmless: a changelog is
+        read in order, and every record after it is applied again.
+        """
+        self.tables._changelog_queue = ThrowableQueue(
+            maxsize=self.conf.stream_buffer_maxsize, flow_control=self.flow_control
+        )
 
     def _new_consumer(self):
         return RflowConsumer(
@@ -325,6 +391,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     )
 
     runtime.tables = tables.create(app)
+    app.keep_changelog_records()
     runtime.database = app.add_dependency(Database(settings))
     from rflow.ingress.scheduler import SchedulerService
 

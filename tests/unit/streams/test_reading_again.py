@@ -87,3 +87,43 @@ async def test_no_commit_passes_a_record_never_acknowledged():
     consumer._acked[TRIGGERS] = [50, 51, 52]
     consumer._acked_index[TRIGGERS] = {50, 51, 52}
     assert consumer._new_offset(TRIGGERS) == 53
+
+
+def queued(offset: int, tp: TP = TRIGGERS) -> SimpleNamespace:
+    """An event in a stream's queue, as the conductor puts it there."""
+    return SimpleNamespace(message=SimpleNamespace(tp=tp, topic=tp.topic, offset=offset))
+
+
+async def test_records_a_flow_resume_throws_away_are_read_again_in_order():
+    consumer, delivered, seeks = consumer_with_records()
+    app = consumer.app
+    consumer.assignment = lambda: {TRIGGERS}
+    queue = app.FlowControlQueue(maxsize=16, clear_on_resume=True)
+    # Faust resumed the flow after seeking to the committed offset 29: 29 and 30 were
+    # fetched and queued, and a later resume empties the queue (Faust's fetcher counts
+    # them as read and goes on with 31).
+    for offset in (29, 30):
+        queue.put_nowait(queued(offset))
+    app.flow_control.resume()
+    assert queue.empty()
+    assert consumer.rereading == {TRIGGERS: 29}
+    await consumer.in_order(record(31))  # ahead of the dropped ones: held back
+    await settle()
+    assert delivered == [] and seeks
+    for offset in (29, 30, 31):  # read again from the committed offset
+        await consumer.in_order(record(offset))
+    assert delivered == [29, 30, 31]
+    assert consumer.rereading == {}
+
+
+async def test_changelog_records_survive_a_flow_resume():
+    consumer, _, _ = consumer_with_records()
+    app = consumer.app
+    changelog = TP(next(iter(app.tables.changelog_topics)), 0)
+    queue = app.tables.changelog_queue
+    # Recovery has sought this partition back to its start and reads it to its end once;
+    # a resume that threw its records away would leave it waiting for them forever.
+    queue.put_nowait(queued(3, changelog))
+    app.flow_control.resume()
+    assert queue.qsize() == 1
+    assert consumer.rereading == {}
