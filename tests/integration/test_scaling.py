@@ -136,7 +136,6 @@ async def settle_into(settings: Settings, workers: list[WorkerProcess]) -> list[
     )
 
 
-@pytest.mark.soak
 async def test_a_group_grows_to_three_workers_and_back_under_load(
     settings, worker_factory, tmp_path, sink
 ):
