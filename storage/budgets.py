@@ -41,32 +41,11 @@ SELECT pg_advisory_xact_lock(hashtext('rflow.budgets.' || current_schema()),
                              hashtext(%s || chr(31) || %s))
 """
 
-# Run after the lock is held: in READ COMMITTED each statement takes a new snapshot, so
-# this one sees every reservation committed by the lock's previous holders.
+# The lock, the cap check and the insert of one charge, in one statement (migration 0011).
 _RESERVE = """
-WITH existing AS (
-    SELECT 1 FROM budget_reservations
-    WHERE budget = %(budget)s AND asset = %(asset)s AND send_key = %(send_key)s
-), used AS (
-    -- One snapshot for both: the live total (one row, kept by a trigger), and the spent
-    -- reservations inside the window, read from their partial index (older spent rows are
-    -- never visited).
-    SELECT coalesce((SELECT reserved FROM budget_live
-                     WHERE budget = %(budget)s AND asset = %(asset)s), 0)
-         + (SELECT coalesce(sum(amount), 0) FROM budget_reservations
-            WHERE budget = %(budget)s AND asset = %(asset)s AND status = 'spent'
-              AND created_at > (SELECT now() - %(window)s::interval)) AS consumed
-), inserted AS (
-    INSERT INTO budget_reservations (budget, asset, send_key, amount, run_id, workflow)
-    SELECT %(budget)s, %(asset)s, %(send_key)s, %(amount)s::numeric, %(run_id)s, %(workflow)s
-    FROM used
-    WHERE NOT EXISTS (SELECT 1 FROM existing)
-      AND (%(amount)s::numeric = 0 OR used.consumed + %(amount)s::numeric <= %(cap)s::numeric)
-    ON CONFLICT (budget, asset, send_key) DO NOTHING
-    RETURNING 1
-)
-SELECT EXISTS (SELECT 1 FROM existing), (SELECT consumed FROM used),
-       EXISTS (SELECT 1 FROM inserted)
+SELECT existed, consumed, inserted
+FROM budget_reserve(%(budget)s, %(asset)s, %(send_key)s, %(amount)s::numeric, %(cap)s::numeric,
+                    %(window)s::interval, %(run_id)s, %(workflow)s)
 """
 
 _SETTLE = {
@@ -254,7 +233,8 @@ async def reserve(
     so no charge of a refused send survives. Pairs are locked in sorted order (racing sends
     with several charges cannot deadlock); charges of one pair are summed. A reservation
     that exists already (a redelivered send) is left as it is and not checked again; a zero
-    amount is recorded and never fails.
+    amount is recorded and never fails. A single charge is one statement: on a connection
+    in autocommit mode it is a transaction of its own.
     """
     [(_, refusal)] = await _reserve(conn, [Reservation(send_key, run_id, workflow, charges)])
     if refusal is not None:
@@ -284,25 +264,28 @@ async def _reserve(conn, reservations, *, partial=False):
     """Lock and reserve in one pipeline; each reservation with its first refusal (and,
     with ``partial``, whether another of its charges was reserved)."""
     planned = [(reservation, _merged(reservation.charges)) for reservation in reservations]
+    statements = [
+        {
+            "budget": budget,
+            "asset": asset,
+            "send_key": reservation.send_key,
+            "amount": charge.amount,
+            "cap": charge.cap,
+            "window": charge.window,
+            "run_id": reservation.run_id,
+            "workflow": reservation.workflow,
+        }
+        for reservation, pairs in planned
+        for (budget, asset), charge in pairs
+    ]
     with translated():
-        # One round trip for every lock and check: the server still runs them in order,
-        # each check after its lock is granted.
-        async with conn.pipeline():
-            cursors = []
-            for reservation, pairs in planned:
-                for (budget, asset), charge in pairs:
-                    await conn.execute(_LOCK, (budget, asset))
-                    params = {
-                        "budget": budget,
-                        "asset": asset,
-                        "send_key": reservation.send_key,
-                        "amount": charge.amount,
-                        "cap": charge.cap,
-                        "window": charge.window,
-                        "run_id": reservation.run_id,
-                        "workflow": reservation.workflow,
-                    }
-                    cursors.append(await conn.execute(_RESERVE, params))
+        if len(statements) == 1:
+            cursors = [await conn.execute(_RESERVE, statements[0])]
+        else:
+            # One round trip for every charge: the server still runs them in order, each
+            # check after its lock is granted.
+            async with conn.pipeline():
+                cursors = [await conn.execute(_RESERVE, params) for params in statements]
         answers = iter(cursors)
         results = []
         for reservation, pairs in planned:
