@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 DEFAULT_STEP_TIMEOUT = 300.0
 MAX_CONCURRENT_ACTIONS = 64
 MAX_CONCURRENT_ROWS = 8
+JOURNAL_RECORD_BYTES = 256 * 1024
+"""Above this, a decision's journal entries go out one record each (a record must stay
+under the 1 MiB every reader accepts, and step outputs can be large)."""
 """Timer and wait rows written at once: more would only queue for the pool's
 connections and starve the projector and the timer loop that share it."""
 
@@ -83,6 +86,9 @@ class EffectRunner:
         """Start every effect; only the journal sends are awaited (they are buffered).
         ``journal=False``: the journal entries were delivered already (:meth:`deliver`)."""
         key = partition_key(state)
+        entries = [effect for effect in effects if isinstance(effect, Journal | Settle)]
+        if journal and entries:
+            await self.publish(entries)
         for effect in effects:
             if isinstance(effect, Execute) and effect.kind == "send_transaction":
                 self.spawn(self.send(effect, key), f"send {effect.key}")
@@ -99,11 +105,8 @@ class EffectRunner:
                     self.db(lambda conn, e=effect: waits.delete(conn, e.wait_id), "unpark"),
                     "unpark",
                 )
-            elif isinstance(effect, Journal | Settle):
-                if journal:
-                    await self.publish(effect)
-                if isinstance(effect, Settle):
-                    self.settled(effect, state)
+            elif isinstance(effect, Settle):
+                self.settled(effect, state)
 
     def settled(self, effect: Settle, state: RunState) -> None:
         had_timers = any(r.due_at is not None for r in (*state.steps.values(), *state.history))
@@ -182,18 +185,23 @@ class EffectRunner:
         """Publish ``entries`` and wait until the broker has them all; retried until it does."""
 
         async def produce() -> None:
-            await asyncio.gather(*[await self._journal(entry) for entry in entries])
+            await asyncio.gather(*await self._journal(entries))
 
         await _until_delivered(produce, "the journal")
 
-    async def publish(self, entry: Journal | Settle) -> None:
-        await self._journal(entry)
+    async def publish(self, entries: list[Journal | Settle]) -> None:
+        """Hand a decision's journal entries (one run's) to the producer, without waiting."""
+        await self._journal(entries)
 
-    async def _journal(self, entry: Journal | Settle) -> Awaitable[Any]:
-        """Hand a journal entry to the producer; the returned future says when it is out."""
-        return await self.runtime.topics.events.send(
-            key=entry.run_id.encode(), value=encode(RunJournal(entry=entry))
-        )
+    async def _journal(self, entries: list[Journal | Settle]) -> list[Awaitable[Any]]:
+        """Hand ``entries`` to the producer as one record, or as several where one would
+        be large; the returned futures say when they are out."""
+        sent = []
+        for value in journal_records(entries):
+            sent.append(
+                await self.runtime.topics.events.send(key=entries[0].run_id.encode(), value=value)
+            )
+        return sent
 
     # --- rows ---------------------------------------------------------------------------
 
@@ -236,6 +244,17 @@ class EffectRunner:
             )
 
         return work
+
+
+def journal_records(entries: list[Journal | Settle]) -> list[bytes]:
+    """The events-topic records of one decision's entries: one record for them all, unless
+    it would pass JOURNAL_RECORD_BYTES, then one per entry (as large as an entry is)."""
+    if not entries:
+        return []
+    together = encode(RunJournal(entries=entries))
+    if len(together) <= JOURNAL_RECORD_BYTES or len(entries) == 1:
+        return [together]
+    return [encode(RunJournal(entries=[entry])) for entry in entries]
 
 
 async def _until_delivered(produce: Callable[[], Awaitable[None]], what: str) -> None:

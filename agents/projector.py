@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.codecs import DecodeError, RunJournal, decode
+from rflow.engine import Journal, Settle
 from rflow.storage import StorageError, runs
 
 if TYPE_CHECKING:
@@ -28,25 +29,37 @@ def attach(app: RflowApp) -> None:
             decoded = []
             for event in batch:
                 try:
-                    decoded.append((event.message, decode(event.value, RunJournal).entry))
+                    decoded.append((event.message, decode(event.value, RunJournal).journal))
                 except DecodeError as exc:
                     await send_dead_letter(app, event.message, exc.reason)
             if not decoded:
                 continue
-            entries = [entry for _, entry in decoded]
+            entries = [entry for _, journal in decoded for entry in journal]
             try:
                 await runtime.database.run(
                     lambda conn, entries=entries: runs.project(conn, entries), what="projection"
                 )
             except StorageError:
                 # One entry the database refuses must not hold back (or crash away) the
-                # rest: project one by one, dead-lettering what is refused.
-                for message, entry in decoded:
-                    try:
-                        await runtime.database.run(
-                            lambda conn, entry=entry: runs.project(conn, [entry]), what="projection"
-                        )
-                    except StorageError as exc:
-                        await send_dead_letter(
-                            app, message, f"the read model refused this entry: {exc}"
-                        )
+                # rest: project one by one, dead-lettering the record of what is refused.
+                for message, journal in decoded:
+                    for entry in journal:
+                        try:
+                            await runtime.database.run(
+                                lambda conn, entry=entry: runs.project(conn, [entry]),
+                                what="projection",
+                            )
+                        except StorageError as exc:
+                            await send_dead_letter(
+                                app,
+                                message,
+                                f"the read model refused this entry ({describe(entry)}): {exc}",
+                            )
+
+
+def describe(entry: Journal | Settle) -> str:
+    """Which entry of a record, for a dead letter's reason."""
+    if isinstance(entry, Settle):
+        return f"settle of run {entry.run_id}"
+    where = f" of step {entry.path}" if entry.path else ""
+    return f"{entry.event}{where} of run {entry.run_id}"

@@ -291,8 +291,7 @@ class Runner:
         self.runs[rid] = {"settled": str(status)}
         start = self.start_of(workflow, record, combo, rid)
         entries = lanes.never_started(start, status, reason, datetime.now(UTC))
-        for entry in entries:
-            await self.effects.publish(entry)
+        await self.effects.publish(entries)
         self.runtime.metrics.journaled(workflow, record.workflow, None, entries)
         log.info("run %s of %s not started: %s", rid, record.workflow, reason)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rflow.engine.effects import Execute, Journal, Settle
 from rflow.engine.events import Event
@@ -107,12 +107,36 @@ class SendRequest(Record):
         return f"{self.execute.action['network']}:{self.execute.action['relayer']}"
 
 
+JournalEntry = Annotated[Journal | Settle, Field(discriminator="type")]
+
+
 class RunJournal(Record):
-    """A journal entry of a run for the read model (on the events topic, keyed by run id)."""
+    """Journal entries of a run for the read model (on the events topic, keyed by run id).
+
+    Version 2 carries the entries of one decision of the engine, in order; version 1
+    (still read) carried one entry.
+    """
 
     kind: Literal["run_journal"] = "run_journal"
-    v: Literal[1] = 1
-    entry: Annotated[Journal | Settle, Field(discriminator="type")]
+    v: Literal[1, 2] = 2
+    entry: JournalEntry | None = None
+    entries: list[JournalEntry] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_shape_per_version(self) -> RunJournal:
+        if self.v == 1 and (self.entry is None or self.entries):
+            raise ValueError("a version 1 run_journal carries exactly one entry, in 'entry'")
+        if self.v == 2 and (self.entry is not None or not self.entries):
+            raise ValueError("a version 2 run_journal carries its entries in 'entries'")
+        runs = {entry.run_id for entry in self.journal}
+        if len(runs) > 1:
+            raise ValueError(f"a run_journal belongs to one run, not to {sorted(runs)}")
+        return self
+
+    @property
+    def journal(self) -> list[Journal | Settle]:
+        """The entries, whatever the version."""
+        return [self.entry] if self.entry is not None else list(self.entries)
 
 
 AnyRecord = Annotated[
@@ -124,7 +148,7 @@ KNOWN_VERSIONS: dict[str, frozenset[int]] = {
     "trigger": frozenset({1}),
     "trigger_retracted": frozenset({1}),
     "run_event": frozenset({1}),
-    "run_journal": frozenset({1}),
+    "run_journal": frozenset({1, 2}),
     "send": frozenset({1}),
     "dead_letter": frozenset({1}),
 }

@@ -192,7 +192,7 @@ async def test_an_entry_the_read_model_refuses_is_dead_lettered_and_the_rest_pro
     )
     for entry in (bad, good):
         await produce(
-            settings, "rflow.events", entry.run_id.encode(), encode(RunJournal(entry=entry))
+            settings, "rflow.events", entry.run_id.encode(), encode(RunJournal(entries=[entry]))
         )
 
     async def projected():

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rflow.codecs import MAX_RECORD_BYTES, DeadLetter, DecodeError, TriggerRecord, decode, encode
+from rflow.codecs import (
+    MAX_RECORD_BYTES,
+    DeadLetter,
+    DecodeError,
+    RunJournal,
+    TriggerRecord,
+    decode,
+    encode,
+)
 from rflow.codecs import json as rjson
+from rflow.engine import Journal
 
 WHEN = datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)
 
@@ -131,3 +141,46 @@ def test_deeply_nested_json_is_refused_before_any_parser_recurses():
         rjson.loads(b"[" * 100_000 + b"1" * 30)
     with pytest.raises(DecodeError):
         decode(b"[" * 100_000)
+
+
+def journal(event: str, run_id: str = "r1", **data) -> Journal:
+    return Journal(run_id=run_id, workflow="w", event=event, status="running", at=WHEN, data=data)
+
+
+def test_a_run_journal_carries_one_decisions_entries_and_still_reads_version_1():
+    entries = [journal("run_started"), journal("step_started", input={"n": 2})]
+    record = decode(encode(RunJournal(entries=entries)), RunJournal)
+    assert record.v == 2 and record.journal == entries
+    old = b'{"kind":"run_journal","v":1,"entry":' + entries[0].model_dump_json().encode() + b"}"
+    assert decode(old, RunJournal).journal == entries[:1]
+
+
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [
+        ({"v": 2, "entries": []}, "carries its entries in 'entries'"),
+        ({"v": 1, "entries": ["E"]}, "carries exactly one entry"),
+        ({"v": 2, "entries": ["E", "F"]}, "belongs to one run"),
+    ],
+)
+def test_a_run_journal_of_the_wrong_shape_is_refused_with_the_reason(doc, reason):
+    entries = {"E": journal("run_started"), "F": journal("run_started", run_id="r2")}
+    doc = {
+        "kind": "run_journal",
+        **doc,
+        "entries": [json.loads(entries[e].model_dump_json()) for e in doc["entries"]],
+    }
+    with pytest.raises(DecodeError, match=reason):
+        decode(json.dumps(doc).encode())
+
+
+def test_a_decisions_journal_is_one_record_unless_that_would_be_large():
+    from rflow.agents.effects import JOURNAL_RECORD_BYTES, journal_records
+
+    small = [journal("step_settled"), journal("run_settled")]
+    [together] = journal_records(small)
+    assert decode(together, RunJournal).journal == small
+    big = [journal("step_settled", output="x" * JOURNAL_RECORD_BYTES), journal("run_settled")]
+    apart = journal_records(big)
+    assert [decode(value, RunJournal).journal for value in apart] == [[big[0]], [big[1]]]
+    assert all(len(value) < MAX_RECORD_BYTES for value in apart)
