@@ -18,6 +18,7 @@ from rflow.agents.breakers import Breakers
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import EffectRunner, partition_key
 from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
+from rflow.codecs.tables import read_run_entry, run_entry, settled_entry
 from rflow.engine import (
     CancelRequested,
     Journal,
@@ -288,7 +289,7 @@ class Runner:
     async def never_started(self, rid: str, gate: str, status: RunStatus, reason: str) -> None:
         """Record a run its lane never started (skipped, or superseded while waiting)."""
         workflow, record, combo = self.firing(gate, rid)
-        self.runs[rid] = {"settled": str(status)}
+        self.runs[rid] = settled_entry(str(status))
         start = self.start_of(workflow, record, combo, rid)
         entries = lanes.never_started(start, status, reason, datetime.now(UTC))
         await self.effects.publish(entries)
@@ -472,10 +473,9 @@ class Runner:
         if isinstance(event, TimerFired) and event.purpose == "start":
             await self.deferred_start(event, partition)
             return
-        stored = self.runs.get(event.run_id)
-        if stored is not None and "settled" in stored:
+        state = read_run_entry(self.runs.get(event.run_id))
+        if isinstance(state, str):
             return  # over: a late or redelivered event (a Start included) changes nothing
-        state = RunState.model_validate(stored) if stored is not None else None
         pinned = event if isinstance(event, Start) else state
         workflow = await self.definition(pinned) if pinned is not None else None
         name = pinned.workflow if pinned is not None else None
@@ -489,8 +489,7 @@ class Runner:
             workflow, new_state.workflow, new_state, [e for e in effects if isinstance(e, Journal)]
         )
         if not new_state.settled:
-            # Defaults are left out: a parked run's entry is a third smaller in memory.
-            self.runs[event.run_id] = new_state.model_dump(mode="json", exclude_defaults=True)
+            self.runs[event.run_id] = run_entry(new_state)
             await self.effects.carry_out(new_state, effects, partition)
             return
         # A settling decision: its journal is delivered first, and the run is marked settled
@@ -512,7 +511,7 @@ class Runner:
                     await self.matrix_run_settled(new_state, effect, partition)
         # The table keeps a marker of a settled run, so a redelivered event of it is still
         # recognised, at a few bytes instead of its state.
-        self.runs[event.run_id] = {"settled": str(new_state.status)}
+        self.runs[event.run_id] = settled_entry(str(new_state.status))
 
     async def resume_partitions(self, assigned: frozenset[int]) -> None:
         """After a rebalance: re-issue what every unsettled run of new partitions awaits."""
@@ -525,10 +524,8 @@ class Runner:
         all_partitions = list(range(count))
         resumed = 0
         for stored in list(self.runs.values()):
-            if "settled" in stored:
-                continue
-            state = RunState.model_validate(stored)
-            if state.settled:
+            state = read_run_entry(stored)
+            if not isinstance(state, RunState) or state.settled:
                 continue
             key = partition_key(state)
             partition = partitioner(key.encode(), all_partitions, all_partitions)

@@ -184,7 +184,8 @@ def attach(app: RflowApp, control: Control) -> None:
                 return run
 
             run = await db(load, "run")
-            live = runtime.tables.runs.get(run_id)
+            stored = runtime.tables.runs.get(run_id)
+            live = json.loads(stored) if stored is not None else None
             if run is None and live is None:
                 raise ControlError(f"no run {run_id}", 404)
             return {**(run or {"run_id": run_id}), "live": live}

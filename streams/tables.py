@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import faust
 
-from rflow.codecs.tables import CODEC_NAME
+from rflow.codecs.tables import CODEC_NAME, RAW_CODEC_NAME
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -22,9 +22,11 @@ class Tables:
     lanes: faust.Table
 
 
-def _table(app: RflowApp, name: str, changelog: str, help: str) -> faust.Table:
+def _table(
+    app: RflowApp, name: str, changelog: str, help: str, values: str = CODEC_NAME
+) -> faust.Table:
     spec = app.rflow.catalog.spec(changelog)
-    schema = faust.Schema(key_serializer=CODEC_NAME, value_serializer=CODEC_NAME)
+    schema = faust.Schema(key_serializer=CODEC_NAME, value_serializer=values)
     # Our own changelog handle (Faust's default is named after the app id and is written
     # without acks): the journal must be acknowledged by the broker like any record.
     topic = app.declared_topic(
@@ -50,7 +52,7 @@ def _table(app: RflowApp, name: str, changelog: str, help: str) -> faust.Table:
     # untyped tables), bypassing the schema: an integer beyond 64 bits in a trigger's
     # payload would then fail the write and crash the agent. Writes must use our codec,
     # which reads always did.
-    table.key_serializer = table.value_serializer = CODEC_NAME
+    table.key_serializer, table.value_serializer = CODEC_NAME, values
     return table
 
 
@@ -70,7 +72,9 @@ def create(app: RflowApp) -> Tables:
             "runs",
             "rflow.state.runs",
             "Run state, keyed by run id: where the run is, the journal of every step "
-            "(inputs, outputs, errors, attempts) and the workflow version it is pinned to.",
+            "(inputs, outputs, errors, attempts) and the workflow version it is pinned to; "
+            'a settled run keeps {"settled": <status>}.',
+            values=RAW_CODEC_NAME,
         ),
         lanes=_table(
             app,
