@@ -38,11 +38,11 @@ log = logging.getLogger(__name__)
 DEFAULT_STEP_TIMEOUT = 300.0
 MAX_CONCURRENT_ACTIONS = 64
 MAX_CONCURRENT_ROWS = 8
+"""Timer and wait rows written at once: more would only queue for the pool's
+connections and starve the projector and the timer loop that share it."""
 JOURNAL_RECORD_BYTES = 256 * 1024
 """Above this, a decision's journal entries go out one record each (a record must stay
 under the 1 MiB every reader accepts, and step outputs can be large)."""
-"""Timer and wait rows written at once: more would only queue for the pool's
-connections and starve the projector and the timer loop that share it."""
 
 
 def partition_key(state: RunState) -> str:

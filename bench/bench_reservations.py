@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -79,19 +80,22 @@ async def reset(conn) -> None:
     await conn.execute("DELETE FROM budget_reservations WHERE send_key LIKE 'send-%'")
     await conn.execute("TRUNCATE bench_plain")
     await conn.execute("VACUUM ANALYZE budget_reservations")
-    # The delete moved the budgets' live totals once per row, in one transaction: without
-    # a vacuum their dead versions slow every later read of them, round after round.
+    # The delete moved the budgets' live totals once per row, in one transaction: their
+    # dead versions are vacuumed too, so every round starts from the same tables.
     await conn.execute("VACUUM ANALYZE budget_live")
     await conn.execute("VACUUM ANALYZE bench_plain")
+
+
+def committing(conn, explicit: bool):
+    """An explicit BEGIN ... COMMIT around one transaction's work, or nothing (autocommit:
+    each statement commits on its own)."""
+    return conn.transaction() if explicit else contextlib.nullcontext()
 
 
 def inserting(explicit: bool) -> Work:
     async def plain(conn, keys: range) -> None:
         for i in keys:
-            if explicit:
-                async with conn.transaction():
-                    await conn.execute(_INSERT, (f"row-{i}", 1))
-            else:
+            async with committing(conn, explicit):
                 await conn.execute(_INSERT, (f"row-{i}", 1))
 
     return plain
@@ -102,15 +106,9 @@ def reserving(budget: str, explicit: bool) -> Work:
 
     async def reserve(conn, keys: range) -> None:
         for i in keys:
-            key, run = f"send-{i}", f"run-{i}"
-            if explicit:
-                async with conn.transaction():
-                    await budgets.reserve(
-                        conn, send_key=key, run_id=run, workflow="bench", charges=charge
-                    )
-            else:
+            async with committing(conn, explicit):
                 await budgets.reserve(
-                    conn, send_key=key, run_id=run, workflow="bench", charges=charge
+                    conn, send_key=f"send-{i}", run_id=f"run-{i}", workflow="bench", charges=charge
                 )
 
     return reserve
