@@ -6,6 +6,7 @@ import asyncio
 from datetime import timedelta
 
 import pytest
+from psycopg import sql
 
 from rflow import storage
 from rflow.budgets import NATIVE, Charge, GasBreaker
@@ -381,3 +382,55 @@ async def test_a_batch_send_refused_on_one_of_two_caps_asks_for_one_at_a_time(co
 
 class _RolledBack(Exception):
     pass
+
+
+async def function_scan_buffers(conn, send_key: str) -> int:
+    """The buffers one reservation touches (EXPLAIN ANALYZE of one call, trigger included)."""
+    cur = await conn.execute(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM budget_reserve("
+        "'daily', 'native', %s, 1, 1000000, interval '1 day', NULL, 'sweep')",
+        (send_key,),
+    )
+    [[[plan]]] = await cur.fetchall()
+    top = plan["Plan"]
+    return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+
+
+async def test_a_reservation_reads_its_indexes_whatever_the_statistics_say(conn):
+    # Statistics taken after the table was emptied say it holds nothing; the session's
+    # cached plans are made from them and kept while a burst of sends fills it.
+    for i in range(300):
+        await budgets.reserve(
+            conn, send_key=f"old-{i}", run_id=None, workflow="sweep", charges=[native(1, 10**6)]
+        )
+    await conn.execute("DELETE FROM budget_reservations")
+    await conn.execute("VACUUM ANALYZE budget_reservations")
+    for i in range(3000):
+        await budgets.reserve(
+            conn, send_key=f"new-{i}", run_id=None, workflow="sweep", charges=[native(1, 10**6)]
+        )
+    # A scan of the budget's 3000 live rows touches 85 pages; its indexes, about 20.
+    assert await function_scan_buffers(conn, "probe") < 40
+    cur = await conn.execute("SELECT reserved FROM budget_live WHERE budget = 'daily'")
+    assert await cur.fetchone() == (3001,)  # the probe was reserved too
+
+
+async def test_the_budget_functions_find_their_tables_from_any_search_path(settings, conn):
+    await reserve(conn, "a", native(600))
+    other = await storage.connect(settings)
+    async with other:
+        await other.execute("SET search_path TO public")
+        cur = await other.execute(
+            sql.SQL(
+                "SELECT inserted, consumed FROM {}.budget_reserve("
+                "'daily', 'native', 'b', 500, 1000, interval '1 day', NULL, 'sweep')"
+            ).format(sql.Identifier(settings.database_schema))
+        )
+        assert await cur.fetchone() == (False, 600)  # the live 600 + 500 > 1000
+        await other.execute(
+            sql.SQL("DELETE FROM {}.budget_reservations").format(
+                sql.Identifier(settings.database_schema)
+            )
+        )
+    cur = await conn.execute("SELECT reserved FROM budget_live")
+    assert [int(r) for (r,) in await cur.fetchall()] == [0]
