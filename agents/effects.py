@@ -1,7 +1,8 @@
 """Carrying out the engine's effects without blocking the partition that asked for them.
 
-Actions run as tasks with bounded concurrency; their results come back as run events
-on the runs topic, keyed like the run, where the engine journals them. Timers and waits
+Actions run as tasks with bounded concurrency; their results come back to the runner,
+which decides them on the spot when this worker owns the run's partition, and otherwise
+as run events on the runs topic, keyed like the run. Timers and waits
 are rows in Postgres; journal entries go to the events topic for the read model.
 """
 
@@ -11,6 +12,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+from aiokafka.partitioner import DefaultPartitioner
 
 from rflow.agents.executors import Executors
 from rflow.agents.slots import RunSlots
@@ -43,6 +46,12 @@ connections and starve the projector and the timer loop that share it."""
 JOURNAL_RECORD_BYTES = 256 * 1024
 """Above this, a decision's journal entries go out one record each (a record must stay
 under the 1 MiB every reader accepts, and step outputs can be large)."""
+
+
+def runs_partition(key: str, count: int) -> int:
+    """The partition of the runs topic (of ``count``) that ``key``'s events go to."""
+    partitions = list(range(count))
+    return DefaultPartitioner()(key.encode(), partitions, partitions)
 
 
 def partition_key(state: RunState) -> str:
@@ -93,7 +102,7 @@ class EffectRunner:
             if isinstance(effect, Execute) and effect.kind == "send_transaction":
                 self.spawn(self.send(effect, key), f"send {effect.key}")
             elif isinstance(effect, Execute):
-                self.spawn(self.execute(effect, key), f"step {effect.key}")
+                self.spawn(self.execute(effect, key, partition), f"step {effect.key}")
             elif isinstance(effect, ScheduleTimer):
                 self.spawn(
                     self.db(self._timer(effect, key, partition), "timer"), f"timer {effect.key}"
@@ -133,7 +142,7 @@ class EffectRunner:
 
     # --- actions ----------------------------------------------------------------------
 
-    async def execute(self, effect: Execute, key: str) -> None:
+    async def execute(self, effect: Execute, key: str, partition: int) -> None:
         async with self.slots.hold(effect.run_id), self.limit:
             output: Any = None
             error: StepError | None = None
@@ -158,7 +167,7 @@ class EffectRunner:
             output=output,
             error=error,
         )
-        await self.send_event(key, result)
+        await self.send_result(key, result, partition)
 
     async def send(self, effect: Execute, key: str) -> None:
         """Hand a send to the relayer that owns its signer; its result comes back from there."""
@@ -166,6 +175,16 @@ class EffectRunner:
         await self._produce(
             self.runtime.topics.sends, record.partition_key, encode(record), effect.run_id
         )
+
+    async def send_result(self, key: str, event: Event, partition: int | None = None) -> None:
+        """An action's result back to its run: decided here when this worker owns the
+        run's partition, else produced to the runs topic."""
+        if partition is None:
+            count = self.runtime.catalog.spec("rflow.runs").partitions
+            partition = runs_partition(key, count)
+        runner = self.runtime.runner
+        if runner is None or not await runner.decide_here(event, partition):
+            await self.send_event(key, event)
 
     async def send_event(self, key: str, event: Event) -> None:
         """Produce a run event and wait for the broker; retried until it lands."""

@@ -425,7 +425,7 @@ class Relayer:
             output=output,
             error=error,
         )
-        await self.runtime.runner.effects.send_event(reply["key"], event)
+        await self.runtime.runner.effects.send_result(reply["key"], event)
 
     # --- ownership ------------------------------------------------------------------------
 

@@ -4,15 +4,29 @@ It consumes the triggers and runs topics together (co-partitioned by the firing'
 concurrency group), so everything about one group is decided in order on one worker.
 Each event goes through the pure engine; the new state is written to the ``runs`` table
 (its changelog is the journal) and the effects are handed to the :class:`EffectRunner`.
+
+The result of an action this worker carried out, for a run whose partition it owns, is
+decided here and now (:meth:`Runner.decide_here`) instead of going round the runs topic:
+the engine takes it under the same lock as the agent's events, and the table writes go
+to the run's partition as the agent's would. Should the worker die before the new state
+reaches the changelog, its successor finds the step still in flight and runs it again
+with the same idempotency key, as it does for a step interrupted by the crash.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.partitioner import DefaultPartitioner
+from faust.events import Event as FaustEvent
+from faust.streams import _current_event
+from faust.types.tuples import Message
 
 from rflow.agents.breakers import Breakers
 from rflow.agents.dead_letters import send_dead_letter
@@ -70,6 +84,13 @@ class Runner:
         """Every version seen, by version: a run runs the version it started with."""
         self.uses_state: dict[str, bool] = {}
         self.partitions: frozenset[int] = frozenset()
+        self.lock = asyncio.Lock()
+        """Held while an event is decided: by the agent, and by :meth:`decide_here`."""
+        self.here: frozenset[int] = frozenset()
+        """Partitions whose results are decided here: assigned, recovered, not revoked."""
+        self._sources: dict[int, FaustEvent] = {}
+        self.settling: dict[str, str] = {}
+        """Runs decided settled here whose journal is on its way: run id -> status."""
         self.windows: dict[str, SlidingWindow] = {}
         """In-process rate-limit windows, by workflow."""
         self.paused: dict[str, str] = {}
@@ -469,10 +490,14 @@ class Runner:
 
     # --- advancing ----------------------------------------------------------------------
 
-    async def apply(self, event: Any, partition: int) -> None:
+    async def apply(self, event: Any, partition: int, *, here: bool = False) -> None:
+        """Decide ``event``; ``here``: it is the result of this worker's own action, held by
+        no record on a topic (:meth:`decide_here`)."""
         if isinstance(event, TimerFired) and event.purpose == "start":
             await self.deferred_start(event, partition)
             return
+        if event.run_id in self.settling:
+            return  # over, its marker on the way
         state = read_run_entry(self.runs.get(event.run_id))
         if isinstance(state, str):
             return  # over: a late or redelivered event (a Start included) changes nothing
@@ -496,7 +521,19 @@ class Runner:
         # last. A worker that dies in between leaves the run unmarked, so the event is
         # decided again (the same entries, projected idempotently); the other way round,
         # the marker would hide a run whose settlement never reached the read model.
-        await self.effects.deliver([e for e in effects if isinstance(e, Journal | Settle)])
+        entries = [e for e in effects if isinstance(e, Journal | Settle)]
+        status = str(new_state.status)
+        if here:
+            # No record holds the event, so the runner need not wait for the broker: a
+            # successor finds the run's last step in flight and decides it again.
+            self.settling[event.run_id] = status
+            self.effects.spawn(
+                self._mark_settled(entries, event.run_id, status, partition),
+                f"settlement of run {event.run_id}",
+            )
+        else:
+            # Waiting keeps the record's offset from being committed before the journal.
+            await self.effects.deliver(entries)
         await self.effects.carry_out(new_state, effects, partition, journal=False)
         for effect in effects:
             if isinstance(effect, Settle):
@@ -509,14 +546,66 @@ class Runner:
                     await self.leave_lane(new_state, partition)
                 if new_state.matrix is not None:
                     await self.matrix_run_settled(new_state, effect, partition)
-        # The table keeps a marker of a settled run, so a redelivered event of it is still
-        # recognised, at a few bytes instead of its state.
-        self.runs[event.run_id] = settled_entry(str(new_state.status))
+        if not here:
+            self.runs[event.run_id] = settled_entry(status)
+
+    async def _mark_settled(
+        self, entries: list[Journal | Settle], rid: str, status: str, partition: int
+    ) -> None:
+        """Deliver a settling decision's journal, then mark the run settled. The table
+        keeps a marker of a settled run, so a redelivered event of it is still
+        recognised, at a few bytes instead of its state."""
+        try:
+            await self.effects.deliver(entries)
+            async with self.lock:
+                if partition in self.here:  # else its new owner decides the run again
+                    with self._writing_to(partition):
+                        self.runs[rid] = settled_entry(status)
+        finally:
+            del self.settling[rid]
+
+    async def decide_here(self, event: Any, partition: int) -> bool:
+        """Decide ``event`` of a run on ``partition`` now, if this worker owns it; False
+        when it does not (the caller produces the event to the runs topic instead)."""
+        if partition not in self.here:
+            return False
+        async with self.lock:
+            if partition not in self.here:  # revoked while this waited
+                return False
+            try:
+                with self._writing_to(partition):
+                    await self.apply(event, partition, here=True)
+            except Exception:
+                log.exception("deciding %s of run %s failed", type(event).__name__, event.run_id)
+                return False  # the runs topic takes it to the agent, which dead-letters it
+        return True
+
+    @contextmanager
+    def _writing_to(self, partition: int) -> Iterator[None]:
+        """Table writes outside the agent go to ``partition``, as the writes of an event of
+        the runs topic on it would (Faust takes the partition from the current event)."""
+        source = self._sources.get(partition)
+        if source is None:
+            topic = self.runtime.catalog.full_name("rflow.runs")
+            message = Message(topic, partition, -1, 0.0, 0, None, None, None, None)
+            source = self._sources[partition] = FaustEvent(self.app, None, None, None, message)
+        token = _current_event.set(weakref.ref(source))
+        try:
+            yield
+        finally:
+            _current_event.reset(token)
+
+    async def give_up_partitions(self) -> None:
+        """A rebalance began: results go round the runs topic until it is complete. Taking
+        the lock waits for a decision under way, so its table writes are buffered before
+        the revocation flushes the producer."""
+        async with self.lock:
+            self.here = frozenset()
 
     async def resume_partitions(self, assigned: frozenset[int]) -> None:
         """After a rebalance: re-issue what every unsettled run of new partitions awaits."""
         fresh = assigned - self.partitions
-        self.partitions = assigned
+        self.partitions = self.here = assigned
         if not fresh:
             return
         partitioner = DefaultPartitioner()
@@ -624,7 +713,8 @@ def attach(app: RflowApp) -> Runner:
                 await send_dead_letter(app, message, exc.reason)
                 continue
             try:
-                await runner.handle(record, message)
+                async with runner.lock:
+                    await runner.handle(record, message)
             except Exception as exc:
                 # A crashed agent is restarted past the event it was handling: the record
                 # would be lost. It goes to the dead-letter path with the reason instead.
@@ -643,4 +733,5 @@ def attach(app: RflowApp) -> Runner:
         await runner.resume_partitions(assigned)
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
+    app.before_revoke.append(runner.give_up_partitions)
     return runner

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,6 +271,19 @@ class RflowApp(faust.App):
     """A Faust app carrying rflow's :class:`Runtime` as ``app.rflow``."""
 
     rflow: Runtime
+    before_revoke: list[Callable[[], Awaitable[None]]]
+    """Called first when a rebalance revokes partitions, before Faust stops the streams
+    and flushes the producer: whatever writes tables outside an agent stops here."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.before_revoke = []
+
+    async def _on_partitions_revoked(self, revoked: Any) -> None:
+        if not self.should_stop:
+            for hook in self.before_revoke:
+                await hook()
+        await super()._on_partitions_revoked(revoked)
 
     def FlowControlQueue(
         self, maxsize: int | None = None, *, clear_on_resume: bool = False

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from rflow.settings import Settings
 
@@ -135,6 +135,39 @@ class WorkerProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+async def topic_messages(settings: Settings, name: str | None = None) -> list[Any]:
+    """Every record on this test's topics, or on its topic ``name`` (catalog name, as
+    ``rflow.runs``), read from the beginning to the end offsets of now."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers, enable_auto_commit=False)
+    await consumer.start()
+    found: list[Any] = []
+    try:
+        metadata = await consumer._client.fetch_all_metadata()
+        wanted = settings.topic_prefix + (name or "")
+        tps = [
+            TopicPartition(topic, partition)
+            for topic in metadata.topics()
+            if (topic == wanted if name else topic.startswith(wanted))
+            for partition in metadata.partitions_for_topic(topic) or ()
+        ]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        pending = {tp for tp in tps if ends[tp] > 0}
+        while pending:
+            batch = await consumer.getmany(timeout_ms=2000)
+            if not batch:
+                break
+            for tp, messages in batch.items():
+                for message in messages:
+                    found.append(message)
+                    if message.offset + 1 >= ends[tp]:
+                        pending.discard(tp)
+    finally:
+        await consumer.stop()
+    return found
 
 
 async def produce(settings: Settings, topic: str, key: bytes | None, value: bytes | None) -> None:

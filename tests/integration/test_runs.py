@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 
 from rflow import storage
+from rflow.codecs import RunEvent, decode
+from rflow.engine import StepResult
 from rflow.engine.keys import run_id
 from rflow.lang import load_project
 from rflow.settings import Settings
 from rflow.storage import runs
 from rflow.streams.producer import produce_trigger
 from rflow.triggering import trigger_record
-from tests.integration.harness import wait_until
+from tests.integration.harness import topic_messages, wait_until
 
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
@@ -93,6 +95,26 @@ async def test_a_manual_run_goes_end_to_end(settings, worker_factory, tmp_path, 
     assert steps["small"]["status"] == "succeeded"
     assert sink.keys("/call") == {"flow:manual:flow:1:call": 1}
     assert [r.body["message"] for r in sink.requests if r.path == "/notify"] == ["small 7"]
+
+
+async def test_a_workers_own_results_are_decided_where_the_actions_ran(
+    settings, worker_factory, tmp_path, sink
+):
+    project = write_project(tmp_path, sink.url, THREE_STEPS.format(url=sink.url))
+    worker = worker_factory(project_path=project)
+    await worker.wait_ready()
+    rids = [
+        await fire(settings, project, "flow", f"manual:flow:{n}", {"amount": n}) for n in (7, 700)
+    ]
+    for rid in rids:
+        run = await settled_run(settings, rid)
+        assert run["status"] == "succeeded", run
+    # The one worker owns every partition: no action's result went round the runs topic
+    # (the starts did: a run that reads durable state is started once it is loaded).
+    events = [decode(m.value) for m in await topic_messages(settings, "rflow.runs")]
+    assert all(isinstance(e, RunEvent) for e in events), events
+    assert [type(e.event).__name__ for e in events] == ["Start", "Start"]
+    assert not any(isinstance(e.event, StepResult) for e in events)
 
 
 async def test_foreach_with_max_parallel_4_over_50_items(settings, worker_factory, tmp_path, sink):

@@ -9,11 +9,11 @@ import json
 
 import psycopg
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from rflow.engine.keys import run_id
 from rflow.ingress import sign
 from tests.integration import chain
+from tests.integration.harness import topic_messages
 from tests.integration.test_api import call
 from tests.integration.test_operations import rflow
 from tests.integration.test_runs import settled_run
@@ -53,33 +53,7 @@ workflows:
 
 async def topic_records(settings) -> list[bytes]:
     """Every record (key and value) on this test's topics."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers, enable_auto_commit=False)
-    await consumer.start()
-    found: list[bytes] = []
-    try:
-        metadata = await consumer._client.fetch_all_metadata()
-        tps = [
-            TopicPartition(topic, partition)
-            for topic in metadata.topics()
-            if topic.startswith(settings.topic_prefix)
-            for partition in metadata.partitions_for_topic(topic) or ()
-        ]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        pending = {tp for tp in tps if ends[tp] > 0}
-        while pending:
-            batch = await consumer.getmany(timeout_ms=2000)
-            if not batch:
-                break
-            for tp, messages in batch.items():
-                for message in messages:
-                    found.append((message.key or b"") + b"|" + (message.value or b""))
-                    if message.offset + 1 >= ends[tp]:
-                        pending.discard(tp)
-    finally:
-        await consumer.stop()
-    return found
+    return [(m.key or b"") + b"|" + (m.value or b"") for m in await topic_messages(settings)]
 
 
 async def database_rows(settings) -> list[str]:
