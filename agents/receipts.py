@@ -138,8 +138,14 @@ class Tracker:
 
     async def _round(self, network: str, group: list[Watched]) -> None:
         node = await self.relayer.node(network)
-        hashes = [a.tx_hash for w in group for a in w.row.attempts]
-        head, receipts = await node.receipts(hashes)
+        # A receipt can only exist for a send whose nonce a mined transaction has used:
+        # the rest are not asked about, so a round costs the node a call per signer and a
+        # lookup per send mined since, not a lookup per send followed.
+        head, used = await node.mined_nonces(sorted({w.row.address for w in group}))
+        hashes = [
+            a.tx_hash for w in group if w.row.nonce < used[w.row.address] for a in w.row.attempts
+        ]
+        _, receipts = await node.receipts(hashes) if hashes else (head, {})
         confirmations = self.relayer.confirmations(network)
         now = time.monotonic()
         unmined: list[Watched] = []

@@ -30,8 +30,8 @@ from rflow.failures import FailureKind, RflowError, StepError
 from rflow.ingress.rpc import JsonRpc, RpcUnavailable, endpoints
 from rflow.lang.model import Project
 from rflow.relayer import build
-from rflow.relayer.fees import Fees
-from rflow.relayer.node import Broadcast, Node
+from rflow.relayer.fees import Fees, suggest
+from rflow.relayer.node import Broadcast, Node, Probe
 from rflow.relayer.signing import Signer, signer
 from rflow.storage import budgets, sends
 from rflow.storage.sends import SendRow
@@ -47,10 +47,6 @@ WITHIN = 0.005
 """Seconds a batch waits to fill."""
 FEE_CAP_MULTIPLE = 4
 """Without a step's ``max_fee_per_gas``, bumps stop at four times the first fee."""
-
-
-async def _given(value: int) -> int:
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,17 +186,15 @@ class Relayer:
                 self.tracker.watch(row, accepted=False)
         failed: list[tuple[SendRequest, BaseException]] = []
         ready: list[_Ready] = []
-        checked = await asyncio.gather(*map(self.check, fresh), return_exceptions=True)
+        checked = await self.check_many(fresh)
         for request, outcome in zip(fresh, checked, strict=True):
             if isinstance(outcome, _Ready):
                 ready.append(outcome)
             elif isinstance(outcome, RflowError):
                 log.info("send %s refused: %s", request.execute.key, outcome)
                 replies.append((reply_of(request), None, outcome.as_data()))
-            elif isinstance(outcome, Exception):
-                failed.append((request, outcome))
             else:
-                raise outcome  # a cancellation
+                failed.append((request, outcome))
         stored = await self.store(ready)
         out: list[SendRow] = []
         for item in ready:
@@ -216,31 +210,66 @@ class Relayer:
         await self.reply_many(replies)
         return failed
 
-    async def check(self, request: SendRequest) -> _Ready:
-        """Permissions, simulation, gas and fees for one send (nothing stored or sent)."""
+    async def check_many(self, requests: Sequence[SendRequest]) -> list[_Ready | Exception]:
+        """Permissions, simulation, gas and fees for each send (nothing stored or sent):
+        its :class:`_Ready`, or the exception it fails with. The node is asked once per
+        network for the whole batch (:meth:`Node.vet_many`); a send's answer is the first
+        refusal of its permissions, simulation, gas estimate and fees, in that order."""
+        outcomes: list[_Ready | Exception | None] = [None] * len(requests)
+        by_network: dict[str, list[tuple[int, build.Intent, Signer]]] = defaultdict(list)
+        for index, request in enumerate(requests):
+            try:
+                intent, signer = self._plan(request)
+            except Exception as exc:
+                outcomes[index] = exc
+                continue
+            by_network[intent.network].append((index, intent, signer))
+        for network, planned in by_network.items():
+            try:
+                node = await self.node(network)
+            except Exception as exc:
+                for index, _, _ in planned:
+                    outcomes[index] = exc
+                continue
+            probes = [
+                Probe(signer.address, intent.to, intent.value, intent.data, intent.gas_limit)
+                for _, intent, signer in planned
+            ]
+            limits, history = await node.vet_many(probes)
+            for (index, intent, signer), gas in zip(planned, limits, strict=True):
+                try:
+                    if isinstance(gas, Exception):
+                        raise gas
+                    if isinstance(history, Exception):
+                        raise history
+                    outcomes[index] = self._ready(
+                        requests[index], intent, signer, node, gas, history
+                    )
+                except Exception as exc:
+                    outcomes[index] = exc
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def _plan(self, request: SendRequest) -> tuple[build.Intent, Signer]:
+        """What ``request`` sends and who signs it, once its permissions are checked."""
         execute = request.execute
         project = self.project
         if execute.workflow not in project.workflows:
             raise RflowError(FailureKind.INVALID_INPUT, f"no workflow named {execute.workflow!r}")
         intent = build.intent(project, execute.action)
         build.check_permissions(project, execute.workflow, intent)
-        signer = self.signer(intent.relayer)
-        node = await self.node(intent.network)
-        # Simulation, gas estimate and fee history ask the node independent questions: at
-        # once. A refusal of any is the send's answer (simulation's first).
-        asked = await asyncio.gather(
-            node.simulate(signer.address, intent.to, intent.value, intent.data),
-            node.gas_limit(signer.address, intent.to, intent.value, intent.data)
-            if intent.gas_limit is None
-            else _given(intent.gas_limit),
-            node.fees(cap=intent.max_fee_per_gas, tip=intent.max_priority_fee_per_gas),
-            return_exceptions=True,
-        )
-        for answer in asked:
-            if isinstance(answer, BaseException):
-                raise answer
-        _, gas, fees = asked
-        reservations, breakers = charges(project, execute.workflow, intent.shape)
+        return intent, self.signer(intent.relayer)
+
+    def _ready(
+        self,
+        request: SendRequest,
+        intent: build.Intent,
+        signer: Signer,
+        node: Node,
+        gas: int,
+        history: dict[str, Any],
+    ) -> _Ready:
+        fees, _ = suggest(history, cap=intent.max_fee_per_gas, tip=intent.max_priority_fee_per_gas)
+        reservations, breakers = charges(self.project, request.execute.workflow, intent.shape)
         return _Ready(
             request=request,
             reply=reply_of(request),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rflow.failures import FailureKind, RflowError
@@ -44,6 +45,37 @@ def unavailable(exc: Exception, what: str) -> RflowError:
     return RflowError(FailureKind.RPC_TIMEOUT, f"{what}: {exc}")
 
 
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A send as :meth:`Node.vet_many` asks about it; ``gas_limit`` is the step's own."""
+
+    sender: str
+    to: str
+    value: int
+    data: bytes
+    gas_limit: int | None
+
+    def call(self) -> dict[str, str]:
+        return {
+            "from": self.sender,
+            "to": self.to,
+            "value": hex(self.value),
+            "data": "0x" + self.data.hex(),
+        }
+
+
+def _vetted(answer: Any, what: str) -> Any:
+    """A call's answer, or the ``RflowError`` its error means: a revert (or any refusal)
+    is ``simulation_failed`` with the decoded reason, an unanswered call ``rpc_timeout``."""
+    if isinstance(answer, RpcError):
+        return RflowError(
+            FailureKind.SIMULATION_FAILED, f"{what}: {revert_reason(answer.data) or answer.message}"
+        )
+    if isinstance(answer, RpcUnavailable):
+        return unavailable(answer, what)
+    return answer
+
+
 class Node:
     """One network's node, as the relayer uses it."""
 
@@ -51,28 +83,44 @@ class Node:
         self.rpc = rpc
         self.chain_id = chain_id
 
-    async def _call(self, method: str, what: str, sender: str, to: str, value: int, data: bytes):
-        """``method`` on the send as a call; a revert is ``simulation_failed`` with its
-        decoded reason, an unreachable node ``rpc_timeout``."""
-        call = {"from": sender, "to": to, "value": hex(value), "data": "0x" + data.hex()}
+    async def vet_many(
+        self, sends: Sequence[Probe]
+    ) -> tuple[list[int | RflowError], dict[str, Any] | RflowError]:
+        """Simulate each of ``sends`` and estimate the gas of those without a limit, and
+        ask for the fee history once, all in one request: each send's gas limit (its own,
+        or the estimate with headroom), or in its place the ``RflowError`` it fails with
+        (the simulation's first); and the ``eth_feeHistory`` answer, or its error."""
+        calls: list[tuple[str, Sequence[Any]]] = [("eth_feeHistory", (hex(5), "latest", [50]))]
+        for probe in sends:
+            call = probe.call()
+            calls.append(("eth_call", (call, "latest")))
+            if probe.gas_limit is None:
+                calls.append(("eth_estimateGas", (call, "latest")))
         try:
-            return await self.rpc.call(method, call, "latest")
-        except RpcError as exc:
-            reason = revert_reason(exc.data) or exc.message
-            raise RflowError(FailureKind.SIMULATION_FAILED, f"{what}: {reason}") from None
+            answers = iter(await self.rpc.answers(calls))
         except RpcUnavailable as exc:
-            raise unavailable(exc, what) from None
-
-    async def simulate(self, sender: str, to: str, value: int, data: bytes) -> None:
-        """``eth_call`` the send; ``simulation_failed`` with the decoded reason on a revert."""
-        await self._call("eth_call", "the call would revert", sender, to, value, data)
-
-    async def gas_limit(self, sender: str, to: str, value: int, data: bytes) -> int:
-        """``eth_estimateGas`` with headroom."""
-        estimate = await self._call(
-            "eth_estimateGas", "gas estimation failed", sender, to, value, data
-        )
-        return int(estimate, 16) * GAS_HEADROOM[0] // GAS_HEADROOM[1]
+            failed = unavailable(exc, "the call would revert")
+            return [failed] * len(sends), unavailable(exc, "eth_feeHistory")
+        history = next(answers)
+        if isinstance(history, RpcError | RpcUnavailable):
+            history = unavailable(history, "eth_feeHistory")
+        limits: list[int | RflowError] = []
+        for probe in sends:
+            simulated = _vetted(next(answers), "the call would revert")
+            estimated = (
+                _vetted(next(answers), "gas estimation failed")
+                if probe.gas_limit is None
+                else probe.gas_limit
+            )
+            if isinstance(simulated, RflowError):
+                limits.append(simulated)
+            elif isinstance(estimated, RflowError):
+                limits.append(estimated)
+            elif probe.gas_limit is None:
+                limits.append(int(estimated, 16) * GAS_HEADROOM[0] // GAS_HEADROOM[1])
+            else:
+                limits.append(estimated)
+        return limits, history
 
     async def fees(self, *, cap: int | None, tip: int | None) -> Fees:
         """Fees for the next block (see :func:`rflow.relayer.fees.suggest`)."""
@@ -119,6 +167,16 @@ class Node:
             else:
                 outcomes.append(Broadcast.ACCEPTED)
         return outcomes
+
+    async def mined_nonces(self, addresses: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """The head block number and, for each of ``addresses``, its nonce at the head:
+        every nonce below it is used by a mined transaction, and none at or above it."""
+        calls: list[tuple[str, Sequence[Any]]] = [("eth_blockNumber", ())]
+        calls += [("eth_getTransactionCount", (a, "latest")) for a in addresses]
+        answers = await self.rpc.batch(calls)
+        return int(answers[0], 16), {
+            a: int(n, 16) for a, n in zip(addresses, answers[1:], strict=True)
+        }
 
     async def receipts(self, hashes: Sequence[str]) -> tuple[int, dict[str, dict[str, Any]]]:
         """The head block number and the receipts of ``hashes`` that have one."""
