@@ -196,25 +196,34 @@ class Tracker:
             for watched, receipt in confirmed
         ]
 
+        gas = [
+            budgets.GasSpent(
+                tx_hash=receipt["transactionHash"],
+                send_key=row.send_key,
+                network=row.network,
+                relayer=row.relayer,
+                gas_used=int(receipt["gasUsed"], 16),
+                effective_gas_price=int(receipt["effectiveGasPrice"], 16),
+                value=row.value if status == "succeeded" else 0,
+            )
+            for row, receipt, status in outcomes
+        ]
+        # A step's reservations are spent by its success, released by its revert.
+        spent = [r.send_key for r, _, st in outcomes if r.purpose == "step" and st == "succeeded"]
+        released = [
+            r.send_key for r, _, st in outcomes if r.purpose == "step" and st != "succeeded"
+        ]
+
         async def work(conn) -> None:
             async with conn.transaction():
-                for row, receipt, status in outcomes:
-                    succeeded = status == "succeeded"
-                    await sends.settle(conn, row.send_key, status=status, receipt=receipt)
-                    await budgets.record_gas(
-                        conn,
-                        tx_hash=receipt["transactionHash"],
-                        send_key=row.send_key,
-                        network=row.network,
-                        relayer=row.relayer,
-                        gas_used=int(receipt["gasUsed"], 16),
-                        effective_gas_price=int(receipt["effectiveGasPrice"], 16),
-                        value=row.value if succeeded else 0,
-                    )
-                    if row.purpose == "step":
-                        await budgets.settle(
-                            conn, row.send_key, "spent" if succeeded else "released"
-                        )
+                await sends.settle_mined(
+                    conn, [(row.send_key, status, receipt) for row, receipt, status in outcomes]
+                )
+                await budgets.record_gas_many(conn, gas)
+                if spent:
+                    await budgets.settle_many(conn, spent, "spent")
+                if released:
+                    await budgets.settle_many(conn, released, "released")
 
         await self.relayer.db(work, f"settle {len(confirmed)} send(s)")
         for row, receipt, status in outcomes:

@@ -354,19 +354,45 @@ async def record_gas(
 ) -> None:
     """Record a mined transaction's gas cost (``gas_used`` x ``effective_gas_price``) and
     the native value it moved, once per ``tx_hash``."""
+    await record_gas_many(
+        conn, [GasSpent(tx_hash, send_key, network, relayer, gas_used, effective_gas_price, value)]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GasSpent:
+    """What one mined transaction cost, for :func:`record_gas_many`."""
+
+    tx_hash: str
+    send_key: str
+    network: str
+    relayer: str
+    gas_used: int
+    effective_gas_price: int
+    value: int
+
+
+async def record_gas_many(conn: psycopg.AsyncConnection, spent: Sequence[GasSpent]) -> None:
+    """:func:`record_gas` for several transactions in one round trip."""
+    if not spent:
+        return
     with translated():
-        await conn.execute(
-            _RECORD_GAS,
-            {
-                "tx_hash": tx_hash,
-                "send_key": send_key,
-                "network": network,
-                "relayer": relayer,
-                "gas_used": gas_used,
-                "price": effective_gas_price,
-                "value": value,
-            },
-        )
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                _RECORD_GAS,
+                [
+                    {
+                        "tx_hash": item.tx_hash,
+                        "send_key": item.send_key,
+                        "network": item.network,
+                        "relayer": item.relayer,
+                        "gas_used": item.gas_used,
+                        "price": item.effective_gas_price,
+                        "value": item.value,
+                    }
+                    for item in spent
+                ],
+            )
 
 
 async def gas_spent(

@@ -319,12 +319,33 @@ async def settle(
     error: dict[str, Any] | None = None,
 ) -> bool:
     """Settle an open send (inside the caller's transaction); False if it already was."""
+    with translated():
+        cur = await conn.execute(_SETTLE, _settled(send_key, status, receipt, error))
+    return cur.rowcount == 1
 
+
+async def settle_mined(
+    conn: psycopg.AsyncConnection, mined: Sequence[tuple[str, str, dict[str, Any]]]
+) -> None:
+    """Settle open sends from their receipts, each ``(send_key, status, receipt)``, in one
+    round trip (inside the caller's transaction); a settled one is left as it is."""
+    if not mined:
+        return
+    with translated():
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                _SETTLE, [_settled(key, status, receipt, None) for key, status, receipt in mined]
+            )
+
+
+def _settled(
+    send_key: str, status: str, receipt: dict[str, Any] | None, error: dict[str, Any] | None
+) -> dict[str, Any]:
     def quantity(name: str) -> int | None:
         value = (receipt or {}).get(name)
         return None if value is None else int(value, 16)
 
-    params = {
+    return {
         "send_key": send_key,
         "status": status,
         "tx_hash": (receipt or {}).get("transactionHash"),
@@ -334,9 +355,6 @@ async def settle(
         "effective_gas_price": quantity("effectiveGasPrice"),
         "error": Jsonb(error) if error is not None else None,
     }
-    with translated():
-        cur = await conn.execute(_SETTLE, params)
-    return cur.rowcount == 1
 
 
 async def of_run(conn: psycopg.AsyncConnection, run_id: str) -> list[dict[str, Any]]:
