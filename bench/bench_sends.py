@@ -10,7 +10,10 @@ Baseline, measured in the same run against the same anvil: one process signing t
 transfers and sending them one after another with ``eth_sendRawTransaction``, polling
 each receipt every 2 ms.
 
-    python bench/bench_sends.py [--count 300]
+    python bench/bench_sends.py [--count 300] [--profile] [--keep]
+
+--profile adds a measured phase under py-spy and prints where the worker's time goes;
+--keep keeps the worker's log.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shutil
 import sys
 import tempfile
 import time
@@ -27,8 +31,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _report import emit, verdict
-from _stack import Worker, check_stack, cleanup, fresh_settings, prepare, query_one
+from _stack import (
+    Worker,
+    check_stack,
+    cleanup,
+    fresh_settings,
+    prepare,
+    profile_summary,
+    query_one,
+    start_profiler,
+    stop_profiler,
+)
 
+from rflow import storage
 from rflow.lang import load_project
 from rflow.streams.producer import Producer
 from rflow.triggering import trigger_record
@@ -106,6 +121,7 @@ async def rflow_rate(settings, project: Path, recipient: str, count: int, tag: s
         for i in range(count)
     ]
     start = time.perf_counter()
+    started_at = datetime.now(UTC)
     async with Producer(settings) as producer:
         for record in records:
             await producer.send("rflow.triggers", record.partition_key, record)
@@ -120,10 +136,53 @@ async def rflow_rate(settings, project: Path, recipient: str, count: int, tag: s
     failed = await query_one(settings, "SELECT count(*) FROM runs WHERE status <> 'succeeded'")
     if failed:
         raise SystemExit(f"{failed} runs did not succeed: see the worker log")
+    await where_it_goes(settings, started_at)
     return count / elapsed
 
 
-async def run(count: int, workdir: Path, shared_node: bool) -> None:
+async def where_it_goes(settings, started_at: datetime) -> None:
+    """When the last run started, the last send was stored, the last receipt was seen and
+    the last run settled, in seconds from the first trigger (the read model's clocks); and
+    how many gas bumps there were. anvil has been seen to keep a signer's next nonce queued
+    when it arrives while the one before is being mined, until a bump replaces it (30 s
+    later, by default): such a run's figure says more about anvil than about rflow."""
+    conn = await storage.connect(settings)
+    async with conn:
+        cur = await conn.execute(
+            """
+            SELECT (SELECT max(created_at) FROM runs), (SELECT max(created_at) FROM sends),
+                   (SELECT max(settled_at) FROM sends), (SELECT max(settled_at) FROM runs),
+                   (SELECT count(*) FROM send_attempts) - (SELECT count(*) FROM sends)
+            """
+        )
+        *marks, bumps = await cur.fetchone()
+    labels = ["last run started", "last send stored", "last receipt", "last run settled"]
+    shown = ", ".join(
+        f"{label} {(mark - started_at).total_seconds():.2f} s"
+        for label, mark in zip(labels, marks, strict=True)
+        if mark is not None
+    )
+    print(f"  from the first trigger: {shown}; gas bumps {bumps}")
+
+
+async def profiled(
+    worker, settings, project: Path, recipient: str, count: int, workdir: Path
+) -> str:
+    """Where the worker's time goes during another measured phase."""
+    out = workdir / "worker-profile.txt"
+    spy = start_profiler(worker.pid, out)
+    if spy is None:
+        return "  py-spy is not installed (pip install py-spy): no profile"
+    try:
+        await asyncio.sleep(1.0)  # let py-spy attach
+        rate = await rflow_rate(settings, project, recipient, count, "profiled")
+    finally:
+        stop_profiler(spy)
+    head = f"  worker profile during {count} sends ({rate:.1f} sends/s under py-spy), {out}:"
+    return head + "\n" + profile_summary(out)
+
+
+async def run(count: int, workdir: Path, shared_node: bool, profile: bool) -> None:
     async with contextlib.AsyncExitStack() as stack:
         settings = fresh_settings("sends", workdir)
         if not shared_node:
@@ -131,10 +190,10 @@ async def run(count: int, workdir: Path, shared_node: bool) -> None:
             # slower node would flatter the ratio (the baseline waits on it, rflow less).
             url = await stack.enter_async_context(chain.private_anvil())
             settings = settings.model_copy(update={"rpc_urls": {"local": url}})
-        await measure(settings, count, workdir)
+        await measure(settings, count, workdir, profile)
 
 
-async def measure(settings, count: int, workdir: Path) -> None:
+async def measure(settings, count: int, workdir: Path, profile: bool) -> None:
     await check_stack(settings)
     await prepare(settings)
     w3 = chain.connect(settings.rpc_url("local"))
@@ -159,6 +218,8 @@ async def measure(settings, count: int, workdir: Path) -> None:
         await rflow_rate(settings, project, recipient, 20, "warm")  # connections, caches
         base = await baseline(w3, token, plain, recipient, count)
         ours = await rflow_rate(settings, project, recipient, count, "measured")
+        if profile:
+            print(await profiled(worker, settings, project, recipient, count, workdir))
         emit(
             "sends",
             [
@@ -185,9 +246,17 @@ def main() -> None:
     parser.add_argument(
         "--shared-node", action="store_true", help="use the stack's anvil, not a fresh one"
     )
+    parser.add_argument("--profile", action="store_true", help="profile the worker (py-spy)")
+    parser.add_argument("--keep", action="store_true", help="keep the worker's log")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="rflow-bench-sends-") as workdir:
-        asyncio.run(run(args.count, Path(workdir), args.shared_node))
+    workdir = tempfile.mkdtemp(prefix="rflow-bench-sends-")
+    try:
+        asyncio.run(run(args.count, Path(workdir), args.shared_node, args.profile))
+    finally:
+        if args.keep:
+            print(f"bench_sends: logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
