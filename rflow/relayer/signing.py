@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from eth_account import Account
+from eth_keys.datatypes import PrivateKey
 
 from rflow.failures import FailureKind, RflowError
 from rflow.lang.model import Project
@@ -17,11 +18,13 @@ from rflow.lang.model import Project
 
 @dataclass(frozen=True, slots=True)
 class Signer:
-    """One relayer's signing key and its address (checksummed)."""
+    """One relayer's signing key and its address (checksummed). The key is kept parsed,
+    with its public key worked out once: from raw bytes, every signature would derive it
+    again (an elliptic-curve multiplication)."""
 
     relayer: str
     address: str
-    _key: bytes = field(repr=False)
+    _key: PrivateKey = field(repr=False)
 
     def sign(
         self,
@@ -76,4 +79,4 @@ def signer(project: Project, relayer: str, env: Mapping[str, str]) -> Signer:
             f"relayer {relayer}: the key in {declared.key_env} signs for {account.address}, "
             f"not the declared address {declared.address}",
         )
-    return Signer(relayer, account.address, bytes(account.key))
+    return Signer(relayer, account.address, PrivateKey(bytes(account.key)))
