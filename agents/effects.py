@@ -48,10 +48,11 @@ JOURNAL_RECORD_BYTES = 256 * 1024
 under the 1 MiB every reader accepts, and step outputs can be large)."""
 
 
-def runs_partition(key: str, count: int) -> int:
-    """The partition of the runs topic (of ``count``) that ``key``'s events go to."""
+def partition_of(key: bytes, count: int) -> int:
+    """The partition (of ``count``) a record keyed ``key`` goes to: murmur2, as rflow's
+    producers and Kafka's Java client hash keys."""
     partitions = list(range(count))
-    return DefaultPartitioner()(key.encode(), partitions, partitions)
+    return DefaultPartitioner()(key, partitions, partitions)
 
 
 def partition_key(state: RunState) -> str:
@@ -181,7 +182,7 @@ class EffectRunner:
         run's partition, else produced to the runs topic."""
         if partition is None:
             count = self.runtime.catalog.spec("rflow.runs").partitions
-            partition = runs_partition(key, count)
+            partition = partition_of(key.encode(), count)
         runner = self.runtime.runner
         if runner is None or not await runner.decide_here(event, partition):
             await self.send_event(key, event)

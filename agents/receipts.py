@@ -145,7 +145,7 @@ class Tracker:
         hashes = [
             a.tx_hash for w in group if w.row.nonce < used[w.row.address] for a in w.row.attempts
         ]
-        _, receipts = await node.receipts(hashes) if hashes else (head, {})
+        receipts = await node.receipts(hashes) if hashes else {}
         confirmations = self.relayer.confirmations(network)
         now = time.monotonic()
         unmined: list[Watched] = []
@@ -370,7 +370,7 @@ class Tracker:
         if used <= row.nonce:
             watched.accepted = False  # not taken yet: a pending replacement of ours
             return
-        _, receipts = await node.receipts([a.tx_hash for a in row.attempts])
+        receipts = await node.receipts([a.tx_hash for a in row.attempts])
         if receipts:
             return  # one of ours after all: the next round settles it
         if row.purpose == "fill":

@@ -19,9 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aiokafka.partitioner import DefaultPartitioner
-
 from rflow.agents.dead_letters import send_dead_letter
+from rflow.agents.effects import partition_of
 from rflow.agents.receipts import Tracker, reply_of, result_of, sign
 from rflow.budgets import Charge, GasBreaker, charges
 from rflow.codecs import DecodeError, SendRequest, decode
@@ -464,13 +463,11 @@ class Relayer:
         if project is None:
             return set()
         count = self.runtime.catalog.spec("rflow.sends").partitions
-        partitions = list(range(count))
-        partitioner = DefaultPartitioner()
         return {
             (network, name)
             for name, relayer in project.relayers.items()
             for network in relayer.networks
-            if partitioner(f"{network}:{name}".encode(), partitions, partitions) in assigned
+            if partition_of(f"{network}:{name}".encode(), count) in assigned
         }
 
 

@@ -23,14 +23,13 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from aiokafka.partitioner import DefaultPartitioner
 from faust.events import Event as FaustEvent
 from faust.streams import _current_event
 from faust.types.tuples import Message
 
 from rflow.agents.breakers import Breakers
 from rflow.agents.dead_letters import send_dead_letter
-from rflow.agents.effects import EffectRunner, partition_key
+from rflow.agents.effects import EffectRunner, partition_key, partition_of
 from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
 from rflow.codecs.tables import read_run_entry, run_entry, settled_entry
 from rflow.engine import (
@@ -608,16 +607,14 @@ class Runner:
         self.partitions = self.here = assigned
         if not fresh:
             return
-        partitioner = DefaultPartitioner()
         count = self.runtime.catalog.spec("rflow.runs").partitions
-        all_partitions = list(range(count))
         resumed = 0
         for stored in list(self.runs.values()):
             state = read_run_entry(stored)
             if not isinstance(state, RunState) or state.settled:
                 continue
             key = partition_key(state)
-            partition = partitioner(key.encode(), all_partitions, all_partitions)
+            partition = partition_of(key.encode(), count)
             if partition not in fresh:
                 continue
             workflow = await self.definition(state)
@@ -674,8 +671,7 @@ def partition_disagreement(key: bytes, partition: int, count: int) -> str | None
     client does), and a run's events must land where its firing did; librdkafka clients
     such as kcat hash keys differently unless told to use murmur2.
     """
-    partitions = list(range(count))
-    expected = DefaultPartitioner()(key, partitions, partitions)
+    expected = partition_of(key, count)
     if expected == partition:
         return None
     return (

@@ -178,14 +178,10 @@ class Node:
             a: int(n, 16) for a, n in zip(addresses, answers[1:], strict=True)
         }
 
-    async def receipts(self, hashes: Sequence[str]) -> tuple[int, dict[str, dict[str, Any]]]:
-        """The head block number and the receipts of ``hashes`` that have one."""
-        calls: list[tuple[str, Sequence[Any]]] = [("eth_blockNumber", ())]
-        calls += [("eth_getTransactionReceipt", (h,)) for h in hashes]
-        answers = await self.rpc.batch(calls)
-        head = int(answers[0], 16)
-        found = {h: r for h, r in zip(hashes, answers[1:], strict=True) if r}
-        return head, found
+    async def receipts(self, hashes: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The receipts of ``hashes`` that have one."""
+        answers = await self.rpc.batch([("eth_getTransactionReceipt", (h,)) for h in hashes])
+        return {h: r for h, r in zip(hashes, answers, strict=True) if r}
 
     async def pooled(self, hashes: Sequence[str]) -> dict[str, bool]:
         """Whether the node knows each transaction (pending or mined)."""
