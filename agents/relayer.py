@@ -236,16 +236,18 @@ class Relayer:
             ]
             limits, history = await node.vet_many(probes)
             for (index, intent, signer), gas in zip(planned, limits, strict=True):
-                try:
-                    if isinstance(gas, Exception):
-                        raise gas
-                    if isinstance(history, Exception):
-                        raise history
-                    outcomes[index] = self._ready(
-                        requests[index], intent, signer, node, gas, history
-                    )
-                except Exception as exc:
-                    outcomes[index] = exc
+                if isinstance(gas, Exception):
+                    outcomes[index] = gas
+                elif isinstance(history, Exception):
+                    outcomes[index] = history
+                else:
+                    try:
+                        outcomes[index] = self._ready(
+                            requests[index], intent, signer, node, gas, history
+                        )
+                    except Exception as exc:  # e.g. fees over the step's max_fee_per_gas
+                        outcomes[index] = exc
+        # Every send has its outcome by now: a refusal, an exception or its _Ready.
         return [outcome for outcome in outcomes if outcome is not None]
 
     def _plan(self, request: SendRequest) -> tuple[build.Intent, Signer]:
