@@ -13,32 +13,48 @@ from psycopg.types.json import Jsonb
 from rflow.engine.effects import Journal, Settle
 from rflow.storage.errors import InvalidValue, storable, translated
 
+# Each statement takes a whole batch as parallel arrays (one column each), so a batch is
+# one statement per kind instead of one per entry.
 _RUN_STARTED = """
 INSERT INTO runs (run_id, workflow, version, trigger_key, matrix, group_key, status, trigger, created_at, updated_at)
-VALUES (%s, %s, %s, %s, %s, %s, 'running', %s, %s, %s)
+SELECT run_id, workflow, version, trigger_key, matrix, group_key, 'running', trigger, created_at, updated_at
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::text[], %s::jsonb[],
+            %s::timestamptz[], %s::timestamptz[])
+    AS x(run_id, workflow, version, trigger_key, matrix, group_key, trigger, created_at, updated_at)
 ON CONFLICT (run_id) DO NOTHING
 """
 
 _RUN_SETTLED = """
-UPDATE runs SET status = %s, error_kind = %s, error_message = %s, settled_at = %s, updated_at = %s
-WHERE run_id = %s
+UPDATE runs SET status = x.status, error_kind = x.error_kind, error_message = x.error_message,
+                settled_at = x.settled_at, updated_at = x.updated_at
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[])
+    AS x(status, error_kind, error_message, settled_at, updated_at, run_id)
+WHERE runs.run_id = x.run_id
 """
 
 _STEP_STARTED = """
 INSERT INTO step_logs (run_id, path, visit, kind, status, attempt, started_at, seq)
-VALUES (%s, %s, %s, %s, 'running', 1, %s, %s)
+SELECT run_id, path, visit, kind, 'running', 1, started_at, seq
+FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::timestamptz[], %s::bigint[])
+    AS x(run_id, path, visit, kind, started_at, seq)
 ON CONFLICT (run_id, path, visit) DO NOTHING
 """
 
 _STEP_RETRYING = """
-UPDATE step_logs SET status = 'retrying', attempt = %s, error_kind = %s, error_message = %s
-WHERE run_id = %s AND path = %s AND visit = %s AND settled_at IS NULL
+UPDATE step_logs SET status = 'retrying', attempt = x.attempt, error_kind = x.error_kind,
+                     error_message = x.error_message
+FROM unnest(%s::integer[], %s::text[], %s::text[], %s::text[], %s::text[], %s::integer[])
+    AS x(attempt, error_kind, error_message, run_id, path, visit)
+WHERE step_logs.run_id = x.run_id AND step_logs.path = x.path AND step_logs.visit = x.visit
+  AND step_logs.settled_at IS NULL
 """
 
 _STEP_SETTLED = """
 INSERT INTO step_logs (run_id, path, visit, status, attempt, input, output, error_kind, error_message,
                        started_at, settled_at, seq)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::integer[], %s::jsonb[],
+                     %s::jsonb[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[],
+                     %s::bigint[])
 ON CONFLICT (run_id, path, visit) DO UPDATE SET
     status = EXCLUDED.status, attempt = EXCLUDED.attempt, input = EXCLUDED.input,
     output = EXCLUDED.output, error_kind = EXCLUDED.error_kind,
@@ -47,7 +63,7 @@ ON CONFLICT (run_id, path, visit) DO UPDATE SET
 
 _DEAD = """
 INSERT INTO dead_runs (run_id, workflow, error_kind, error_message, journal, dead_at)
-VALUES (%s, %s, %s, %s, %s, %s)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::timestamptz[])
 ON CONFLICT (run_id) DO NOTHING
 """
 
@@ -124,7 +140,17 @@ async def _apply(conn: psycopg.AsyncConnection, batches: dict[str, list[tuple[An
         async with conn.transaction(), conn.cursor() as cur:
             for name in _ORDER:
                 if batches[name]:
-                    await cur.executemany(_STATEMENTS[name], batches[name])
+                    await cur.execute(_STATEMENTS[name], _columns(name, batches[name]))
+
+
+def _columns(name: str, rows: list[tuple[Any, ...]]) -> list[list[Any]]:
+    """The rows of one kind as one array per column. A row of a kind that updates is
+    taken once, its last occurrence winning, as when the rows were applied one by one
+    (one statement cannot change a row twice)."""
+    key = _UPDATE_KEYS.get(name)
+    if key is not None:
+        rows = list({key(row): row for row in rows}.values())
+    return [list(column) for column in zip(*rows, strict=True)]
 
 
 def _row(entry: Journal) -> tuple[Any, ...] | None:
@@ -169,6 +195,11 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
     return None
 
 
+_UPDATE_KEYS = {
+    "run_settled": lambda row: row[5],
+    "step_retrying": lambda row: row[3:6],
+    "step_settled": lambda row: row[0:3],
+}
 _ORDER = ("run_started", "step_started", "step_retrying", "step_settled", "run_settled", "dead")
 _STATEMENTS = {
     "run_started": _RUN_STARTED,
