@@ -14,11 +14,23 @@ _CLAIM = (
 )
 _RESULT = "SELECT result FROM state_ops WHERE op_key = %s"
 _SET_RESULT = "UPDATE state_ops SET result = %s WHERE op_key = %s"
-_READ = "SELECT key, value FROM workflow_state WHERE workflow = %s"
-_SET = """
-INSERT INTO workflow_state (workflow, key, value, updated_at) VALUES (%s, %s, %s, now())
-ON CONFLICT (workflow, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
+# A state_set in one statement: the claim of its key, with the result it is known to have,
+# and the keys written only if the claim was taken. The closing SELECT sees the table as
+# it was before the statement, so it finds a result only for a key applied already.
+_SET_ONCE = """
+WITH claimed AS (
+    INSERT INTO state_ops (op_key, result) VALUES (%(op_key)s, %(result)s)
+    ON CONFLICT (op_key) DO NOTHING
+    RETURNING op_key
+), written AS (
+    INSERT INTO workflow_state (workflow, key, value, updated_at)
+    SELECT %(workflow)s, changed.key, changed.value, now()
+    FROM claimed, jsonb_each(%(changed)s::jsonb) AS changed
+    ON CONFLICT (workflow, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
+)
+SELECT result FROM state_ops WHERE op_key = %(op_key)s
 """
+_READ = "SELECT key, value FROM workflow_state WHERE workflow = %s"
 # Lists change in one statement each, under the row's own lock: racing runs of the
 # workflow never lose an element, and no workflow-wide lock serializes them.
 _ADD = """
@@ -59,6 +71,21 @@ async def apply(
     ``list_remove`` (``action`` has ``list`` and ``value``). Returns ``{"state": {...}}``,
     the keys the step changed with their new values.
     """
+    if kind == "state_set":
+        changed = dict(action)
+        result = {"state": changed}
+        with translated():
+            cur = await conn.execute(
+                _SET_ONCE,
+                {
+                    "op_key": op_key,
+                    "result": Jsonb(result),
+                    "workflow": workflow,
+                    "changed": Jsonb(changed),
+                },
+            )
+            earlier = await cur.fetchone()
+        return earlier[0] if earlier is not None else result
     with translated():
         async with conn.transaction():
             cur = await conn.execute(_CLAIM, (op_key,))
@@ -66,18 +93,13 @@ async def apply(
                 cur = await conn.execute(_RESULT, (op_key,))
                 (result,) = await cur.fetchone()
                 return result
-            if kind == "state_set":
-                changed = dict(action)
-                for key, value in changed.items():
-                    await conn.execute(_SET, (workflow, key, Jsonb(value)))
+            name, value = action["list"], Jsonb(action["value"])
+            if kind == "list_add":
+                cur = await conn.execute(_ADD, (workflow, name, value, value, value))
             else:
-                name, value = action["list"], Jsonb(action["value"])
-                if kind == "list_add":
-                    cur = await conn.execute(_ADD, (workflow, name, value, value, value))
-                else:
-                    cur = await conn.execute(_REMOVE, (workflow, name, value))
-                (current,) = await cur.fetchone()
-                changed = {name: current}
+                cur = await conn.execute(_REMOVE, (workflow, name, value))
+            (current,) = await cur.fetchone()
+            changed = {name: current}
             result = {"state": changed}
             await conn.execute(_SET_RESULT, (Jsonb(result), op_key))
             return result

@@ -25,6 +25,9 @@ async def test_each_operation_applies_once_per_key(settings):
         "state": {"a": 1, "b": [1, 2]}
     }
     assert await apply(settings, "k1", "state_set", {"a": 99}) == {"state": {"a": 1, "b": [1, 2]}}
+    conn = await storage.connect(settings)
+    async with conn:
+        assert await workflow_state.load(conn, "w") == {"a": 1, "b": [1, 2]}  # not re-applied
     assert await apply(settings, "k2", "list_add", {"list": "b", "value": 3}) == {
         "state": {"b": [1, 2, 3]}
     }
