@@ -373,6 +373,9 @@ async def test_a_send_reorged_away_before_its_confirmations_goes_out_again(
 
         await wait_until(seen_mined, timeout=30, what="the relayer to see its send mined")
         [row] = await open_sends(settings)
+        # The worker rebroadcasts as soon as it sees the transfer gone: with automine on,
+        # the node could mine it again before the check below. Blocks are mined by hand.
+        await chain.rpc(w3, "evm_setAutomine", False)
         await chain.reorg(w3, 1)  # its block replaced by an empty one: the transfer is gone
         assert await chain.rpc(w3, "eth_getTransactionReceipt", row.tx_hash) is None
 
