@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from eth_abi import decode as abi_decode
 from eth_abi import encode as abi_encode
 from eth_abi.exceptions import EncodingError
-from eth_utils import function_signature_to_4byte_selector, is_address, to_checksum_address
+from eth_utils import function_signature_to_4byte_selector, is_address
+from eth_utils import to_checksum_address as _to_checksum_address
 
 from rflow.budgets import SendShape
 from rflow.failures import FailureKind, RflowError
@@ -43,6 +45,12 @@ class Intent:
     max_fee_per_gas: int | None
     max_priority_fee_per_gas: int | None
     shape: SendShape
+
+
+# A relayer sends to the same few contracts and recipients again and again, and each of
+# these is a keccak of the text.
+to_checksum_address = lru_cache(maxsize=4096)(_to_checksum_address)
+_selector = lru_cache(maxsize=1024)(function_signature_to_4byte_selector)
 
 
 def _invalid(message: str) -> RflowError:
@@ -96,9 +104,7 @@ def calldata(function: str, args: Any, where: str) -> bytes:
         encoded = abi_encode(list(signature.inputs), values)
     except (EncodingError, ValueError, TypeError) as exc:
         raise _invalid(f"{where}.args: cannot encode for {function}: {exc}") from None
-    selector = function_signature_to_4byte_selector(
-        f"{signature.name}({','.join(signature.inputs)})"
-    )
+    selector = _selector(f"{signature.name}({','.join(signature.inputs)})")
     return selector + encoded
 
 
