@@ -9,8 +9,10 @@ engine changes. Environment variables:
                  late a 10 ms sleep woke up, in seconds) and garbage-collector pauses
                  (generation, seconds) of that second, with the wall-clock time
     BENCH_STORE  a Faust store URL (e.g. rocksdb://) replacing the app's memory:// store
-    BENCH_CPROFILE  file receiving the worker's cProfile statistics, written every two
-                 seconds (read them with pstats; the worker runs about half as fast)
+    BENCH_CPROFILE  file receiving the worker's cProfile statistics: profiling starts when
+                 a file named like it plus ".start" appears, and is written out when one
+                 plus ".stop" does (read it with pstats; profiled, the worker runs about
+                 half as fast)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 def main() -> None:
     diag_path = os.environ.get("BENCH_DIAG")
+    cprofile = os.environ.get("BENCH_CPROFILE")
     store = os.environ.get("BENCH_STORE")
     lags: list[float] = []
     pauses: list[tuple[int, float]] = []
@@ -66,23 +69,26 @@ def main() -> None:
                 pauses.clear()
                 out.write(json.dumps(line) + "\n")
 
+        if cprofile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            start, stop = f"{cprofile}.start", f"{cprofile}.stop"
+
+            @app.timer(interval=0.02, name="bench.cprofile")
+            async def toggle() -> None:
+                # On the event loop's thread: a profiler sees only the thread enabling it.
+                if os.path.exists(start):
+                    os.unlink(start)
+                    profiler.enable()
+                if os.path.exists(stop):
+                    os.unlink(stop)
+                    profiler.disable()
+                    profiler.dump_stats(cprofile)
+
         return app
 
     app_module.create_app = create_app
-    cprofile = os.environ.get("BENCH_CPROFILE")
-    if cprofile:
-        import cProfile
-        import threading
-
-        profiler = cProfile.Profile()
-        profiler.enable()
-
-        def dump() -> None:
-            while True:
-                time.sleep(2)
-                profiler.dump_stats(cprofile)
-
-        threading.Thread(target=dump, daemon=True).start()
     from rflow.cli import main as cli
 
     sys.argv[0] = "rflow"

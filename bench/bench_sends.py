@@ -8,12 +8,14 @@ produced to the last run settled in the read model.
 Both run against a fresh anvil of the benchmark's own (``--shared-node`` for the stack's).
 Baseline, measured in the same run against the same anvil: one process signing the same
 transfers and sending them one after another with ``eth_sendRawTransaction``, polling
-each receipt every 2 ms.
+each receipt every 2 ms. The chain is reverted (``evm_snapshot``/``evm_revert``) after the
+baseline, so both sides send from the same chain state.
 
     python bench/bench_sends.py [--count 300] [--profile] [--keep]
 
 --profile adds a measured phase under py-spy and prints where the worker's time goes;
---keep keeps the worker's log.
+--keep keeps the worker's log. With BENCH_CPROFILE=<file> the worker runs under cProfile
+during the measured phase (bench/_instrumented_worker.py) and writes its statistics there.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -213,11 +216,31 @@ async def measure(settings, count: int, workdir: Path, profile: bool) -> None:
             settings.model_copy(update={"project_path": project}),
             workdir / "worker.log",
             extra_env={"PAYOUT_KEY": relayer.key.hex()},
+            instrumented="BENCH_CPROFILE" in os.environ,
         ).start()
         await worker.wait_ready()
         await rflow_rate(settings, project, recipient, 20, "warm")  # connections, caches
+        # Both sides start from the same chain: anvil slows down as its chain grows
+        # (measured: about 410 transfers/s over its first 300 blocks, 270/s over the next
+        # 300), so whichever side ran second would meet a slower node.
+        snapshot = await chain.rpc(w3, "evm_snapshot")
         base = await baseline(w3, token, plain, recipient, count)
+        if not await chain.rpc(w3, "evm_revert", snapshot):
+            raise SystemExit("anvil could not revert to the snapshot taken before the baseline")
+        cprofile = os.environ.get("BENCH_CPROFILE")
+        if cprofile:
+            Path(f"{cprofile}.start").touch()
+            await asyncio.sleep(0.1)
         ours = await rflow_rate(settings, project, recipient, count, "measured")
+        if cprofile:
+            Path(cprofile).unlink(missing_ok=True)
+            Path(f"{cprofile}.stop").touch()
+            for _ in range(200):
+                await asyncio.sleep(0.05)
+                if Path(cprofile).exists():
+                    await asyncio.sleep(0.5)  # written out in full
+                    break
+            print(f"  the worker's cProfile statistics: {cprofile}")
         if profile:
             print(await profiled(worker, settings, project, recipient, count, workdir))
         emit(
