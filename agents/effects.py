@@ -149,7 +149,8 @@ class EffectRunner:
             error: StepError | None = None
             timeout = effect.timeout or DEFAULT_STEP_TIMEOUT
             try:
-                output = await asyncio.wait_for(self.executors.run(effect), timeout)
+                async with asyncio.timeout(timeout):  # no task of its own, as wait_for makes
+                    output = await self.executors.run(effect)
             except RflowError as exc:
                 error = exc.as_data()
             except TimeoutError:

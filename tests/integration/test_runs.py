@@ -157,6 +157,30 @@ async def test_a_failed_run_is_dead_lettered_with_its_journal(
     assert run["dead"]["journal"]["steps"]["check"]["error"]["message"] == "not ok"
 
 
+async def test_a_step_without_a_result_in_time_fails_with_kind_timeout(
+    settings, worker_factory, tmp_path, sink
+):
+    sink.held.add("/slow")
+    steps = f"""
+    steps:
+      - id: slow
+        timeout: 1s
+        http_call: {{ url: "{sink.url}/slow", method: POST }}
+"""
+    project = write_project(tmp_path, sink.url, steps)
+    worker = worker_factory(project_path=project)
+    await worker.wait_ready()
+    rid = await fire(settings, project, "flow", "manual:flow:slow", {})
+    try:
+        run = await settled_run(settings, rid)
+    finally:
+        sink.release()
+    assert (run["status"], run["error_kind"]) == ("failed", "timeout")
+    [step] = run["steps"]
+    assert (step["error_kind"], step["error_message"]) == ("timeout", "no result within 1s")
+    assert sink.keys("/slow") == {"flow:manual:flow:slow:slow": 1}
+
+
 async def test_a_killed_worker_successor_finishes_every_run_without_rerunning_steps(
     settings, worker_factory, tmp_path, sink
 ):
