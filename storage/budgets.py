@@ -28,6 +28,7 @@ from rflow.budgets import NATIVE, Charge, GasBreaker
 from rflow.failures import FailureKind, RflowError
 from rflow.lang.model import Budget
 from rflow.lang.units import format_duration
+from rflow.storage.columns import columns
 from rflow.storage.errors import translated
 
 GAS = "gas"
@@ -62,8 +63,9 @@ WHERE send_key = ANY(%s) AND status <> 'released'
 _RECORD_GAS = """
 INSERT INTO native_spend (tx_hash, send_key, network, relayer, gas_used, effective_gas_price,
                           gas_cost, value)
-VALUES (%(tx_hash)s, %(send_key)s, %(network)s, %(relayer)s, %(gas_used)s::numeric,
-        %(price)s::numeric, %(gas_used)s::numeric * %(price)s::numeric, %(value)s::numeric)
+SELECT tx_hash, send_key, network, relayer, gas_used, price, gas_used * price, value
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::numeric[], %s::numeric[],
+            %s::numeric[]) AS x(tx_hash, send_key, network, relayer, gas_used, price, value)
 ON CONFLICT (tx_hash) DO NOTHING
 """
 
@@ -373,26 +375,23 @@ class GasSpent:
 
 
 async def record_gas_many(conn: psycopg.AsyncConnection, spent: Sequence[GasSpent]) -> None:
-    """:func:`record_gas` for several transactions in one round trip."""
+    """:func:`record_gas` for several transactions in one statement."""
     if not spent:
         return
+    rows = [
+        (
+            item.tx_hash,
+            item.send_key,
+            item.network,
+            item.relayer,
+            item.gas_used,
+            item.effective_gas_price,
+            item.value,
+        )
+        for item in spent
+    ]
     with translated():
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                _RECORD_GAS,
-                [
-                    {
-                        "tx_hash": item.tx_hash,
-                        "send_key": item.send_key,
-                        "network": item.network,
-                        "relayer": item.relayer,
-                        "gas_used": item.gas_used,
-                        "price": item.effective_gas_price,
-                        "value": item.value,
-                    }
-                    for item in spent
-                ],
-            )
+        await conn.execute(_RECORD_GAS, columns(rows, 7))
 
 
 async def gas_spent(

@@ -11,6 +11,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from rflow.engine.effects import Journal, Settle
+from rflow.storage.columns import columns
 from rflow.storage.errors import InvalidValue, storable, translated
 
 # Each statement takes a whole batch as parallel arrays (one column each), so a batch is
@@ -150,7 +151,7 @@ def _columns(name: str, rows: list[tuple[Any, ...]]) -> list[list[Any]]:
     key = _UPDATE_KEYS.get(name)
     if key is not None:
         rows = list({key(row): row for row in rows}.values())
-    return [list(column) for column in zip(*rows, strict=True)]
+    return columns(rows, len(rows[0]))
 
 
 def _row(entry: Journal) -> tuple[Any, ...] | None:

@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from rflow.storage.columns import columns
 from rflow.storage.errors import translated
 
 SETTLED = ("succeeded", "reverted", "dropped", "expired", "failed")
@@ -38,14 +39,26 @@ _RETURN_NONCE = """
 UPDATE relayer_nonces SET next_nonce = %s
 WHERE network = %s AND address = %s AND next_nonce = %s + 1
 """
-_INSERT = """
-INSERT INTO sends (send_key, purpose, run_id, workflow, reply, network, relayer, address,
-                   nonce, to_address, value, data, gas_limit, fee_cap, tx_hash, error)
-VALUES (%(send_key)s, %(purpose)s, %(run_id)s, %(workflow)s, %(reply)s, %(network)s,
-        %(relayer)s, %(address)s, %(nonce)s, %(to_address)s, %(value)s, %(data)s,
-        %(gas_limit)s, %(fee_cap)s, %(tx_hash)s, %(error)s)
-ON CONFLICT (send_key) DO NOTHING
-RETURNING send_key
+# Many sends with their first attempts in one statement, one array per column; an
+# attempt is stored only with its send (a key stored already keeps its row and attempts).
+_INSERT_MANY = """
+WITH stored AS (
+    INSERT INTO sends (send_key, purpose, run_id, workflow, reply, network, relayer, address,
+                       nonce, to_address, value, data, gas_limit, fee_cap, tx_hash, error)
+    SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::text[],
+                         %s::text[], %s::text[], %s::bigint[], %s::text[], %s::numeric[],
+                         %s::bytea[], %s::bigint[], %s::numeric[], %s::text[], %s::jsonb[])
+    ON CONFLICT (send_key) DO NOTHING
+    RETURNING send_key
+), attempts AS (
+    INSERT INTO send_attempts (tx_hash, send_key, nonce, max_fee_per_gas,
+                               max_priority_fee_per_gas, raw)
+    SELECT a.* FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::numeric[], %s::numeric[],
+                           %s::bytea[]) AS a(tx_hash, send_key, nonce, max_fee, tip, raw)
+    WHERE a.send_key IN (SELECT send_key FROM stored)
+    ON CONFLICT (tx_hash) DO NOTHING
+)
+SELECT send_key FROM stored
 """
 _ATTEMPT = """
 INSERT INTO send_attempts (tx_hash, send_key, nonce, max_fee_per_gas, max_priority_fee_per_gas, raw)
@@ -76,6 +89,16 @@ WHERE send_key = %(send_key)s AND settled_at IS NULL
 _BY_RUN = """
 SELECT send_key, network, relayer, nonce, tx_hash, status, block_number, gas_used
 FROM sends WHERE run_id = %s ORDER BY created_at
+"""
+_SETTLE_MINED = """
+UPDATE sends SET status = x.status, tx_hash = coalesce(x.tx_hash, sends.tx_hash),
+    block_number = x.block_number, block_hash = x.block_hash, gas_used = x.gas_used,
+    effective_gas_price = x.effective_gas_price, error = NULL,
+    settled_at = now(), updated_at = now()
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::text[], %s::numeric[],
+            %s::numeric[])
+    AS x(send_key, status, tx_hash, block_number, block_hash, gas_used, effective_gas_price)
+WHERE sends.send_key = x.send_key AND sends.settled_at IS NULL
 """
 
 
@@ -232,25 +255,26 @@ class NewSend(_Send):
         }
 
 
+_SEND_COLUMNS = (
+    "send_key", "purpose", "run_id", "workflow", "reply", "network", "relayer", "address",
+    "nonce", "to_address", "value", "data", "gas_limit", "fee_cap", "tx_hash", "error",
+)  # fmt: skip
+_MINED_COLUMNS = (
+    "send_key", "status", "tx_hash", "block_number", "block_hash", "gas_used",
+    "effective_gas_price",
+)  # fmt: skip
+
+
 async def insert_many(conn: psycopg.AsyncConnection, new: Sequence[NewSend]) -> set[str]:
-    """Store new sends with their first attempts in one round trip; the keys stored (a key
+    """Store new sends with their first attempts in one statement; the keys stored (a key
     that exists already is left as it is, and its attempt is not stored)."""
     if not new:
         return set()
-    stored: set[str] = set()
+    sends = [tuple(send.params()[c] for c in _SEND_COLUMNS) for send in new]
+    attempts = [_attempt_params(send.send_key, send.attempt) for send in new]
     with translated():
-        async with conn.cursor() as cur:
-            await cur.executemany(_INSERT, [send.params() for send in new], returning=True)
-            while True:
-                found = await cur.fetchone()
-                if found is not None:
-                    stored.add(found[0])
-                if not cur.nextset():
-                    break
-            attempts = [_attempt_params(s.send_key, s.attempt) for s in new if s.send_key in stored]
-            if attempts:
-                await cur.executemany(_ATTEMPT, attempts)
-    return stored
+        cur = await conn.execute(_INSERT_MANY, [*columns(sends, 16), *columns(attempts, 6)])
+        return {key for (key,) in await cur.fetchall()}
 
 
 def _attempt_params(send_key: str, attempt: Attempt) -> tuple[Any, ...]:
@@ -331,11 +355,13 @@ async def settle_mined(
     round trip (inside the caller's transaction); a settled one is left as it is."""
     if not mined:
         return
+    # One statement cannot update a row twice: a key given twice is settled by its last.
+    rows = {
+        key: tuple(_settled(key, status, receipt, None)[c] for c in _MINED_COLUMNS)
+        for key, status, receipt in mined
+    }
     with translated():
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                _SETTLE, [_settled(key, status, receipt, None) for key, status, receipt in mined]
-            )
+        await conn.execute(_SETTLE_MINED, columns(list(rows.values()), 7))
 
 
 def _settled(

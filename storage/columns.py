@@ -1,0 +1,14 @@
+"""Rows as column arrays: statements over ``unnest`` take a whole batch as one parameter
+per column, so a batch is one statement instead of one per row."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    """``rows`` (each ``width`` long) as ``width`` lists, one per column."""
+    if not rows:
+        return [[] for _ in range(width)]
+    return [list(column) for column in zip(*rows, strict=True)]
