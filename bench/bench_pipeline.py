@@ -20,6 +20,9 @@ Phases:
      each run's notify minus the time its trigger was produced (p50, p99), with where it
      goes (from the read model's step timestamps);
   3. the baseline: the same N records (events/s), then the same paced load (latency);
+     then the same N records through a bare agent that moves as many Kafka records per
+     event as a run moves (bench/_baseline_agent.py with BENCH_JOURNAL), which shows
+     how much of the gap is the Kafka traffic a run needs and how much rflow's own work;
   4. two workers in one consumer group: phase 1 again (speed-up = runs/s(2) / runs/s(1)).
      Measured only once the group is Stable with both members ready: runs fired while
      the second worker's join is still being rebalanced were seen to be lost (see the
@@ -406,14 +409,18 @@ def summarize(latencies: list[float]) -> dict:
 class BaselineRig:
     """The bare Faust agent in its own process, on its own topics and consumer group."""
 
-    def __init__(self, workdir: Path, brokers: str, partitions: int) -> None:
+    def __init__(
+        self, workdir: Path, brokers: str, partitions: int, *, run_shaped: bool = False
+    ) -> None:
         unique = uuid.uuid4().hex[:8]
+        self.run_shaped = run_shaped
         self.brokers = brokers
         self.partitions = partitions
         self.prefix = f"benchbase{unique}."
         self.app_id = f"bench-baseline-{unique}"
         self.topic = self.prefix + "bench.events"
         self.changelog = self.prefix + "bench.state"
+        self.journal = self.prefix + "bench.journal"
         self.out = workdir / f"baseline-{unique}.out"
         self.log = workdir / f"baseline-{unique}.log"
         self.data_dir = workdir / f"baseline-data-{unique}"
@@ -426,22 +433,19 @@ class BaselineRig:
         admin = AIOKafkaAdminClient(bootstrap_servers=self.brokers, request_timeout_ms=15000)
         await admin.start()
         try:
-            await admin.create_topics(
-                [
-                    NewTopic(self.topic, self.partitions, 1),
-                    NewTopic(
-                        self.changelog,
-                        self.partitions,
-                        1,
-                        topic_configs={"cleanup.policy": "compact"},
-                    ),
-                ],
-                timeout_ms=15000,
-            )
+            topics = [
+                NewTopic(self.topic, self.partitions, 1),
+                NewTopic(
+                    self.changelog, self.partitions, 1, topic_configs={"cleanup.policy": "compact"}
+                ),
+            ]
+            if self.run_shaped:
+                topics.append(NewTopic(self.journal, self.partitions, 1))
+            await admin.create_topics(topics, timeout_ms=15000)
 
             async def led() -> bool:
-                described = await admin.describe_topics([self.topic, self.changelog])
-                return len(described) == 2 and all(
+                described = await admin.describe_topics([t.name for t in topics])
+                return len(described) == len(topics) and all(
                     len(t["partitions"]) == self.partitions
                     and all(p["leader"] >= 0 for p in t["partitions"])
                     for t in described
@@ -463,6 +467,7 @@ class BaselineRig:
             "BENCH_OUT": str(self.out),
             "BENCH_WEB_PORT": str(free_port()),
             "BENCH_DATA_DIR": str(self.data_dir),
+            **({"BENCH_JOURNAL": self.journal} if self.run_shaped else {}),
         }
         command = [sys.executable, str(HERE / "_baseline_agent.py")]
         self.proc, self._log = start_process(command, env, self.log)
@@ -651,6 +656,20 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         )
         opened.remove(base)
         await base.stop()
+        shaped = BaselineRig(workdir, probe.kafka_brokers, partitions, run_shaped=True)
+        opened.append(shaped)
+        await shaped.start()
+        await baseline_peak(shaped, one, producer, Phase("swarm", warm))
+        speak = await baseline_peak(shaped, one, producer, Phase("speak", n))
+        results["speak"] = speak
+        print(
+            f"      with a run's Kafka records (4 table updates, 3 journal records written "
+            f"and read per event): {speak['rate']:.1f} events/s "
+            f"(agent CPU {speak['cpu_per_item'] * 1000:.3f} ms per event)",
+            flush=True,
+        )
+        opened.remove(shaped)
+        await shaped.stop()
 
         # 4: two workers in one consumer group.
         if not args.skip_two:
@@ -733,6 +752,28 @@ def report(results: dict, rate: float) -> None:
             "met" if lat1["p99"] < 0.25 else "NOT met",
         ),
     ]
+    if "speak" in results:
+        speak = results["speak"]
+        rows.append(
+            (
+                "  bare agent moving a run's Kafka records",
+                f"{speak['rate']:.1f} events/s",
+                f"{bpeak['rate']:.1f} events/s",
+                f"{speak['rate'] / bpeak['rate']:.3f}",
+                "-",
+                "-",
+            )
+        )
+        rows.append(
+            (
+                "  rflow against that bare agent",
+                f"{peak1['rate']:.1f} runs/s",
+                f"{speak['rate']:.1f} events/s",
+                f"{peak1['rate'] / speak['rate']:.3f}",
+                "-",
+                "-",
+            )
+        )
     if "peak2" in results:
         peak2 = results["peak2"]
         rows.append(
