@@ -64,8 +64,8 @@ _RECORD_GAS = """
 INSERT INTO native_spend (tx_hash, send_key, network, relayer, gas_used, effective_gas_price,
                           gas_cost, value)
 SELECT tx_hash, send_key, network, relayer, gas_used, price, gas_used * price, value
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::numeric[], %s::numeric[],
-            %s::numeric[]) AS x(tx_hash, send_key, network, relayer, gas_used, price, value)
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::numeric[], %b::numeric[],
+            %b::numeric[]) AS x(tx_hash, send_key, network, relayer, gas_used, price, value)
 ON CONFLICT (tx_hash) DO NOTHING
 """
 

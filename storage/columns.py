@@ -1,5 +1,8 @@
 """Rows as column arrays: statements over ``unnest`` take a whole batch as one parameter
-per column, so a batch is one statement instead of one per row."""
+per column, so a batch is one statement instead of one per row.
+
+Such parameters are sent in binary (``%b``): in text, psycopg quotes and escapes every
+element of an array with regular expressions, which cost more than the statement."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ from rflow.storage.errors import InvalidValue, storable, translated
 _RUN_STARTED = """
 INSERT INTO runs (run_id, workflow, version, trigger_key, matrix, group_key, status, trigger, created_at, updated_at)
 SELECT run_id, workflow, version, trigger_key, matrix, group_key, 'running', trigger, created_at, updated_at
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::text[], %s::jsonb[],
-            %s::timestamptz[], %s::timestamptz[])
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::text[], %b::jsonb[],
+            %b::timestamptz[], %b::timestamptz[])
     AS x(run_id, workflow, version, trigger_key, matrix, group_key, trigger, created_at, updated_at)
 ON CONFLICT (run_id) DO NOTHING
 """
@@ -28,7 +28,7 @@ ON CONFLICT (run_id) DO NOTHING
 _RUN_SETTLED = """
 UPDATE runs SET status = x.status, error_kind = x.error_kind, error_message = x.error_message,
                 settled_at = x.settled_at, updated_at = x.updated_at
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[])
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::timestamptz[], %b::text[])
     AS x(status, error_kind, error_message, settled_at, updated_at, run_id)
 WHERE runs.run_id = x.run_id
 """
@@ -36,7 +36,7 @@ WHERE runs.run_id = x.run_id
 _STEP_STARTED = """
 INSERT INTO step_logs (run_id, path, visit, kind, status, attempt, started_at, seq)
 SELECT run_id, path, visit, kind, 'running', 1, started_at, seq
-FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::timestamptz[], %s::bigint[])
+FROM unnest(%b::text[], %b::text[], %b::integer[], %b::text[], %b::timestamptz[], %b::bigint[])
     AS x(run_id, path, visit, kind, started_at, seq)
 ON CONFLICT (run_id, path, visit) DO NOTHING
 """
@@ -44,7 +44,7 @@ ON CONFLICT (run_id, path, visit) DO NOTHING
 _STEP_RETRYING = """
 UPDATE step_logs SET status = 'retrying', attempt = x.attempt, error_kind = x.error_kind,
                      error_message = x.error_message
-FROM unnest(%s::integer[], %s::text[], %s::text[], %s::text[], %s::text[], %s::integer[])
+FROM unnest(%b::integer[], %b::text[], %b::text[], %b::text[], %b::text[], %b::integer[])
     AS x(attempt, error_kind, error_message, run_id, path, visit)
 WHERE step_logs.run_id = x.run_id AND step_logs.path = x.path AND step_logs.visit = x.visit
   AND step_logs.settled_at IS NULL
@@ -53,9 +53,9 @@ WHERE step_logs.run_id = x.run_id AND step_logs.path = x.path AND step_logs.visi
 _STEP_SETTLED = """
 INSERT INTO step_logs (run_id, path, visit, status, attempt, input, output, error_kind, error_message,
                        started_at, settled_at, seq)
-SELECT * FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::integer[], %s::jsonb[],
-                     %s::jsonb[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[],
-                     %s::bigint[])
+SELECT * FROM unnest(%b::text[], %b::text[], %b::integer[], %b::text[], %b::integer[], %b::jsonb[],
+                     %b::jsonb[], %b::text[], %b::text[], %b::timestamptz[], %b::timestamptz[],
+                     %b::bigint[])
 ON CONFLICT (run_id, path, visit) DO UPDATE SET
     status = EXCLUDED.status, attempt = EXCLUDED.attempt, input = EXCLUDED.input,
     output = EXCLUDED.output, error_kind = EXCLUDED.error_kind,
@@ -64,7 +64,7 @@ ON CONFLICT (run_id, path, visit) DO UPDATE SET
 
 _DEAD = """
 INSERT INTO dead_runs (run_id, workflow, error_kind, error_message, journal, dead_at)
-SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::timestamptz[])
+SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::timestamptz[])
 ON CONFLICT (run_id) DO NOTHING
 """
 

@@ -45,16 +45,16 @@ _INSERT_MANY = """
 WITH stored AS (
     INSERT INTO sends (send_key, purpose, run_id, workflow, reply, network, relayer, address,
                        nonce, to_address, value, data, gas_limit, fee_cap, tx_hash, error)
-    SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::text[],
-                         %s::text[], %s::text[], %s::bigint[], %s::text[], %s::numeric[],
-                         %s::bytea[], %s::bigint[], %s::numeric[], %s::text[], %s::jsonb[])
+    SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::text[],
+                         %b::text[], %b::text[], %b::bigint[], %b::text[], %b::numeric[],
+                         %b::bytea[], %b::bigint[], %b::numeric[], %b::text[], %b::jsonb[])
     ON CONFLICT (send_key) DO NOTHING
     RETURNING send_key
 ), attempts AS (
     INSERT INTO send_attempts (tx_hash, send_key, nonce, max_fee_per_gas,
                                max_priority_fee_per_gas, raw)
-    SELECT a.* FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::numeric[], %s::numeric[],
-                           %s::bytea[]) AS a(tx_hash, send_key, nonce, max_fee, tip, raw)
+    SELECT a.* FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::numeric[], %b::numeric[],
+                           %b::bytea[]) AS a(tx_hash, send_key, nonce, max_fee, tip, raw)
     WHERE a.send_key IN (SELECT send_key FROM stored)
     ON CONFLICT (tx_hash) DO NOTHING
 )
@@ -95,8 +95,8 @@ UPDATE sends SET status = x.status, tx_hash = coalesce(x.tx_hash, sends.tx_hash)
     block_number = x.block_number, block_hash = x.block_hash, gas_used = x.gas_used,
     effective_gas_price = x.effective_gas_price, error = NULL,
     settled_at = now(), updated_at = now()
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::text[], %s::numeric[],
-            %s::numeric[])
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::text[], %b::numeric[],
+            %b::numeric[])
     AS x(send_key, status, tx_hash, block_number, block_hash, gas_used, effective_gas_price)
 WHERE sends.send_key = x.send_key AND sends.settled_at IS NULL
 """
