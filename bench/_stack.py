@@ -548,3 +548,15 @@ async def wait_stable(workers: list[Worker], timeout: float = 120.0) -> None:
                 f"(state {state}, {members} members, ready {ready})"
             )
         await asyncio.sleep(1.0 if streak else 0.2)
+
+
+async def written_profile(path: Path) -> None:
+    """Ask the instrumented worker for its cProfile statistics and wait for the file."""
+    path.unlink(missing_ok=True)
+    Path(f"{path}.stop").touch()
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        if path.exists():
+            await asyncio.sleep(0.5)  # written out in full
+            print(f"      the worker's cProfile statistics: {path}", flush=True)
+            return

@@ -30,7 +30,8 @@ Phases:
 
 --profile adds a phase 1 under py-spy (pip install py-spy) and prints where the worker's
 time goes; --diagnose runs the one-worker phases in bench/_instrumented_worker.py, which
-notes event-loop lag and garbage-collector pauses; --variant no-state drops the state_set
+notes event-loop lag and garbage-collector pauses (with BENCH_CPROFILE=<file> it also
+writes the worker's cProfile statistics of phase 1 there); --variant no-state drops the state_set
 step, to show what it costs.
 
 Targets (issue 4): runs/s >= 1/4 of the baseline's events/s; p99 < 250 ms at half the
@@ -79,6 +80,7 @@ from _stack import (
     stop_profiler,
     wait_for,
     wait_stable,
+    written_profile,
 )
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -593,7 +595,13 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         opened.append(one)
         await one.start()
         await warm_up_rflow(one, producer, warm)
+        cprofile = os.environ.get("BENCH_CPROFILE") if args.diagnose else None
+        if cprofile:
+            Path(f"{cprofile}.start").touch()
+            await asyncio.sleep(0.1)
         peak1 = await rflow_peak(one, producer, Phase("p1peak", n))
+        if cprofile:
+            await written_profile(Path(cprofile))
         results["peak1"] = peak1
         print(
             f"      peak: {n} runs in {peak1['elapsed']:.2f} s = {peak1['rate']:.1f} runs/s "

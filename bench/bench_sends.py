@@ -44,6 +44,7 @@ from _stack import (
     query_one,
     start_profiler,
     stop_profiler,
+    written_profile,
 )
 
 from rflow import storage
@@ -233,14 +234,7 @@ async def measure(settings, count: int, workdir: Path, profile: bool) -> None:
             await asyncio.sleep(0.1)
         ours = await rflow_rate(settings, project, recipient, count, "measured")
         if cprofile:
-            Path(cprofile).unlink(missing_ok=True)
-            Path(f"{cprofile}.stop").touch()
-            for _ in range(200):
-                await asyncio.sleep(0.05)
-                if Path(cprofile).exists():
-                    await asyncio.sleep(0.5)  # written out in full
-                    break
-            print(f"  the worker's cProfile statistics: {cprofile}")
+            await written_profile(Path(cprofile))
         if profile:
             print(await profiled(worker, settings, project, recipient, count, workdir))
         emit(
