@@ -349,8 +349,19 @@ async def test_the_live_total_follows_every_reservation_change(conn):
     with pytest.raises(BudgetExceeded):
         await reserve(conn, "d", native(701))
     assert await live_total() == (300, 300)
+    # A reservation written by anything but budget_reserve is counted too (by the trigger).
+    await conn.execute(
+        "INSERT INTO budget_reservations (budget, asset, send_key, amount) "
+        "VALUES ('daily', 'native', 'g', 50)"
+    )
+    assert await live_total() == (350, 350)
+    await conn.execute("DELETE FROM budget_reservations WHERE send_key = 'g'")
+    assert await live_total() == (300, 300)
     # The cap check counts the live total: 300 live + 700 = 1000 fits, one more does not.
     await reserve(conn, "e", native(700))
+    assert await live_total() == (1000, 1000)
+    await reserve(conn, "e", native(700))  # redelivered: answered, not counted again
+    assert await live_total() == (1000, 1000)
     with pytest.raises(BudgetExceeded):
         await reserve(conn, "f", native(1))
 
