@@ -8,9 +8,11 @@ produced to the last run settled in the read model.
 Both run against a fresh anvil of the benchmark's own (``--shared-node`` for the stack's).
 Baseline, measured in the same run against the same anvil: one process signing the same
 transfers and sending them one after another with ``eth_sendRawTransaction``, polling
-each receipt every 2 ms. The chain is reverted (``evm_snapshot``/``evm_revert``) after the
-baseline, so both sides send from the same chain state. Both sides run ``--rounds``
-times, one after the other, and the round with the median ratio is reported.
+each receipt every 2 ms. Both sides run ``--rounds`` times, one after the other, and the
+round with the median ratio is reported. Every side of every round sends from the same
+chain state: anvil is reverted to a snapshot (``evm_snapshot``/``evm_revert``) after
+each, and each round's rflow side sends through a relayer of its own (an earlier
+round's signer would find its nonces taken back).
 
     python bench/bench_sends.py [--count 300] [--rounds 3] [--profile] [--keep]
 
@@ -62,24 +64,36 @@ contracts:
   Token:
     address: {{ local: "{token}" }}
     abi: {abi}
-relayers:
-  payout: {{ key_env: PAYOUT_KEY, networks: [local] }}
 budgets:
   daily: {{ window: 24h, max_token_value: {{ Token: "1000000000000" }} }}
+relayers:
+{relayers}
 workflows:
-  pay:
+{workflows}
+"""
+RELAYER = """  payout{i}: {{ key_env: PAYOUT{i}_KEY, networks: [local] }}"""
+WORKFLOW = """  pay{i}:
     trigger: {{ manual: {{}} }}
-    permissions: {{ relayers: [payout] }}
+    permissions: {{ relayers: [payout{i}] }}
     budgets: [daily]
     steps:
       - id: pay
         send_transaction:
           network: local
-          relayer: payout
+          relayer: payout{i}
           contract: Token
           function: "transfer(address,uint256)"
-          args: ["${{{{ trigger.to }}}}", 1]
-"""
+          args: ["${{{{ trigger.to }}}}", 1]"""
+
+
+def project_text(token: str, signers: int) -> str:
+    """A workflow ``pay<i>`` sending through relayer ``payout<i>``, for each signer."""
+    return PROJECT.format(
+        token=token,
+        abi=chain.artifact_path("TestToken"),
+        relayers="\n".join(RELAYER.format(i=i) for i in range(signers)),
+        workflows="\n".join(WORKFLOW.format(i=i) for i in range(signers)),
+    )
 
 
 async def baseline(w3, token: str, sender, recipient: str, count: int) -> float:
@@ -111,16 +125,20 @@ async def baseline(w3, token: str, sender, recipient: str, count: int) -> float:
     return count / (time.perf_counter() - start)
 
 
-async def rflow_rate(settings, project: Path, recipient: str, count: int, tag: str) -> float:
-    """Sends per second through a worker, from the first trigger to the last run settled."""
+async def rflow_rate(
+    settings, project: Path, recipient: str, count: int, tag: str, signer: int = 0
+) -> float:
+    """Sends per second through a worker, from the first trigger to the last run settled;
+    through relayer ``payout<signer>``."""
     before = await query_one(settings, "SELECT count(*) FROM runs")
-    workflow = load_project(project, {}).workflows["pay"]
+    name = f"pay{signer}"
+    workflow = load_project(project, {}).workflows[name]
     records = [
         trigger_record(
-            "pay",
+            name,
             workflow,
             source="manual",
-            trigger_key=f"manual:pay:{tag}:{i}",
+            trigger_key=f"manual:{name}:{tag}:{i}",
             payload={"to": recipient},
             received_at=datetime.now(UTC),
         )
@@ -172,7 +190,7 @@ async def where_it_goes(settings, started_at: datetime) -> None:
 
 
 async def profiled(
-    worker, settings, project: Path, recipient: str, count: int, workdir: Path
+    worker, settings, project: Path, recipient: str, count: int, workdir: Path, signers: int
 ) -> str:
     """Where the worker's time goes during another measured phase."""
     out = workdir / "worker-profile.txt"
@@ -181,7 +199,8 @@ async def profiled(
         return "  py-spy is not installed (pip install py-spy): no profile"
     try:
         await asyncio.sleep(1.0)  # let py-spy attach
-        rate = await rflow_rate(settings, project, recipient, count, "profiled")
+        # The last round's signer: its sends of the last round are still on the chain.
+        rate = await rflow_rate(settings, project, recipient, count, "profiled", signer=signers - 1)
     finally:
         stop_profiler(spy)
     head = f"  worker profile during {count} sends ({rate:.1f} sends/s under py-spy), {out}:"
@@ -205,42 +224,54 @@ async def measure(settings, count: int, workdir: Path, profile: bool, rounds_wan
     w3 = chain.connect(settings.rpc_url("local"))
     worker = None
     try:
-        relayer = await chain.funded_account(w3, 1000)
+        # A signer per round: each round's sends start from the same chain (below), where
+        # the signer of an earlier round would find its nonces taken back.
+        signers = [await chain.funded_account(w3, 1000) for _ in range(max(1, rounds_wanted))]
         plain = await chain.funded_account(w3, 1000)
-        token, _ = await chain.deploy(w3, "TestToken", "Bench", "BNC", account=relayer)
-        for holder in (relayer, plain):
+        token, _ = await chain.deploy(w3, "TestToken", "Bench", "BNC", account=signers[0])
+        for holder in (*signers, plain):
             await chain.transact(
-                w3, "TestToken", token, "mint", holder.address, 10**24, account=relayer
+                w3, "TestToken", token, "mint", holder.address, 10**24, account=signers[0]
             )
         recipient = chain.Account.create().address
         project = workdir / "project.yaml"
-        project.write_text(PROJECT.format(token=token, abi=chain.artifact_path("TestToken")))
+        project.write_text(project_text(token, len(signers)))
         worker = Worker(
             settings.model_copy(update={"project_path": project}),
             workdir / "worker.log",
-            extra_env={"PAYOUT_KEY": relayer.key.hex()},
+            extra_env={f"PAYOUT{i}_KEY": signer.key.hex() for i, signer in enumerate(signers)},
             instrumented="BENCH_CPROFILE" in os.environ,
         ).start()
         await worker.wait_ready()
         await rflow_rate(settings, project, recipient, 20, "warm")  # connections, caches
         cprofile = os.environ.get("BENCH_CPROFILE")
         rounds: list[tuple[float, float]] = []
-        for index in range(max(1, rounds_wanted)):
-            # Both sides start from the same chain: anvil slows down as its chain grows
-            # (measured: about 410 transfers/s over its first 300 blocks, 270/s over the
-            # next 300), so whichever side ran second would meet a slower node.
-            snapshot = await chain.rpc(w3, "evm_snapshot")
+        # Every side of every round starts from this chain: anvil slows down as its chain
+        # grows (measured: about 410 transfers/s over its first 300 blocks, 270/s over the
+        # next 300), and a slower node holds the one-at-a-time loop back more than rflow.
+        snapshot = await chain.rpc(w3, "evm_snapshot")
+
+        async def back_to_start() -> None:
+            nonlocal snapshot
+            if not await chain.rpc(w3, "evm_revert", snapshot):
+                raise SystemExit("anvil could not revert to the snapshot")
+            snapshot = await chain.rpc(w3, "evm_snapshot")  # a revert uses its snapshot up
+
+        for index in range(len(signers)):
             idle = CpuMeter([worker.pid])
             base = await baseline(w3, token, plain, recipient, count)
             idle_share = idle.stop()["cpu_share"]
-            if not await chain.rpc(w3, "evm_revert", snapshot):
-                raise SystemExit("anvil could not revert to the snapshot taken before the baseline")
+            await back_to_start()
             if cprofile and index == 0:
                 Path(f"{cprofile}.start").touch()
                 await asyncio.sleep(0.1)
-            ours = await rflow_rate(settings, project, recipient, count, f"measured{index}")
+            ours = await rflow_rate(
+                settings, project, recipient, count, f"measured{index}", signer=index
+            )
             if cprofile and index == 0:
                 await written_profile(Path(cprofile))
+            if index + 1 < len(signers):
+                await back_to_start()
             print(
                 f"  round {index + 1}: rflow {ours:.1f} sends/s, web3.py loop {base:.1f} "
                 f"sends/s, ratio {ours / base:.2f} (the waiting worker used "
@@ -249,7 +280,9 @@ async def measure(settings, count: int, workdir: Path, profile: bool, rounds_wan
             )
             rounds.append((ours, base))
         if profile:
-            print(await profiled(worker, settings, project, recipient, count, workdir))
+            print(
+                await profiled(worker, settings, project, recipient, count, workdir, len(signers))
+            )
         # The round with the median ratio: one round is about two seconds on a shared
         # machine, and a burst of load elsewhere moves either side by a third.
         ours, base = sorted(rounds, key=lambda pair: pair[0] / pair[1])[len(rounds) // 2]
