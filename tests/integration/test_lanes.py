@@ -44,6 +44,14 @@ async def fired(settings, project, mode: str, account: str, n: int) -> str:
     )
 
 
+def worker_logs(tmp_path) -> str:
+    """The two workers' logs, for a failure's message."""
+    return "\n".join(
+        f"--- {log.name} ---\n{log.read_text(errors='replace')[-20000:]}"
+        for log in sorted(tmp_path.glob("worker-*.log"))
+    )
+
+
 def arrivals(sink, path: str) -> list[int]:
     return [int(r.body["n"]) for r in sink.requests if r.path == path]
 
@@ -55,13 +63,15 @@ async def requested(sink, path: str, count: int) -> None:
     await wait_until(arrived, timeout=60, what=f"{count} requests to {path}")
 
 
-async def test_queue_runs_a_groups_runs_one_at_a_time_in_arrival_order(settings, workers, sink):
+async def test_queue_runs_a_groups_runs_one_at_a_time_in_arrival_order(
+    settings, workers, sink, tmp_path
+):
     sink.held.add("/queue/first")
     rids = [await fired(settings, workers, "queue", "alice", n) for n in range(3)]
     other = await fired(settings, workers, "queue", "bob", 9)
     # Another group is not held up by alice's lane.
     await requested(sink, "/queue/first", 2)
-    assert sorted(arrivals(sink, "/queue/first")) == [0, 9]
+    assert sorted(arrivals(sink, "/queue/first")) == [0, 9], worker_logs(tmp_path)
     sink.release()
     for rid in [*rids, other]:
         assert (await settled_run(settings, rid))["status"] == "succeeded"
