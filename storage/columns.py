@@ -6,12 +6,24 @@ element of an array with regular expressions, which cost more than the statement
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 
-def columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
-    """``rows`` (each ``width`` long) as ``width`` lists, one per column."""
+def columns(
+    rows: Sequence[tuple[Any, ...]],
+    width: int,
+    *,
+    unique_by: Callable[[tuple[Any, ...]], Hashable] | None = None,
+) -> list[list[Any]]:
+    """``rows`` (each ``width`` long) as ``width`` lists, one per column.
+
+    ``unique_by``: for a statement that updates, each key's row is taken once, its last
+    occurrence winning, as when the rows were applied one by one (one statement cannot
+    change a row twice).
+    """
+    if unique_by is not None:
+        rows = list({unique_by(row): row for row in rows}.values())
     if not rows:
         return [[] for _ in range(width)]
     return [list(column) for column in zip(*rows, strict=True)]

@@ -145,13 +145,9 @@ async def _apply(conn: psycopg.AsyncConnection, batches: dict[str, list[tuple[An
 
 
 def _columns(name: str, rows: list[tuple[Any, ...]]) -> list[list[Any]]:
-    """The rows of one kind as one array per column. A row of a kind that updates is
-    taken once, its last occurrence winning, as when the rows were applied one by one
-    (one statement cannot change a row twice)."""
-    key = _UPDATE_KEYS.get(name)
-    if key is not None:
-        rows = list({key(row): row for row in rows}.values())
-    return columns(rows, len(rows[0]))
+    """The rows of one kind as one array per column, those of a kind that updates taken
+    once per key."""
+    return columns(rows, len(rows[0]), unique_by=_UPDATE_KEYS.get(name))
 
 
 def _row(entry: Journal) -> tuple[Any, ...] | None:

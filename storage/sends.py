@@ -234,31 +234,28 @@ class NewSend(_Send):
     attempt: Attempt
     error: dict[str, Any] | None = None
 
-    def params(self) -> dict[str, Any]:
-        return {
-            "send_key": self.send_key,
-            "purpose": self.purpose,
-            "run_id": self.run_id,
-            "workflow": self.workflow,
-            "reply": Jsonb(self.reply) if self.reply is not None else None,
-            "network": self.network,
-            "relayer": self.relayer,
-            "address": self.address.lower(),
-            "nonce": self.nonce,
-            "to_address": self.to_address,
-            "value": self.value,
-            "data": self.data,
-            "gas_limit": self.gas_limit,
-            "fee_cap": self.fee_cap,
-            "tx_hash": self.attempt.tx_hash,
-            "error": Jsonb(self.error) if self.error is not None else None,
-        }
+    def row(self) -> tuple[Any, ...]:
+        """The ``sends`` row, in the column order of :data:`_INSERT_MANY`."""
+        return (
+            self.send_key,
+            self.purpose,
+            self.run_id,
+            self.workflow,
+            Jsonb(self.reply) if self.reply is not None else None,
+            self.network,
+            self.relayer,
+            self.address.lower(),
+            self.nonce,
+            self.to_address,
+            self.value,
+            self.data,
+            self.gas_limit,
+            self.fee_cap,
+            self.attempt.tx_hash,
+            Jsonb(self.error) if self.error is not None else None,
+        )
 
 
-_SEND_COLUMNS = (
-    "send_key", "purpose", "run_id", "workflow", "reply", "network", "relayer", "address",
-    "nonce", "to_address", "value", "data", "gas_limit", "fee_cap", "tx_hash", "error",
-)  # fmt: skip
 _MINED_COLUMNS = (
     "send_key", "status", "tx_hash", "block_number", "block_hash", "gas_used",
     "effective_gas_price",
@@ -270,7 +267,7 @@ async def insert_many(conn: psycopg.AsyncConnection, new: Sequence[NewSend]) -> 
     that exists already is left as it is, and its attempt is not stored)."""
     if not new:
         return set()
-    sends = [tuple(send.params()[c] for c in _SEND_COLUMNS) for send in new]
+    sends = [send.row() for send in new]
     attempts = [_attempt_params(send.send_key, send.attempt) for send in new]
     with translated():
         cur = await conn.execute(_INSERT_MANY, [*columns(sends, 16), *columns(attempts, 6)])
@@ -355,13 +352,12 @@ async def settle_mined(
     round trip (inside the caller's transaction); a settled one is left as it is."""
     if not mined:
         return
-    # One statement cannot update a row twice: a key given twice is settled by its last.
-    rows = {
-        key: tuple(_settled(key, status, receipt, None)[c] for c in _MINED_COLUMNS)
+    rows = [
+        tuple(_settled(key, status, receipt, None)[c] for c in _MINED_COLUMNS)
         for key, status, receipt in mined
-    }
+    ]
     with translated():
-        await conn.execute(_SETTLE_MINED, columns(list(rows.values()), 7))
+        await conn.execute(_SETTLE_MINED, columns(rows, 7, unique_by=lambda row: row[0]))
 
 
 def _settled(
