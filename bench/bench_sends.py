@@ -186,7 +186,7 @@ async def where_it_goes(settings, started_at: datetime) -> None:
         for label, mark in zip(labels, marks, strict=True)
         if mark is not None
     )
-    print(f"  from the first trigger: {shown}; gas bumps {bumps}")
+    print(f"  from the first trigger: {shown}; gas bumps since the worker started {bumps}")
 
 
 async def profiled(
