@@ -64,7 +64,9 @@ def test_scrub_writes_every_value_back_as_its_placeholder() -> None:
 
 def test_hidden_values_are_scrubbed_without_being_placeholders() -> None:
     secrets = Secrets(ENV).hide("API_TOKEN", "NOT_SET")
-    assert secrets.scrub("GET https://x/tok-5ecr3t-77 failed") == "GET https://x/${API_TOKEN} failed"
+    assert (
+        secrets.scrub("GET https://x/tok-5ecr3t-77 failed") == "GET https://x/${API_TOKEN} failed"
+    )
     found = Secrets(ENV).hide_found_in("https://hooks.test/tok-5ecr3t-77/in")
     assert set(found.used) == {"API_TOKEN"}
     error = StepError(kind=FailureKind.DATA_UNAVAILABLE, message="POST tok-5ecr3t-77: 500")
