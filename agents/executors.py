@@ -288,7 +288,7 @@ class Executors:
 
         The command sees only the environment variables its declaration lists, plus
         RFLOW_IDEMPOTENCY_KEY so it can deduplicate a step re-run after a crash; their
-        values, and those of its declared arguments, are scrubbed from what it prints.
+        values are scrubbed from what it prints.
         """
         action = secrets.resolve(effect.action)
         name = action["name"]
@@ -304,7 +304,7 @@ class Executors:
                 FailureKind.INVALID_INPUT, f"command {name!r}: {spec.path} is not on PATH"
             )
         env = {var: self.runtime.env[var] for var in spec.env if var in self.runtime.env}
-        secrets.hide(*env).hide_found_in(*spec.args)
+        secrets.hide(*env)
         env["RFLOW_IDEMPOTENCY_KEY"] = effect.key
         process = await asyncio.create_subprocess_exec(
             executable,

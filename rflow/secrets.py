@@ -14,7 +14,7 @@ into the journal.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 from urllib.parse import quote
@@ -110,11 +110,6 @@ class Secrets:
         message = self.scrub(error.message)
         return error if message == error.message else error.model_copy(update={"message": message})
 
-    def failure(self, exc: RflowError) -> RflowError:
-        """``exc`` with its message scrubbed."""
-        message = self.scrub(exc.message)
-        return exc if message == exc.message else RflowError(exc.kind, message)
-
 
 def _scrub(value: Any, pattern: re.Pattern[str], forms: dict[str, str]) -> Any:
     if isinstance(value, str):
@@ -142,8 +137,3 @@ def placeholders(value: Any) -> tuple[str, ...]:
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
     return tuple(sorted(found))
-
-
-def of(env: Mapping[str, str], variables: Iterable[str]) -> Secrets:
-    """A :class:`Secrets` that scrubs the values of ``variables``."""
-    return Secrets(env).hide(*variables)
