@@ -87,13 +87,14 @@ class Secrets:
         for name, value in sorted(self.used.items()):
             if len(value) < MIN_SCRUBBED:
                 continue
-            # As written, and as JSON or a URL would quote it.
+            # As written, and as JSON or a URL would quote it; in any case, as an address
+            # comes back checksummed however it was written.
             for form in (value, json.dumps(value).decode()[1:-1], quote(value, safe="")):
-                forms.setdefault(form, placeholder(name))
+                forms.setdefault(form.lower(), placeholder(name))
         if not forms:
             return None
         alternatives = sorted(forms, key=len, reverse=True)  # a longer value first
-        return re.compile("|".join(map(re.escape, alternatives))), forms
+        return re.compile("|".join(map(re.escape, alternatives)), re.IGNORECASE), forms
 
     def scrub(self, value: Any) -> Any:
         """``value`` (an output, a message) with every hidden value written as its
@@ -113,7 +114,7 @@ class Secrets:
 
 def _scrub(value: Any, pattern: re.Pattern[str], forms: dict[str, str]) -> Any:
     if isinstance(value, str):
-        return pattern.sub(lambda m: forms[m.group(0)], value)
+        return pattern.sub(lambda m: forms[m.group(0).lower()], value)
     if isinstance(value, Mapping):
         return {
             _scrub(key, pattern, forms): _scrub(item, pattern, forms) for key, item in value.items()

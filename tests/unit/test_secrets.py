@@ -62,6 +62,14 @@ def test_scrub_writes_every_value_back_as_its_placeholder() -> None:
     }
 
 
+def test_scrubbing_ignores_case() -> None:
+    # A recipient written in lower case comes back checksummed from the chain.
+    wallet = "0x71c7656ec7ab88b098defb751b7401b5f6d8976f"
+    secrets = Secrets({"COLD_WALLET": wallet}).hide("COLD_WALLET")
+    checksummed = "0x71C7656EC7ab88b098defB751B7401B5f6d8976F"
+    assert secrets.scrub({"tx": {"to": checksummed}}) == {"tx": {"to": "${COLD_WALLET}"}}
+
+
 def test_hidden_values_are_scrubbed_without_being_placeholders() -> None:
     secrets = Secrets(ENV).hide("API_TOKEN", "NOT_SET")
     assert (
