@@ -19,7 +19,7 @@ from rflow.lang.yamlsrc import SourceMap
 
 EFFECT_INPUTS = (
     "http_call url, headers and body; notify message; command args; "
-    "to, args and value of a send_transaction or read; query params"
+    "to, args and value of a send_transaction; to and args of a read; query params"
 )
 """Where a step may use ``${VAR}`` and ``${{ env.NAME }}``, for messages."""
 

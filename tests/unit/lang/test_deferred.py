@@ -10,7 +10,7 @@ from tests.unit.lang.conftest import ENV, check, findings
 SECRETS = {**ENV, "API_TOKEN": "tok-5ecr3t-77", "HOOK_URL": "https://hooks.test/p-5ecr3t"}
 WHERE = (
     "(http_call url, headers and body; notify message; command args; to, args and value "
-    "of a send_transaction or read; query params)"
+    "of a send_transaction; to and args of a read; query params)"
 )
 
 
