@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from rflow import breaker
 from rflow.engine import Execute, RunStatus
+from rflow.lang.envsubst import escape
 from rflow.lang.model import Workflow
+from rflow.secrets import Secrets
 from rflow.storage import circuits, controls
 
 if TYPE_CHECKING:
@@ -100,14 +102,21 @@ class Breakers:
                     kind="notify",
                     action={
                         "channel": action.notify.channel,
-                        "message": action.notify.message or f"{name}: {reason}",
+                        # Plain text, written as an effect's input is: nothing in it
+                        # (a run's error, say) can name a variable to fill in.
+                        "message": escape(action.notify.message or f"{name}: {reason}"),
                         "severity": "critical",
                     },
                 )
+                secrets = Secrets(self.runtime.env)
                 try:
-                    await self.effects.executors.notify(effect)
+                    await self.effects.executors.notify(effect, secrets)
                 except Exception as exc:  # an alert that cannot go out is logged, not fatal
-                    log.error("workflow %s: breaker notification failed: %r", name, exc)
+                    log.error(
+                        "workflow %s: breaker notification failed: %s",
+                        name,
+                        secrets.scrub(repr(exc)),
+                    )
 
     async def tick(self) -> None:
         """Open circuits whose window passed without failure go half_open; the breaker's

@@ -32,6 +32,7 @@ from rflow.engine import (
 )
 from rflow.engine.events import Event
 from rflow.failures import FailureKind, RflowError, StepError
+from rflow.secrets import Secrets
 from rflow.storage import controls, timers, waits
 
 if TYPE_CHECKING:
@@ -144,13 +145,14 @@ class EffectRunner:
     # --- actions ----------------------------------------------------------------------
 
     async def execute(self, effect: Execute, key: str, partition: int) -> None:
+        secrets = Secrets(self.runtime.env)
         async with self.slots.hold(effect.run_id), self.limit:
             output: Any = None
             error: StepError | None = None
             timeout = effect.timeout or DEFAULT_STEP_TIMEOUT
             try:
                 async with asyncio.timeout(timeout):  # no task of its own, as wait_for makes
-                    output = await self.executors.run(effect)
+                    output = await self.executors.run(effect, secrets)
             except RflowError as exc:
                 error = exc.as_data()
             except TimeoutError:
@@ -160,14 +162,16 @@ class EffectRunner:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # every failure of an action becomes data with a kind
-                error = StepError(kind=classify(exc), message=f"{type(exc).__name__}: {exc}"[:500])
+                message = secrets.scrub(f"{type(exc).__name__}: {exc}")[:500]
+                error = StepError(kind=classify(exc), message=message)
+        # Whatever the effect was given goes back to its placeholder before the journal.
         result = StepResult(
             run_id=effect.run_id,
             path=effect.path,
             visit=effect.visit,
             attempt=effect.attempt,
-            output=output,
-            error=error,
+            output=secrets.scrub(output),
+            error=secrets.scrub_error(error),
         )
         await self.send_result(key, result, partition)
 

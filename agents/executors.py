@@ -1,7 +1,11 @@
 """Executors: how each off-chain action of an ``Execute`` effect is carried out.
 
-Each takes the effect (with its rendered action and idempotency key) and returns the
-step's output, or raises; the caller classifies exceptions into failure kinds.
+Each takes the effect (with its rendered action and idempotency key) and the effect's
+:class:`~rflow.secrets.Secrets`, and returns the step's output, or raises; the caller
+classifies exceptions into failure kinds and scrubs the output and the error. An
+executor fills the action's ``${VAR}`` placeholders in right before it hands them on,
+and hides every other value it passes along (a channel's URL, a command's environment,
+an RPC URL), so none of them comes back in a result.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from rflow.engine.keys import header_value
 from rflow.failures import FailureKind, RflowError
 from rflow.hosts import check_url
 from rflow.lang.abi import parse_signature
+from rflow.secrets import Secrets
 from rflow.storage import workflow_state
 
 if TYPE_CHECKING:
@@ -33,8 +38,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("rflow.steps")
 DEFAULT_HTTP_TIMEOUT = 30.0
 MAX_BODY = 1 << 20
+QUOTED = 200
+"""Characters of an answer quoted in an error message."""
+MAX_QUOTED_BYTES = 8192
+"""Bytes of an error answer read to quote from (scrubbed whole, then cut)."""
 
-Executor = Callable[[Execute], Awaitable[Any]]
+Executor = Callable[[Execute, Secrets], Awaitable[Any]]
 
 
 class Executors:
@@ -62,11 +71,13 @@ class Executors:
         for w3 in self._web3.values():
             await w3.provider.disconnect()
 
-    async def run(self, effect: Execute) -> Any:
+    async def run(self, effect: Execute, secrets: Secrets) -> Any:
+        """Carry ``effect`` out; the values it is given are hidden in ``secrets``, which
+        the caller scrubs the result with."""
         executor = self.table.get(effect.kind)
         if executor is None:
             raise RflowError(FailureKind.INVALID_INPUT, f"no executor for {effect.kind} steps")
-        return await executor(effect)
+        return await executor(effect, secrets)
 
     # --- HTTP -------------------------------------------------------------------------
 
@@ -78,8 +89,8 @@ class Executors:
             )
         return self._session
 
-    async def http_call(self, effect: Execute) -> dict[str, Any]:
-        action = effect.action
+    async def http_call(self, effect: Execute, secrets: Secrets) -> dict[str, Any]:
+        action = secrets.resolve(effect.action)
         project = self.runtime.project
         declared = project.workflows.get(effect.workflow) if project else None
         check_url(action["url"], declared.permissions.http_hosts if declared else None)
@@ -105,9 +116,10 @@ class Executors:
             expected = action.get("expect_status") or []
             ok = response.status in expected if expected else 200 <= response.status < 300
             if not ok:
+                # Scrubbed before it is cut, so no part of a value is left to quote.
                 raise RflowError(
                     http_status_kind(response.status),
-                    f"HTTP {response.status} from {action['url']}: {text[:200]}",
+                    f"HTTP {response.status} from {action['url']}: {secrets.scrub(text)[:QUOTED]}",
                 )
             output: dict[str, Any] = {
                 "status": response.status,
@@ -123,8 +135,8 @@ class Executors:
 
     # --- notify -----------------------------------------------------------------------
 
-    async def notify(self, effect: Execute) -> dict[str, Any]:
-        action = effect.action
+    async def notify(self, effect: Execute, secrets: Secrets) -> dict[str, Any]:
+        action = secrets.resolve(effect.action)
         project = self.runtime.project
         channel = project.channels.get(action["channel"]) if project else None
         if channel is None:
@@ -132,11 +144,16 @@ class Executors:
         message, severity = action["message"], action.get("severity", "info")
         env = self.runtime.env
         if channel.type == "log":
+            # The worker's log is no place for a value either: it reads the placeholder.
             log.log(
-                logging.getLevelName(channel.level.upper()), "[%s] %s", effect.workflow, message
+                logging.getLevelName(channel.level.upper()),
+                "[%s] %s",
+                effect.workflow,
+                secrets.scrub(message),
             )
             return {"channel": action["channel"], "delivered": True}
         if channel.type == "webhook":
+            secrets.hide_found_in(channel.url, *channel.headers.values())
             url, payload, headers = (
                 channel.url,
                 {
@@ -148,8 +165,10 @@ class Executors:
                 dict(channel.headers),
             )
         elif channel.type == "slack":
+            secrets.hide(channel.webhook_url_env)
             url, payload, headers = _secret(env, channel.webhook_url_env), {"text": message}, {}
         else:
+            secrets.hide(channel.routing_key_env, "RFLOW_PAGERDUTY_URL")
             url = _secret(env, "RFLOW_PAGERDUTY_URL", "https://events.pagerduty.com/v2/enqueue")
             payload = {
                 "routing_key": _secret(env, channel.routing_key_env),
@@ -165,21 +184,25 @@ class Executors:
         headers.setdefault("Idempotency-Key", effect.key)
         async with self.session.post(url, json=payload, headers=headers) as response:
             if not 200 <= response.status < 300:
-                text = (await response.content.read(500)).decode("utf-8", "replace")
+                text = (await response.content.read(MAX_QUOTED_BYTES)).decode("utf-8", "replace")
                 raise RflowError(
                     http_status_kind(response.status),
-                    f"channel {action['channel']}: HTTP {response.status}: {text}",
+                    f"channel {action['channel']}: HTTP {response.status}: "
+                    f"{secrets.scrub(text)[:QUOTED]}",
                 )
         return {"channel": action["channel"], "delivered": True}
 
     # --- chain reads ------------------------------------------------------------------
 
-    def web3(self, network: str) -> AsyncWeb3:
+    def web3(self, network: str, secrets: Secrets) -> AsyncWeb3:
+        """The client of ``network``; its RPC URL (which may carry an API key) is hidden
+        in ``secrets``, so a connection error quoting it is scrubbed."""
+        project = self.runtime.project
+        spec = project.networks.get(network) if project else None
+        if spec is None:
+            raise RflowError(FailureKind.INVALID_INPUT, f"unknown network {network!r}")
+        secrets.hide(spec.rpc_env_name(network))
         if network not in self._web3:
-            project = self.runtime.project
-            spec = project.networks.get(network) if project else None
-            if spec is None:
-                raise RflowError(FailureKind.INVALID_INPUT, f"unknown network {network!r}")
             url = self.runtime.env.get(
                 spec.rpc_env_name(network)
             ) or self.runtime.settings.rpc_urls.get(network)
@@ -204,8 +227,8 @@ class Executors:
             )
         return to_checksum_address(address)
 
-    async def read(self, effect: Execute) -> Any:
-        action = effect.action
+    async def read(self, effect: Execute, secrets: Secrets) -> Any:
+        action = secrets.resolve(effect.action)
         signature = parse_signature(action["function"])
         selector = function_signature_to_4byte_selector(
             f"{signature.name}({','.join(signature.inputs)})"
@@ -215,7 +238,7 @@ class Executors:
             for kind, value in zip(signature.inputs, action.get("args") or [], strict=True)
         ]
         data = selector + abi_encode(list(signature.inputs), args)
-        w3 = self.web3(action["network"])
+        w3 = self.web3(action["network"], secrets)
         raw = await w3.eth.call(
             {"to": self.address_of(action), "data": "0x" + data.hex()},
             action.get("block", "latest"),
@@ -226,9 +249,9 @@ class Executors:
         decoded = [_jsonable(v) for v in values]
         return decoded[0] if len(decoded) == 1 else decoded
 
-    async def query(self, effect: Execute) -> Any:
-        action = effect.action
-        w3 = self.web3(action["network"])
+    async def query(self, effect: Execute, secrets: Secrets) -> Any:
+        action = secrets.resolve(effect.action)
+        w3 = self.web3(action["network"], secrets)
         response = await w3.provider.make_request(
             action["method"], list(action.get("params") or [])
         )
@@ -241,7 +264,8 @@ class Executors:
 
     # --- state, sends, commands -------------------------------------------------------
 
-    async def state(self, effect: Execute) -> dict[str, Any]:
+    async def state(self, effect: Execute, secrets: Secrets) -> dict[str, Any]:
+        # Stored as rendered: a state value never holds a placeholder to fill in.
         async def apply(conn):
             return await workflow_state.apply(
                 conn,
@@ -253,19 +277,21 @@ class Executors:
 
         return await self.runtime.database.run(apply, what=f"{effect.kind} of {effect.workflow}")
 
-    async def send_transaction(self, effect: Execute) -> Any:
+    async def send_transaction(self, effect: Execute, secrets: Secrets) -> Any:
         raise RflowError(
             FailureKind.PERMISSION_DENIED,
             "this worker has no relayer: send_transaction steps need the relayer agent",
         )
 
-    async def command(self, effect: Execute) -> Any:
+    async def command(self, effect: Execute, secrets: Secrets) -> Any:
         """Run a declared executable: no shell, ``args`` as JSON on stdin, JSON on stdout.
 
         The command sees only the environment variables its declaration lists, plus
-        RFLOW_IDEMPOTENCY_KEY so it can deduplicate a step re-run after a crash.
+        RFLOW_IDEMPOTENCY_KEY so it can deduplicate a step re-run after a crash; their
+        values are scrubbed from what it prints.
         """
-        name = effect.action["name"]
+        action = secrets.resolve(effect.action)
+        name = action["name"]
         project = self.runtime.project
         spec = project.commands.get(name) if project else None
         if spec is None:
@@ -278,6 +304,7 @@ class Executors:
                 FailureKind.INVALID_INPUT, f"command {name!r}: {spec.path} is not on PATH"
             )
         env = {var: self.runtime.env[var] for var in spec.env if var in self.runtime.env}
+        secrets.hide(*env)
         env["RFLOW_IDEMPOTENCY_KEY"] = effect.key
         process = await asyncio.create_subprocess_exec(
             executable,
@@ -288,7 +315,7 @@ class Executors:
             env=env,
             start_new_session=True,
         )
-        stdin = json.dumps(effect.action.get("args"))
+        stdin = json.dumps(action.get("args"))
         try:
             stdout, stderr = await asyncio.wait_for(
                 process.communicate(stdin), spec.timeout.total_seconds()
@@ -300,7 +327,8 @@ class Executors:
                 FailureKind.TIMEOUT, f"command {name!r} ran longer than {spec.timeout}"
             ) from None
         if process.returncode != 0:
-            detail = stderr[-500:].decode("utf-8", "replace").strip()
+            tail = stderr[-MAX_QUOTED_BYTES:].decode("utf-8", "replace")
+            detail = secrets.scrub(tail)[-500:].strip()
             raise RflowError(
                 FailureKind.ASSERT_FAILED,
                 f"command {name!r} exited with {process.returncode}: {detail}",

@@ -24,6 +24,7 @@ from rflow.ingress.rpc import RpcError, RpcUnavailable
 from rflow.relayer.fees import Fees, bump, raised
 from rflow.relayer.node import Broadcast, Node
 from rflow.relayer.signing import Signer
+from rflow.secrets import placeholders
 from rflow.storage import budgets, sends
 from rflow.storage.sends import Attempt, SendRow
 
@@ -234,6 +235,7 @@ class Tracker:
 
     async def settle_failed(self, row: SendRow, error: StepError) -> None:
         """Settle an open send that never reached the chain (or whose nonce is gone)."""
+        error = self.relayer.secrets(row.reply).scrub_error(error) or error
         data = error.model_dump(mode="json")
 
         async def work(conn) -> None:
@@ -492,14 +494,20 @@ def sign(
 
 
 def reply_of(request: SendRequest) -> dict[str, Any]:
+    """Where a send's result goes back to, and the variables its step filled in (names
+    only: their values are scrubbed from the result, see :meth:`Relayer.secrets`)."""
     execute = request.execute
-    return {
+    reply = {
         "key": request.reply_key,
         "run_id": execute.run_id,
         "path": execute.path,
         "visit": execute.visit,
         "attempt": execute.attempt,
     }
+    variables = placeholders(execute.action)
+    if variables:
+        reply["secrets"] = list(variables)
+    return reply
 
 
 def result_of(row: SendRow) -> tuple[Any, StepError | None]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from rflow.relayer import build
 from rflow.relayer.fees import Fees, suggest
 from rflow.relayer.node import Broadcast, Node, Probe
 from rflow.relayer.signing import Signer, signer
+from rflow.secrets import Secrets
 from rflow.storage import budgets, sends
 from rflow.storage.sends import SendRow
 
@@ -147,6 +148,16 @@ class Relayer:
             self._signers[relayer] = signer(self.project, relayer, self.runtime.env)
         return self._signers[relayer]
 
+    def secrets(self, reply: Mapping[str, Any] | None) -> Secrets:
+        """What scrubs the results of a send (its step result, its errors, log lines about
+        it): the values of the variables its step filled in, named in its ``reply``, and
+        the networks' RPC URLs (which may carry an API key)."""
+        project = self.runtime.project
+        rpc = (
+            [spec.rpc_env_name(name) for name, spec in project.networks.items()] if project else []
+        )
+        return Secrets(self.runtime.env).hide(*((reply or {}).get("secrets") or ()), *rpc)
+
     def confirmations(self, network: str) -> int:
         declared = self.project.networks.get(network)
         return max(declared.confirmations if declared else 1, 1)
@@ -190,8 +201,13 @@ class Relayer:
             if isinstance(outcome, _Ready):
                 ready.append(outcome)
             elif isinstance(outcome, RflowError):
-                log.info("send %s refused: %s", request.execute.key, outcome)
-                replies.append((reply_of(request), None, outcome.as_data()))
+                reply = reply_of(request)
+                log.info(
+                    "send %s refused: %s",
+                    request.execute.key,
+                    self.secrets(reply).scrub(str(outcome)),
+                )
+                replies.append((reply, None, outcome.as_data()))
             else:
                 failed.append((request, outcome))
         stored = await self.store(ready)
@@ -199,7 +215,9 @@ class Relayer:
         for item in ready:
             result = stored[item.key]
             if isinstance(result, RflowError):
-                log.info("send %s refused: %s", item.key, result)
+                log.info(
+                    "send %s refused: %s", item.key, self.secrets(item.reply).scrub(str(result))
+                )
                 replies.append((item.reply, None, result.as_data()))
             elif result.settled:  # another delivery of this send got there first
                 replies.append((item.reply, *result_of(result)))
@@ -256,7 +274,9 @@ class Relayer:
         project = self.project
         if execute.workflow not in project.workflows:
             raise RflowError(FailureKind.INVALID_INPUT, f"no workflow named {execute.workflow!r}")
-        intent = build.intent(project, execute.action)
+        # Filled in here, in memory: permissions and budgets see the values it sends.
+        action = Secrets(self.runtime.env).resolve(execute.action)
+        intent = build.intent(project, action)
         build.check_permissions(project, execute.workflow, intent)
         return intent, self.signer(intent.relayer)
 
@@ -446,14 +466,16 @@ class Relayer:
         await asyncio.gather(*(self.reply(*reply) for reply in replies))
 
     async def reply(self, reply: dict[str, Any], output: Any, error: StepError | None) -> None:
-        """The send's result, back to its run as a step result."""
+        """The send's result, back to its run as a step result, with every value its step
+        filled in (a recipient, say) written as its placeholder."""
+        secrets = self.secrets(reply)
         event = StepResult(
             run_id=reply["run_id"],
             path=reply["path"],
             visit=reply["visit"],
             attempt=reply["attempt"],
-            output=output,
-            error=error,
+            output=secrets.scrub(output),
+            error=secrets.scrub_error(error),
         )
         await self.runtime.runner.effects.send_result(reply["key"], event)
 
@@ -490,8 +512,16 @@ def attach(app: RflowApp) -> Relayer:
                     await send_dead_letter(app, event.message, exc.reason)
             try:
                 failed = await relayer.handle_many([request for _, request in taken])
-            except Exception:
-                log.exception("relayer failed on a batch of %d; taking them one by one", len(taken))
+            except Exception as exc:
+                # No traceback: its last line could quote a value a send's step filled in.
+                secrets = relayer.secrets(
+                    {"secrets": [n for _, r in taken for n in reply_of(r).get("secrets", ())]}
+                )
+                log.error(
+                    "relayer failed on a batch of %d; taking them one by one: %s",
+                    len(taken),
+                    secrets.scrub(repr(exc)),
+                )
                 failed = []
                 for _, request in taken:
                     try:
@@ -501,9 +531,15 @@ def attach(app: RflowApp) -> Relayer:
             messages = {id(request): message for message, request in taken}
             for request, exc in failed:
                 message = messages[id(request)]
-                log.error("relayer failed on %s@%s: %r", message.partition, message.offset, exc)
+                secrets = relayer.secrets(reply_of(request))
+                log.error(
+                    "relayer failed on %s@%s: %s",
+                    message.partition,
+                    message.offset,
+                    secrets.scrub(repr(exc)),
+                )
                 await send_dead_letter(
-                    app, message, f"the relayer failed: {type(exc).__name__}: {exc}"
+                    app, message, secrets.scrub(f"the relayer failed: {type(exc).__name__}: {exc}")
                 )
 
     async def on_rebalance_complete(sender: Any = None, **kwargs: Any) -> None:

@@ -327,7 +327,6 @@ class Runner:
             matrix=combo or None,
             group=record.group,
             trigger=record.payload,
-            env={name: self.runtime.env[name] for name in workflow.env if name in self.runtime.env},
         )
 
     async def start_run(

@@ -14,12 +14,13 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from rflow.engine import keys
-from rflow.engine.context import compare, holds, render, run_context
+from rflow.engine.context import compare, holds, render, render_input, run_context
 from rflow.engine.effects import Effect, Execute, Journal, Park, ScheduleTimer, Settle, Unpark
 from rflow.engine.events import CancelRequested, Event, Start, StepResult, TimerFired, WaitResolved
 from rflow.engine.retry import decide
 from rflow.engine.state import Fanout, RunState, RunStatus, StepRecord, StepStatus
 from rflow.failures import FailureKind, RflowError, StepError
+from rflow.lang.envsubst import display
 from rflow.lang.model import Workflow
 from rflow.lang.model.resources import Config
 from rflow.lang.timespec import parse_instant
@@ -33,6 +34,10 @@ model has every one through the journal effects."""
 
 STATE_KINDS = frozenset({"state_set", "list_add", "list_remove"})
 INLINE_COMMANDS = frozenset({"log", "assert", "fail"})
+EFFECT_KINDS = frozenset({"http_call", "notify", "command", "send_transaction", "read", "query"})
+"""Actions whose input an executor hands to the world: rendered with :func:`render_input`,
+so ``${VAR}`` placeholders are filled in there and only there. State changes are stored,
+waits and delays read by the engine: they render run data as it is."""
 
 
 def resume(
@@ -96,7 +101,6 @@ class _Run:
             matrix=event.matrix,
             group=event.group,
             trigger=event.trigger,
-            env=event.env,
             state=event.state,
             created_at=now,
             updated_at=now,
@@ -133,7 +137,7 @@ class _Run:
         return self.snapshot()
 
     def context(self, **extra: Any) -> dict[str, Any]:
-        return run_context(_View(self), **extra)
+        return run_context(_View(self), env=self.workflow.env, **extra)
 
     @property
     def run_id(self) -> str:
@@ -437,7 +441,8 @@ class _Run:
         if kind == "wait_for":
             self.park(step, record, visit, attempt, key, context)
             return
-        action = render(_dump(step.action), context)
+        rendering = render_input if kind in EFFECT_KINDS else render
+        action = rendering(_dump(step.action), context)
         self.steps[path] = record = record.model_copy(
             update={"status": StepStatus.RUNNING, "attempt": attempt, "input": action}
         )
@@ -512,16 +517,18 @@ class _Run:
 
     def inline_command(self, step: Any, record: StepRecord, context: dict[str, Any]) -> None:
         command = step.command
-        args = render(_dump(command.args), context)
+        args = render_input(_dump(command.args), context)
         self.steps[record.path] = record = record.model_copy(
             update={"input": {"name": command.name, "args": args}}
         )
+        # The message as written out: placeholders stay placeholders, no value is filled in.
         if command.name == "log":
-            self.settle(record, StepStatus.SUCCEEDED, output={"message": args["message"]})
+            message = display(args["message"])
+            self.settle(record, StepStatus.SUCCEEDED, output={"message": message})
         elif command.name == "assert" and holds(command.args.that, context):
             self.settle(record, StepStatus.SUCCEEDED, output={"holds": True})
         else:
-            message = args["message"]
+            message = display(args["message"])
             self.settle(
                 record,
                 StepStatus.FAILED,
@@ -836,7 +843,6 @@ class _View:
         self.trigger_key = fields["trigger_key"]
         self.status = RunStatus(fields["status"])
         self.state = run.values
-        self.env = fields["env"]
         error = fields["error"]
         self.error = StepError.model_validate(error) if isinstance(error, dict) else error
 

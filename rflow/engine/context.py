@@ -1,8 +1,14 @@
-"""The expression context of a run, and rendering of step inputs through it."""
+"""The expression context of a run, and rendering of step inputs through it.
+
+An effect's input is rendered with :func:`render_input`: ``${{ env.NAME }}`` becomes the
+placeholder ``${NAME}`` and every ``${`` in interpolated run data becomes ``$${``, so the
+executor that fills placeholders in from the worker's environment fills in exactly those
+the definition wrote, and the values never enter run state.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
@@ -18,8 +24,16 @@ from rflow.expr import (
     parse_template,
 )
 from rflow.failures import FailureKind, RflowError, StepError
+from rflow.lang.envsubst import escape, placeholder
 
 _UNSET = object()
+
+
+class Placeholder(str):
+    """What ``${{ env.NAME }}`` reads: the text ``${NAME}``, which the effect's executor
+    replaces with the variable's value. Unlike run data it is not escaped."""
+
+    __slots__ = ()
 
 
 def step_view(record: StepRecord) -> dict[str, Any]:
@@ -61,6 +75,7 @@ class StepsView(Mapping[str, dict[str, Any]]):
 def run_context(
     state: RunState | Any,
     *,
+    env: Iterable[str] = (),
     item: Any = _UNSET,
     item_index: int | None = None,
     error: StepError | None = None,
@@ -69,7 +84,8 @@ def run_context(
     """The roots an expression of this run can read.
 
     ``state`` is a :class:`RunState` or anything with the same attributes (the engine
-    passes its working copy, to avoid re-validating a whole run per evaluation).
+    passes its working copy, to avoid re-validating a whole run per evaluation). ``env``
+    names the workflow's allow-listed variables; each reads as its :class:`Placeholder`.
     """
     context: dict[str, Any] = {
         "trigger": state.trigger,
@@ -84,7 +100,7 @@ def run_context(
             "status": run_status or str(state.status),
         },
         "state": state.state,
-        "env": state.env,
+        "env": {name: Placeholder(placeholder(name)) for name in env},
         "error": error.model_dump(mode="json")
         if error
         else (state.error.model_dump(mode="json") if state.error else None),
@@ -100,19 +116,44 @@ def _template(text: str) -> Template:
     return parse_template(text)
 
 
-def render(value: Any, context: Mapping[str, Any]) -> Any:
-    """``value`` with every ``${{ ... }}`` evaluated; a failure is an ``invalid_input`` error."""
+def render(
+    value: Any, context: Mapping[str, Any], finish: Callable[[Any], Any] | None = None
+) -> Any:
+    """``value`` with every ``${{ ... }}`` evaluated (each value passed through ``finish``
+    when given); a failure is an ``invalid_input`` error."""
     if isinstance(value, str):
         if not has_expression(value):
             return value
         try:
-            return _template(value).render(context)
+            return _template(value).render(context, finish)
         except ExpressionError as exc:
             raise RflowError(FailureKind.INVALID_INPUT, f"{value!r}: {exc.message}") from None
     if isinstance(value, Mapping):
-        return {key: render(item, context) for key, item in value.items()}
+        return {key: render(item, context, finish) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [render(item, context) for item in value]
+        return [render(item, context, finish) for item in value]
+    return value
+
+
+def render_input(value: Any, context: Mapping[str, Any]) -> Any:
+    """``value`` rendered as an effect's input: like :func:`render`, with every ``${`` in
+    an expression's value escaped as ``$${`` (a :class:`Placeholder` excepted), so run
+    data cannot name an environment variable. Text written in the definition is kept as
+    it is: its ``${VAR}`` and ``$${`` are the executor's to read."""
+    return render(value, context, escaped)
+
+
+def escaped(value: Any) -> Any:
+    """``value`` with ``${`` escaped in every string in it, keys included (a
+    :class:`Placeholder` is kept, as plain text)."""
+    if isinstance(value, Placeholder):
+        return str(value)
+    if isinstance(value, str):
+        return escape(value)
+    if isinstance(value, Mapping):
+        return {escaped(key): escaped(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [escaped(item) for item in value]
     return value
 
 

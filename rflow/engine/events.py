@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from rflow.engine.state import Frozen
+from rflow.engine.state import Frozen, dropped
 from rflow.failures import StepError
 
 
@@ -22,7 +22,8 @@ class Start(Frozen):
     matrix: dict[str, Any] | None = None
     group: str | None = None
     trigger: dict[str, Any] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: Any = dropped()
+    """Environment values, which starts produced by earlier versions carried: dropped."""
     state: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -15,6 +15,12 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def dropped() -> Any:
+    """A field that records written by earlier versions may hold: read and ignored, never
+    written (not dumped, not shown)."""
+    return Field(None, exclude=True, repr=False)
+
+
 class RunStatus(StrEnum):
     """Where a run is. ``succeeded``, ``failed`` and ``cancelled`` are terminal."""
 
@@ -91,7 +97,8 @@ class RunState(Frozen):
     matrix: dict[str, Any] | None = None
     group: str | None = None
     trigger: dict[str, Any] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: Any = dropped()
+    """Environment values, which runs started by earlier versions carried: dropped."""
     state: dict[str, Any] = Field(default_factory=dict)
     status: RunStatus = RunStatus.RUNNING
     phase: Literal["main", "finally", "done"] = "main"

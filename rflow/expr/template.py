@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,22 +36,24 @@ class Template:
     is_single_expression: bool
     source: str = ""
 
-    def render(self, context: Mapping[str, Any]) -> Any:
+    def render(self, context: Mapping[str, Any], finish: Callable[[Any], Any] | None = None) -> Any:
         """The value of a single-expression template, else a string in which each value
         is written as text (``null`` empty, booleans ``true``/``false``, lists and
-        objects as compact JSON)."""
+        objects as compact JSON). ``finish``, when given, is applied to each expression's
+        value first; the literal text around expressions is kept as it is."""
         budget = Budget()
         if self.is_single_expression:
             expr = next(s for s in self.segments if isinstance(s, Expr))
-            return evaluate_with(expr, context, budget)
+            value = evaluate_with(expr, context, budget)
+            return finish(value) if finish is not None else value
         parts: list[str] = []
         size = 0
         for segment in self.segments:
-            text = (
-                segment
-                if isinstance(segment, str)
-                else to_text(evaluate_with(segment, context, budget), budget)
-            )
+            if isinstance(segment, str):
+                text = segment
+            else:
+                value = evaluate_with(segment, context, budget)
+                text = to_text(finish(value) if finish is not None else value, budget)
             size += len(text)
             if size > MAX_STRING_LENGTH:
                 raise limit_error(

@@ -18,6 +18,7 @@ from rflow.failures import FailureKind, RflowError
 from rflow.hosts import check_url
 from rflow.lang.abi import Abi, SignatureError, parse_signature, read_abi_file
 from rflow.lang.diagnostics import DataPath, Diagnostic
+from rflow.lang.envsubst import EnvSubstitutionError, substitute
 from rflow.lang.messages import did_you_mean
 from rflow.lang.model.actions import COMMANDS
 from rflow.lang.model.chain import Call, Read, SendTransaction
@@ -330,9 +331,13 @@ class Checker:
             self._event((*where, "event"), action.event, "a wait for an event")
 
     def _http_host(self, workflow: WorkflowView, path: DataPath, url: str) -> None:
-        """A literal URL outside ``permissions.http_hosts`` (a rendered one is checked when
-        the call is made)."""
+        """A literal URL outside ``permissions.http_hosts``, with its ``${VAR}`` filled in
+        from this environment (a rendered one is checked when the call is made)."""
         if has_expression(url):
+            return
+        try:
+            url, _ = substitute(url, self.env)
+        except EnvSubstitutionError:  # already reported where the file was read
             return
         try:
             check_url(url, workflow.permissions.http_hosts)

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from rflow.lang.checks import Checker, ProjectView, WorkflowView
+from rflow.lang.deferred import check_placeholders
 from rflow.lang.diagnostics import (
     ConfigError,
     Diagnostic,
@@ -217,6 +218,7 @@ def _validate(
     for section, value in data.items():
         if section != "workflows":
             diagnostics.extend(check_outside_workflows(section, value, source))
+    diagnostics.extend(check_placeholders(data, source))
     project: Project | None
     try:
         project = Project.model_validate(data)

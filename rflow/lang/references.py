@@ -12,6 +12,7 @@ from typing import Any
 
 from rflow.expr import Expr, ExpressionError, Name, parse_template
 from rflow.expr.references import static_path
+from rflow.lang.deferred import EFFECT_INPUTS, effect_input
 from rflow.lang.diagnostics import DataPath, Diagnostic
 from rflow.lang.messages import did_you_mean
 from rflow.lang.model.steps import ACTIONS, StepBase
@@ -32,6 +33,10 @@ _WHY = {
     "run": "run is not available here: this is evaluated before the run starts",
     "state": "state is not available here",
 }
+_ENV_BEFORE_RUN = (
+    "env values are filled in only when a step's effect runs, so this cannot read them; "
+    "use ${VAR}, substituted when the file loads"
+)
 
 
 @dataclass
@@ -204,16 +209,17 @@ class ReferenceChecker:
                 self._check_strings(
                     (*path, key), value, self._step_context(block, index, step, key)
                 )
-        workflow_level = _Context(frozenset({"env"}))
+        workflow_level = _Context(frozenset(), why={"env": _ENV_BEFORE_RUN})
         for key, value in self.workflow.items():
             path = (*self.base, key)
             if key in _BLOCKS or key == "description":
                 continue
             if key == "concurrency":
-                roots = {"trigger", "env", "inputs"} | (
+                roots = {"trigger", "inputs"} | (
                     {"matrix"} if self.matrix_keys is not None else set()
                 )
-                self._check_strings(path, value, _Context(frozenset(roots)))
+                why = {"env": _ENV_BEFORE_RUN}
+                self._check_strings(path, value, _Context(frozenset(roots), why=why))
             elif key == "trigger":
                 self._check_strings(path, value, workflow_level)
             else:
@@ -237,7 +243,9 @@ class ReferenceChecker:
             for segment in template.segments:
                 if isinstance(segment, Expr):
                     for ref, offset in _references(segment):
-                        message = self._check_reference(ref, context)
+                        message = self._check_reference(ref, context) or self._check_env(
+                            where, segment, ref, context
+                        )
                         if message:
                             self._error(where, message, offset)
 
@@ -275,6 +283,28 @@ class ReferenceChecker:
         ):
             listed = ", ".join(self.event_args) or "none"
             return f"the trigger event has no argument {ref[2]!r}{did_you_mean(ref[2], self.event_args)} (it has: {listed})"
+        return None
+
+    def _check_env(
+        self, where: DataPath, segment: Expr, ref: tuple[str | int, ...], context: _Context
+    ) -> str | None:
+        """``env.NAME`` in a step: only alone, and only in what the step hands its effect,
+        which fills the value in; the engine sees the placeholder ``${NAME}``."""
+        if ref[0] != "env" or "env" not in context.roots:
+            return None
+        name = ref[1] if len(ref) > 1 else "NAME"
+        step = self.workflow[where[2]][where[3]]
+        if not effect_input(step, where[4:]):
+            return (
+                f"env.{name} cannot be read here: env values are filled in only when the "
+                "step's effect runs (they never enter run state), so only what the step "
+                f"hands to the effect can use them ({EFFECT_INPUTS})"
+            )
+        if len(ref) != 2 or static_path(segment) != ref:
+            return (
+                f"write env.{name} alone, as ${{{{ env.{name} }}}}: its value is filled in "
+                "when the effect runs, so an expression cannot compute with it"
+            )
         return None
 
     def _check_step_reference(self, ref: tuple[str | int, ...], context: _Context) -> str | None:

@@ -14,7 +14,9 @@ refuses what PyYAML would silently accept or expand:
 Scalars follow the JSON-like core of YAML: ``true``/``false``, ``null``/``~``, decimal
 integers and decimal floats. Everything else is a string, so ``0xA0b8...`` addresses,
 ``on``/``yes`` and ``2025-01-01`` stay exactly as written. Mapping keys are always strings.
-``${VAR}`` environment substitution is applied to string values (see :mod:`.envsubst`).
+``${VAR}`` environment substitution is applied to string values (see :mod:`.envsubst`),
+except inside workflow steps: there the text is checked but kept as written, to be filled
+in when the step's effect runs (:data:`SourceMap.deferred` lists such strings).
 """
 
 from __future__ import annotations
@@ -46,11 +48,18 @@ _SPECIAL = {
     ".nan": float("nan"), ".NaN": float("nan"), ".NAN": float("nan"),
 }  # fmt: skip
 _STR_TAG = "tag:yaml.org,2002:str"
+_STEP_LISTS = ("steps", "finally")
 _COLLECTION_TAGS = {None, "!", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 
 
 def _short_tag(tag: str) -> str:
     return tag.replace("tag:yaml.org,2002:", "!!")
+
+
+def in_steps(path: DataPath) -> bool:
+    """Whether ``path`` lies inside a workflow's ``steps`` or ``finally`` list, where
+    ``${VAR}`` is filled in when an effect runs instead of when the file loads."""
+    return len(path) >= 3 and path[0] == "workflows" and path[2] in _STEP_LISTS
 
 
 class SourceMap:
@@ -59,16 +68,19 @@ class SourceMap:
     ``origins`` holds, for single-line strings written exactly as loaded, the position of
     their first character, so an offset into the string maps to a column. ``substituted``
     names the environment variables a string was built from, so messages can avoid
-    echoing values that may be secret.
+    echoing values that may be secret. ``deferred`` holds the strings inside steps that
+    were kept as written although substitution would change them (``${VAR}`` or ``$${``),
+    with the variables each names.
     """
 
-    __slots__ = ("keys", "origins", "substituted", "unresolved", "values")
+    __slots__ = ("deferred", "keys", "origins", "substituted", "unresolved", "values")
 
     def __init__(self) -> None:
         self.values: dict[DataPath, Location] = {}
         self.keys: dict[DataPath, Location] = {}
         self.origins: dict[DataPath, Location] = {}
         self.substituted: dict[DataPath, tuple[str, ...]] = {}
+        self.deferred: dict[DataPath, tuple[str, ...]] = {}
         self.unresolved: set[DataPath] = set()
         """Strings whose substitution failed (already reported; kept as written)."""
 
@@ -98,6 +110,7 @@ class SourceMap:
             (self.keys, other.keys),
             (self.origins, other.origins),
             (self.substituted, other.substituted),
+            (self.deferred, other.deferred),
         ):
             for path, item in theirs.items():
                 if (keep is None or keep(path)) and path not in mine:
@@ -278,7 +291,13 @@ class _Builder:
             self.diagnostics.append(Diagnostic.at(self.loc(event.start_mark), str(exc), path))
             self.source.unresolved.add(path)
             return value
-        if used:
+        if in_steps(path):
+            # Checked, but filled in only when the step's effect runs: the value never
+            # enters the definition, the run state or the journal.
+            if new != value:
+                self.source.deferred[path] = used
+            new = value
+        elif used:
             self.source.substituted[path] = used
         if new is not value:
             self.replace(path, new)
@@ -340,14 +359,37 @@ class _Builder:
         if record:
             cut = len(anchor_path)
             self.log.extend((kind, (*path, *p[cut:]), loc) for kind, p, loc in entries[1:])
+            if in_steps(path) != in_steps(anchor_path):
+                self.across_steps(event, anchor_path, path)
             # Rare per-string facts are copied by scanning; aliases are few (MAX_ALIASES).
-            for table in (self.source.substituted, self.source.origins):
+            for table in (self.source.substituted, self.source.deferred, self.source.origins):
                 for p, fact in list(table.items()):
                     if p[:cut] == anchor_path:
                         table[(*path, *p[cut:])] = fact  # type: ignore[index]
             for p in list(self.source.unresolved):
                 if p[:cut] == anchor_path:
                     self.source.unresolved.add((*path, *p[cut:]))
+
+    def across_steps(self, event: Any, anchor_path: DataPath, path: DataPath) -> None:
+        """An alias copying ``${VAR}`` into a step from outside (where it was substituted,
+        so the value would become part of the step), or out of a step (where it was kept
+        as written, so it would never be filled in): refused either way."""
+        cut = len(anchor_path)
+        table = self.source.deferred if in_steps(anchor_path) else self.source.substituted
+        used = sorted({n for p, names in table.items() if p[:cut] == anchor_path for n in names})
+        if not used:
+            return
+        listed = ", ".join(f"${{{n}}}" for n in used)
+        where = "into a step" if in_steps(path) else "out of a step"
+        self.diagnostics.append(
+            Diagnostic.at(
+                self.loc(event.start_mark),
+                f"this alias copies {listed} {where}: write {listed} where it is used "
+                "(inside steps it is filled in when the step runs, elsewhere when the file loads)",
+                path,
+            )
+        )
+        self.source.unresolved.add(path)
 
 
 def load_yaml(text: str, file: str, env: Mapping[str, str]) -> LoadedYaml:

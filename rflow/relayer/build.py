@@ -22,6 +22,7 @@ from rflow.budgets import SendShape
 from rflow.failures import FailureKind, RflowError
 from rflow.lang.abi import SignatureError, parse_signature
 from rflow.lang.model import Project
+from rflow.lang.units import UnitError, parse_amount
 
 MULTICALL3 = "0xcA11bde05977b3631167028862bE2a173976CA11"
 """Multicall3, at the same address on every chain that has it."""
@@ -69,9 +70,25 @@ def _int(value: Any, field: str) -> int:
     return number
 
 
+def _amount(value: Any, field: str) -> int:
+    """Wei from an integer, or from text such as ``1 ether`` or ``10 gwei`` (what a
+    ``${VAR}`` filled in when the send runs may hold, as the file would)."""
+    if isinstance(value, str) and not value.strip().lstrip("+").isdigit():
+        try:
+            return parse_amount(value)
+        except UnitError:
+            pass  # reported as an integer was expected, below
+    return _int(value, field)
+
+
 def _optional_int(action: Mapping[str, Any], field: str) -> int | None:
     value = action.get(field)
     return None if value is None else _int(value, field)
+
+
+def _optional_amount(action: Mapping[str, Any], field: str) -> int | None:
+    value = action.get(field)
+    return None if value is None else _amount(value, field)
 
 
 def _abi_arg(kind: str, value: Any) -> Any:
@@ -135,7 +152,7 @@ def intent(project: Project, action: Mapping[str, Any]) -> Intent:
         for i, call in enumerate(calls):
             where = f"send_transaction.calls[{i}]"
             targets.append(_target(project, network, call, where))
-            values.append(_int(call.get("value", 0), f"{where}.value"))
+            values.append(_amount(call.get("value", 0), f"{where}.value"))
             datas.append(
                 calldata(call["function"], call.get("args") or [], where)
                 if call.get("function")
@@ -152,7 +169,7 @@ def intent(project: Project, action: Mapping[str, Any]) -> Intent:
         function = action.get("function")
         args = action.get("args") or []
         data = calldata(function, args, "send_transaction") if function else b""
-        value = _int(action.get("value", 0), "send_transaction.value")
+        value = _amount(action.get("value", 0), "send_transaction.value")
         shape = SendShape(network, relayer, value, action.get("contract"), function, args)
     return Intent(
         network=network,
@@ -161,8 +178,8 @@ def intent(project: Project, action: Mapping[str, Any]) -> Intent:
         data=data,
         value=value,
         gas_limit=_optional_int(action, "gas_limit"),
-        max_fee_per_gas=_optional_int(action, "max_fee_per_gas"),
-        max_priority_fee_per_gas=_optional_int(action, "max_priority_fee_per_gas"),
+        max_fee_per_gas=_optional_amount(action, "max_fee_per_gas"),
+        max_priority_fee_per_gas=_optional_amount(action, "max_priority_fee_per_gas"),
         shape=shape,
     )
 

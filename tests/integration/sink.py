@@ -18,11 +18,14 @@ class Request:
     path: str
     key: str | None
     body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+    query: str = ""
 
 
 @dataclass
 class Sink:
-    """Answers 200 with ``{"ok": true, "echo": <body>}``; paths in ``held`` wait for ``release``."""
+    """Answers 200 with ``{"ok": true, "echo": <body>, "path": <path>}`` (and the request's
+    headers, with ``echo_headers``); paths in ``held`` wait for ``release``."""
 
     port: int = field(default_factory=free_port)
     requests: list[Request] = field(default_factory=list)
@@ -30,6 +33,7 @@ class Sink:
     in_flight: int = 0
     peak: int = 0
     delay: float = 0.0
+    echo_headers: bool = False
     _release: asyncio.Event = field(default_factory=asyncio.Event)
     _runner: web.AppRunner | None = None
 
@@ -46,7 +50,15 @@ class Sink:
     async def handle(self, request: web.Request) -> web.Response:
         raw = await request.read()
         body = json.loads(raw) if raw else None
-        self.requests.append(Request(request.path, request.headers.get("Idempotency-Key"), body))
+        self.requests.append(
+            Request(
+                request.path,
+                request.headers.get("Idempotency-Key"),
+                body,
+                dict(request.headers),
+                request.query_string,
+            )
+        )
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         try:
@@ -56,7 +68,10 @@ class Sink:
                 await asyncio.sleep(self.delay)
         finally:
             self.in_flight -= 1
-        return web.json_response({"ok": True, "echo": body, "path": request.path})
+        answer = {"ok": True, "echo": body, "path": request.path}
+        if self.echo_headers:
+            answer["headers"] = dict(request.headers)
+        return web.json_response(answer)
 
     async def start(self) -> Sink:
         app = web.Application()

@@ -1,11 +1,14 @@
 """Permissions hold against the values a run renders: a relayer, a value or a URL that
-comes from the trigger cannot take a send or a call past what the workflow may do."""
+comes from the trigger, or is filled in from the environment when the step runs, cannot
+take a send or a call past what the workflow may do."""
 
 from __future__ import annotations
 
 import pytest
 
+from rflow.engine.keys import run_id
 from tests.integration import chain
+from tests.integration.test_api import call
 from tests.integration.test_runs import fire, settled_run
 from tests.integration.test_sends import error_of
 
@@ -79,3 +82,76 @@ async def test_rendered_relayers_values_and_urls_cannot_pass_the_permissions(
     rid = await fire(settings, project, "call", "manual:call:in", {"url": f"{sink.url}/fine"})
     assert (await settled_run(settings, rid, timeout=60))["status"] == "succeeded"
     assert not sink.keys("/stolen") and len(sink.keys("/fine")) == 1
+
+
+FILLED_IN = """
+networks:
+  local: {{ chain_id: 31337, confirmations: 0 }}
+relayers:
+  payout: {{ key_env: PAYOUT_KEY, networks: [local] }}
+workflows:
+  sweep:
+    env: [COLD_WALLET]
+    trigger: {{ manual: {{ inputs: [amount] }} }}
+    permissions: {{ relayers: [payout], max_value_per_tx: 1000 wei }}
+    steps:
+      - id: pay
+        send_transaction:
+          network: local
+          relayer: payout
+          to: "${{{{ env.COLD_WALLET }}}}"
+          value: "${{{{ inputs.amount }}}}"
+  over:
+    trigger: {{ manual: {{}} }}
+    permissions: {{ relayers: [payout], max_value_per_tx: 1000 wei }}
+    steps:
+      - id: pay
+        send_transaction: {{ network: local, relayer: payout, to: "${{COLD_WALLET}}", value: "${{LARGE}}" }}
+  call:
+    env: [API_BASE]
+    trigger: {{ manual: {{}} }}
+    permissions: {{ http_hosts: ["127.0.0.1:{port}"] }}
+    steps:
+      - id: call
+        http_call: {{ url: "${{{{ env.API_BASE }}}}/stolen", method: POST, body: {{ n: 1 }} }}
+"""
+
+
+async def test_values_filled_in_from_the_environment_are_checked_as_sent(
+    settings, worker_factory, tmp_path, sink, w3, monkeypatch
+):
+    payout = await chain.funded_account(w3)
+    cold = chain.Account.create().address
+    env = {"COLD_WALLET": cold, "LARGE": "1001 wei", "API_BASE": f"http://localhost:{sink.port}"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    project = tmp_path / "project.yaml"
+    project.write_text(FILLED_IN.format(port=sink.port))
+    worker = worker_factory(project_path=project, env={"PAYOUT_KEY": payout.key.hex()})
+    await worker.wait_ready()
+
+    async def start(workflow: str, payload: dict) -> dict:
+        status, started = await call(worker, "POST", f"/api/workflows/{workflow}/runs", payload)
+        assert status == 202, started
+        return await settled_run(settings, run_id(workflow, started["trigger_key"]), timeout=60)
+
+    paid = await start("sweep", {"amount": 1000})
+    assert paid["status"] == "succeeded", (paid, worker.tail())
+    assert await w3.eth.get_balance(cold) == 1000
+    # The chain has the recipient; the run's record of the send has its placeholder.
+    [step] = [s for s in paid["steps"] if s["path"] == "pay"]
+    assert step["input"]["to"] == "${COLD_WALLET}"
+    assert step["output"]["tx"]["to"] == "${COLD_WALLET}"
+    assert cold.lower() not in str(step).lower()
+
+    over = await start("over", {})
+    assert over["status"] == "failed"
+    error = error_of(over, "pay")
+    assert error["kind"] == "permission_denied" and "max_value_per_tx" in error["message"], error
+    assert await w3.eth.get_balance(cold) == 1000
+
+    elsewhere = await start("call", {})
+    assert elsewhere["status"] == "failed"
+    error = error_of(elsewhere, "call")
+    assert error["kind"] == "permission_denied" and "permissions.http_hosts" in error["message"]
+    assert not sink.keys("/stolen")

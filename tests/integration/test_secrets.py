@@ -1,11 +1,14 @@
 """Secrets stay secret: after runs that send, fail and answer API calls, the relayer key,
 the API token and the webhook secret appear in no log, topic record, database row, CLI
---json output or API answer."""
+--json output or API answer; nor do the values a workflow's steps fill in from the
+environment (``${VAR}``, ``${{ env.NAME }}``), which reach only the effects' endpoints."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
+from collections.abc import Iterable
 
 import psycopg
 import pytest
@@ -124,16 +127,133 @@ async def test_no_secret_leaves_its_variable(settings, worker_factory, tmp_path,
         result = await asyncio.to_thread(rflow, worker.settings, *args)
         outputs += [result.stdout, result.stderr]
 
-    places = {
+    places = await places_to_search(settings, worker, outputs)
+    # The scan sees what these places hold: the recipient's address is in each of them.
+    for place in ("topics", "database", "CLI and API"):
+        assert any(to.lower() in t.lower() for t in places[place]), place
+    assert_nowhere((key, api_token, HOOK_SECRET), places)
+
+
+async def places_to_search(settings, worker, outputs: list[str]) -> dict[str, list[str]]:
+    """The texts a secret must not appear in: the worker's log, every record of this test's
+    topics (the changelogs included), every row of its schema, and ``outputs``."""
+    return {
         "worker log": [worker.log_path.read_text(errors="replace")],
         "topics": [r.decode("utf-8", "replace") for r in await topic_records(settings)],
         "database": await database_rows(settings),
         "CLI and API": outputs,
     }
-    # The scan sees what these places hold: the recipient's address is in each of them.
-    for place in ("topics", "database", "CLI and API"):
-        assert any(to.lower() in t.lower() for t in places[place]), place
-    for secret in (key, api_token, HOOK_SECRET):
+
+
+def assert_nowhere(secrets: Iterable[str], places: dict[str, list[str]]) -> None:
+    for secret in secrets:
         for place, texts in places.items():
             leaks = [t[:200] for t in texts if secret.lower() in t.lower()]
             assert not leaks, f"a secret appears in the {place}: {leaks[:3]}"
+
+
+SECRET_HEADER = "hdr-5ecr3t-9b2e41"
+SECRET_ENV = "env-5ecr3t-c07d13"
+SECRET_CHANNEL = "chn-5ecr3t-55aa0f"
+SECRET_X = "cmd-5ecr3t-e1f0a2"
+
+STEPS = """
+channels:
+  alert: {{ type: webhook, url: "{sink}/alert/${{SECRET_CHANNEL}}?k=${{SECRET_CHANNEL}}" }}
+commands:
+  reveal:
+    path: {python}
+    args: ["{script}"]
+    env: [SECRET_X]
+workflows:
+  leaky:
+    env: [SECRET_ENV]
+    trigger: {{ manual: {{ inputs: [note] }} }}
+    steps:
+      - id: call
+        http_call:
+          url: "{sink}/call"
+          method: POST
+          headers: {{ Authorization: "Bearer ${{SECRET_HEADER}}", X-Env: "${{{{ env.SECRET_ENV }}}}" }}
+          body: {{ note: "${{{{ inputs.note }}}}", env: "${{{{ env.SECRET_ENV }}}}" }}
+      - id: refused
+        continue_on_error: true
+        http_call: {{ url: "{sink}/refused/${{SECRET_HEADER}}", expect_status: 201 }}
+      - id: tell
+        notify: {{ channel: alert, message: "note ${{{{ inputs.note }}}}" }}
+      - id: reveal
+        command: {{ name: reveal, args: {{ note: "${{{{ inputs.note }}}}" }} }}
+"""
+
+REVEAL = """\
+import json, os, sys
+note = json.load(sys.stdin)["note"]
+print(json.dumps({"seen": os.environ["SECRET_X"], "literal": note == "${" + "SECRET_X}"}))
+"""
+
+
+async def test_values_filled_in_by_steps_reach_only_their_endpoints(
+    settings, worker_factory, tmp_path, sink, monkeypatch
+):
+    sink.echo_headers = True  # an endpoint that echoes the header it was sent
+    script = tmp_path / "reveal.py"
+    script.write_text(REVEAL)
+    project = tmp_path / "project.yaml"
+    project.write_text(STEPS.format(sink=sink.url, python=sys.executable, script=script))
+    secrets = {
+        "SECRET_HEADER": SECRET_HEADER,
+        "SECRET_ENV": SECRET_ENV,
+        "SECRET_CHANNEL": SECRET_CHANNEL,
+        "SECRET_X": SECRET_X,
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)  # for the worker, and for the CLI's doctor below
+    worker = worker_factory(project_path=project)
+    await worker.wait_ready()
+
+    # The input names a variable: as run data it must reach the endpoints as written.
+    status, started = await call(
+        worker, "POST", "/api/workflows/leaky/runs", {"note": "${SECRET_X}"}
+    )
+    assert status == 202, started
+    run = await settled_run(settings, run_id("leaky", started["trigger_key"]), timeout=60)
+    assert run["status"] == "succeeded", run
+
+    # The endpoints got the values, and the run data literally.
+    [called] = [r for r in sink.requests if r.path == "/call"]
+    assert called.headers["Authorization"] == f"Bearer {SECRET_HEADER}"
+    assert called.headers["X-Env"] == SECRET_ENV
+    assert called.body == {"note": "${SECRET_X}", "env": SECRET_ENV}
+    [alert] = [r for r in sink.requests if r.path.startswith("/alert/")]
+    assert (alert.path, alert.query) == (f"/alert/{SECRET_CHANNEL}", f"k={SECRET_CHANNEL}")
+    assert alert.body["message"] == "note ${SECRET_X}"
+
+    # The journal shows placeholders where the values went, and scrubbed echoes.
+    status, shown = await call(worker, "GET", f"/api/runs/{run['run_id']}")
+    assert status == 200, shown
+    steps = {s["path"]: s for s in shown["steps"]}
+    assert steps["call"]["input"]["headers"] == {
+        "Authorization": "Bearer ${SECRET_HEADER}",
+        "X-Env": "${SECRET_ENV}",
+    }
+    assert steps["call"]["input"]["body"] == {"note": "$${SECRET_X}", "env": "${SECRET_ENV}"}
+    echoed = steps["call"]["output"]["json"]
+    assert echoed["headers"]["Authorization"] == "Bearer ${SECRET_HEADER}"
+    assert echoed["echo"] == {"note": "${SECRET_X}", "env": "${SECRET_ENV}"}
+    assert steps["refused"]["status"] == "failed"
+    assert "/refused/${SECRET_HEADER}" in steps["refused"]["error_message"]
+    assert steps["reveal"]["output"] == {"seen": "${SECRET_X}", "literal": True}
+
+    outputs = [json.dumps(shown)]
+    for args in (
+        ("runs", "list", "--json"),
+        ("runs", "show", run["run_id"], "--json"),
+        ("doctor", str(project), "--json"),
+    ):
+        result = await asyncio.to_thread(rflow, worker.settings, *args)
+        outputs += [result.stdout, result.stderr]
+    places = await places_to_search(settings, worker, outputs)
+    # The scan sees what these places hold: the placeholder is in each of them.
+    for place in ("topics", "database", "CLI and API"):
+        assert any("${SECRET_HEADER}" in t for t in places[place]), place
+    assert_nowhere(secrets.values(), places)

@@ -105,6 +105,19 @@ def test_permissions_cap_the_relayer_and_the_value(project):
         build.check_permissions(project, "pay", other)
 
 
+def test_amounts_filled_in_from_the_environment_read_with_their_units(project):
+    # value: "${AMOUNT}" with AMOUNT="1 ether" is text once the relayer fills it in.
+    action = {"network": "local", "relayer": "payout", "to": TO, "max_fee_per_gas": "2 gwei"}
+    send = build.intent(project, {**action, "value": "1 ether"})
+    assert (send.value, send.max_fee_per_gas) == (10**18, 2 * 10**9)
+    build.check_permissions(project, "pay", send)
+    over = build.intent(project, {**action, "value": "1.5 ether"})
+    with pytest.raises(RflowError, match="max_value_per_tx"):
+        build.check_permissions(project, "pay", over)
+    with pytest.raises(RflowError, match="value: expected an integer, got 'lots'"):
+        build.intent(project, {**action, "value": "lots"})
+
+
 def test_a_missing_or_bad_key_is_named_but_never_shown(project):
     with pytest.raises(RflowError, match="PAYOUT_KEY") as err:
         signer(project, "payout", {})

@@ -24,6 +24,7 @@ from rflow.lang.model.common import (
     exactly_one,
     has_expression,
     invalid,
+    known_when_run,
 )
 from rflow.lang.timespec import parse_instant
 from rflow.lang.units import UnitError
@@ -152,7 +153,7 @@ class HttpCall(Model):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if not has_expression(value) and not value.startswith(("http://", "https://")):
+        if not known_when_run(value) and not value.startswith(("http://", "https://")):
             raise invalid(f"url must start with http:// or https://, got {value!r}")
         return value
 

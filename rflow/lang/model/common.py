@@ -16,6 +16,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from rflow.lang.envsubst import has_placeholder
 from rflow.lang.timespec import parse_cron, parse_timezone
 from rflow.lang.units import (
     DURATION_PATTERN,
@@ -74,6 +75,12 @@ def word_or_map(value: Any) -> str:
 def has_expression(value: object) -> bool:
     """True when ``value`` is a string holding a ``${{ ... }}`` expression."""
     return isinstance(value, str) and EXPR_OPEN in value
+
+
+def known_when_run(value: object) -> bool:
+    """True when ``value`` is a string whose final text is known only when the step runs:
+    it holds an expression, or a ``${VAR}`` that the effect fills in."""
+    return has_expression(value) or has_placeholder(value)
 
 
 def _wrap(parse: Any) -> Any:
@@ -192,7 +199,7 @@ Amount = Annotated[int, BeforeValidator(_wrap(parse_amount)), WithJsonSchema(_AM
 
 
 def _amount_or_expr(value: Any) -> Any:
-    return value if has_expression(value) else _wrap(parse_amount)(value)
+    return value if known_when_run(value) else _wrap(parse_amount)(value)
 
 
 AmountOrExpr = Annotated[
@@ -224,7 +231,7 @@ TokenAmount = Annotated[
 
 
 def _int_or_expr(value: Any) -> Any:
-    if has_expression(value):
+    if known_when_run(value):
         return value
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
@@ -296,7 +303,7 @@ def _address(value: Any) -> Any:
 
 
 def _address_or_expr(value: Any) -> Any:
-    return value if has_expression(value) else _address(value)
+    return value if known_when_run(value) else _address(value)
 
 
 Address = Annotated[

@@ -89,7 +89,8 @@ class Workflow(Model):
     paused: bool = False
     """A paused workflow starts no runs."""
     env: list[EnvVar] = []
-    """Environment variables expressions may read as ${{ env.NAME }}."""
+    """Environment variables a step may hand its effect as ${{ env.NAME }}: the input holds
+    the placeholder ${NAME}, filled in when the effect runs (never stored)."""
     permissions: Permissions = Permissions()
     concurrency: Concurrency | None = None
     rate_limit: RateLimit | None = None

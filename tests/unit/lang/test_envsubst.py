@@ -1,10 +1,20 @@
-"""Load-time ${VAR} substitution."""
+"""${VAR} substitution, its escape, and the placeholders steps keep."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from rflow.lang.envsubst import EnvSubstitutionError, substitute
+from rflow.lang.envsubst import (
+    EnvSubstitutionError,
+    display,
+    escape,
+    has_placeholder,
+    names,
+    placeholder,
+    substitute,
+)
 
 ENV = {"AUDIT_URL": "https://audit.example", "EMPTY": ""}
 
@@ -43,3 +53,28 @@ def test_missing_variable_without_default() -> None:
 def test_malformed_substitution(text: str) -> None:
     with pytest.raises(EnvSubstitutionError, match="malformed substitution"):
         substitute(text, ENV)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("${A}/x ${B:-d} ${A}", ("A", "B")),
+        ("$${A} ${{ env.B }} costs $5", ()),
+        ("${1X} ${C", ()),
+    ],
+)
+def test_names_of_the_variables_a_text_uses(text: str, expected: tuple[str, ...]) -> None:
+    assert names(text) == expected
+    assert has_placeholder(text) == bool(expected)
+
+
+def test_display_shows_placeholders_and_reads_escapes() -> None:
+    assert display("$${A} ${B} ${{ x }} $5") == "${A} ${B} ${{ x }} $5"
+    assert placeholder("API_TOKEN") == "${API_TOKEN}"
+
+
+@given(st.text(alphabet="${}:-_ABaz1 ", max_size=40))
+def test_escaped_text_substitutes_back_to_itself(text: str) -> None:
+    # Run data may hold anything: once escaped, substitution names no variable in it.
+    assert substitute(escape(text), ENV) == (text, ())
+    assert display(escape(text)) == text

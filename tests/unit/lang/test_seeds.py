@@ -52,7 +52,8 @@ def test_copy_trade_as_the_seed_describes_it() -> None:
     on_trip = workflow.circuit_breaker.on_trip
     assert on_trip[0] == "pause" and on_trip[1].notify.channel == "ops"  # type: ignore[union-attr]
     assert [s.kind for s in workflow.steps] == ["read", "send_transaction", "notify"]
-    assert workflow.finally_[0].http_call.url == "https://audit.example.com/runs"  # type: ignore[union-attr]
+    # Inside a step ${AUDIT_URL} is filled in when the call is made, not when the file loads.
+    assert workflow.finally_[0].http_call.url == "${AUDIT_URL}"  # type: ignore[union-attr]
     assert workflow.finally_[0].http_call.method == "POST"  # type: ignore[union-attr]
     assert workflow.on_failure == "dead_letter"
 
