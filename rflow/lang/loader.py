@@ -34,6 +34,7 @@ from rflow.lang.model.resources import (
     Config,
     Contract,
     Network,
+    Principal,
     Relayer,
 )
 from rflow.lang.model.steps import Step
@@ -52,6 +53,7 @@ _SINGULAR = {
     "channels": "channel",
     "commands": "command",
     "budgets": "budget",
+    "principals": "principal",
     "workflows": "workflow",
     "config": "config setting",
 }
@@ -268,6 +270,7 @@ def _lenient(data: dict[str, Any]) -> ProjectView:
         ("channels", Channel),
         ("commands", CommandSpec),
         ("budgets", Budget),
+        ("principals", Principal),
     ):
         target = getattr(view, section)
         for name, raw in _section(data, section).items():
