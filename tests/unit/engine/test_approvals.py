@@ -144,7 +144,9 @@ def test_escalation_notifies_and_extends_the_deadline_once():
     assert (notice.kind, notice.path, notice.attempt) == ("notify", "ok", 2)
     assert notice.key == "w:t1:ok:escalation"
     assert notice.action["channel"] == "ops" and notice.action["severity"] == "critical"
-    assert "Pay 5?" in notice.action["message"] and "2026-03-01T13:30:00" in notice.action["message"]
+    assert (
+        "Pay 5?" in notice.action["message"] and "2026-03-01T13:30:00" in notice.action["message"]
+    )
     record = d.state.steps["ok"]
     assert record.status == StepStatus.WAITING and record.escalation.channel == "ops"
 
