@@ -27,6 +27,19 @@ from rflow.lang.model.common import (
 )
 from rflow.lang.model.triggers import AuthNone, EventSpec, WebhookAuth
 
+_COLOR = re.compile(r"^(#[0-9A-Fa-f]{3}|#[0-9A-Fa-f]{6}|[a-z]+)$")
+
+
+def _color(value: str) -> str:
+    if not _COLOR.match(value):
+        raise invalid(f"a colour is a name such as green, or #rgb or #rrggbb, got {value!r}")
+    return value
+
+
+Color = Annotated[
+    str, AfterValidator(_color), WithJsonSchema({"type": "string", "pattern": _COLOR.pattern})
+]
+
 
 class ChoiceOption(Model):
     """One option of a choice approval."""
@@ -35,7 +48,7 @@ class ChoiceOption(Model):
     """What the reviewer reads."""
     value: str
     """What the answer records (``steps.<id>.output.choice``)."""
-    color: str | None = Field(None, pattern=r"^(#[0-9A-Fa-f]{3}|#[0-9A-Fa-f]{6}|[a-z]+)$")
+    color: Color | None = None
     """A display hint for a reviewer's screen: a colour name (green) or #rrggbb."""
 
 
@@ -78,7 +91,12 @@ class Approval(Model):
     """approve_reject, choice (one of several options; multi_choice is the same type under
     the seed's name) or freeform (a text answer)."""
     prompt: str
-    choices: list[str | ChoiceOption] = []
+    choices: list[
+        Annotated[
+            Annotated[str, Tag("word")] | Annotated[ChoiceOption, Tag("map")],
+            Discriminator(word_or_map),
+        ]
+    ] = []
     """Options for type: choice (at least two): {label, value, color}, or a string that is
     both label and value. The answer must name one of the values."""
     context_fields: ContextFields = {}
