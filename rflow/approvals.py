@@ -39,6 +39,14 @@ def choices(approval: Mapping[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+def context(approval: Mapping[str, Any]) -> dict[str, Any]:
+    """The approval's context fields, rendered when the run parked, in declared order."""
+    fields = approval.get("context_fields") or {}
+    if isinstance(fields, list):
+        return {field["name"]: field["value"] for field in fields}
+    return dict(fields)
+
+
 def may_answer(approval: Mapping[str, Any], principal: str) -> bool:
     """Whether ``principal`` may answer: it is an approver, or the approval names none."""
     approvers = approval.get("approvers") or []
@@ -100,7 +108,7 @@ def inbox_entry(row: Mapping[str, Any]) -> dict[str, Any]:
         "prompt": approval.get("prompt", ""),
         "type": approval.get("type", "approve_reject"),
         "choices": choices(approval),
-        "context": approval.get("context_fields") or {},
+        "context": context(approval),
         "approvers": approval.get("approvers") or [],
         "priority": approval.get("priority", "normal"),
         "deadline": _when(row["timeout_at"]),

@@ -581,6 +581,13 @@ class _Run:
         context: dict[str, Any],
     ) -> None:
         wait = render(_dump(step.wait_for), context)
+        approval = wait.get("approval")
+        if approval and approval.get("context_fields"):
+            # The wait's row keeps it as JSONB, which keeps no key order: the fields go as
+            # a list, so that a reviewer reads them in the order they were declared.
+            approval["context_fields"] = [
+                {"name": name, "value": value} for name, value in approval["context_fields"].items()
+            ]
         timeout = step.wait_for.timeout
         if timeout is None and step.wait_for.approval is not None:
             timeout = self.config.approval_timeout

@@ -77,7 +77,7 @@ def test_the_inbox_entry_of_a_wait():
         "spec": {
             "approval": {
                 **CHOICE["approval"],
-                "context_fields": {"amount": 5},
+                "context_fields": [{"name": "to", "value": "0xab"}, {"name": "amount", "value": 5}],
                 "approvers": ["alice"],
                 "priority": "urgent",
             },
@@ -87,7 +87,9 @@ def test_the_inbox_entry_of_a_wait():
         "created_at": at,
         "escalated_at": None,
     }
-    assert inbox_entry(row) == {
+    entry = inbox_entry(row)
+    assert list(entry["context"]) == ["to", "amount"]  # as declared
+    assert entry == {
         "run_id": "r1",
         "workflow": "w",
         "step": "ok",
@@ -97,7 +99,7 @@ def test_the_inbox_entry_of_a_wait():
             {"label": "Ship", "value": "ship", "color": "green"},
             {"label": "Hold", "value": "hold"},
         ],
-        "context": {"amount": 5},
+        "context": {"to": "0xab", "amount": 5},
         "approvers": ["alice"],
         "priority": "urgent",
         "deadline": "2026-03-01T12:00:00+00:00",
