@@ -1,6 +1,6 @@
-"""Secrets stay secret: after runs that send, fail and answer API calls, the relayer key,
-the API token and the webhook secret appear in no log, topic record, database row, CLI
---json output or API answer."""
+"""Secrets stay secret: after runs that send, fail, wait for an approval and answer API
+calls, the relayer key, the API token, a principal's token and the webhook secret appear
+in no log, topic record, database row, CLI --json output or API answer."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rflow.ingress import sign
 from tests.integration import chain
 from tests.integration.harness import topic_messages
 from tests.integration.test_api import call
-from tests.integration.test_operations import rflow
+from tests.integration.test_operations import parked, rflow
 from tests.integration.test_runs import settled_run
 from tests.integration.test_sends import chain_resources, token_for
 from tests.integration.test_webhooks import post
@@ -23,8 +23,11 @@ from tests.integration.test_webhooks import post
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
 HOOK_SECRET = "hook-secret-4f1c9a77d2"
+REVIEWER_TOKEN = "reviewer-token-8b2e61c0"
 
 PROJECT = """
+principals:
+  reviewer: {{ token_env: REVIEWER_TOKEN }}
 budgets:
   daily: {{ window: 24h, max_token_value: {{ Token: "1000" }} }}
 workflows:
@@ -48,6 +51,11 @@ workflows:
     steps:
       - id: note
         command: {{ name: log, args: {{ message: "${{{{ trigger.body.n }}}}" }} }}
+  gated:
+    trigger: {{ manual: {{}} }}
+    steps:
+      - id: ok
+        wait_for: {{ approval: {{ prompt: "go?", approvers: [reviewer] }}, timeout: 1h }}
 """
 
 
@@ -83,7 +91,8 @@ async def test_no_secret_leaves_its_variable(settings, worker_factory, tmp_path,
     project = tmp_path / "project.yaml"
     project.write_text(chain_resources(token) + PROJECT.format())
     monkeypatch.setenv("SECRET_HOOK", HOOK_SECRET)
-    worker = worker_factory(project_path=project, env={"PAYOUT_KEY": "0x" + key})
+    env = {"PAYOUT_KEY": "0x" + key, "REVIEWER_TOKEN": REVIEWER_TOKEN}
+    worker = worker_factory(project_path=project, env=env)
     await worker.wait_ready()
 
     to = chain.Account.create().address
@@ -106,11 +115,20 @@ async def test_no_secret_leaves_its_variable(settings, worker_factory, tmp_path,
     assert answer[0] == 202, answer
     bad = await post(worker, "/hooks/secret", body, {"X-Hub-Signature-256": "sha256=00"})
     assert bad[0] == 401
+    status, gated = await call(worker, "POST", "/api/workflows/gated/runs", {})
+    assert status == 202, gated
+    gated_id = run_id("gated", gated["trigger_key"])
+    await parked(settings, gated_id)
+    pending = await asyncio.to_thread(rflow, worker.settings, "approvals", "ls", "--json")
+    approved = await call(worker, "POST", f"/api/runs/{gated_id}/approve", {}, token=REVIEWER_TOKEN)
+    assert approved[0] == 200, approved
+    assert (await settled_run(settings, gated_id))["status"] == "succeeded"
 
     outputs = [
         json.dumps(await call(worker, "GET", f"/api/runs/{rid}"))
-        for rid in (paid["run_id"], failed["run_id"])
+        for rid in (paid["run_id"], failed["run_id"], gated_id)
     ]
+    outputs += [pending.stdout, pending.stderr, json.dumps(approved)]
     for path in ("/api/runs", "/api/workflows", "/api/budgets"):
         outputs.append(json.dumps(await call(worker, "GET", path)))
     for args in (
@@ -133,7 +151,7 @@ async def test_no_secret_leaves_its_variable(settings, worker_factory, tmp_path,
     # The scan sees what these places hold: the recipient's address is in each of them.
     for place in ("topics", "database", "CLI and API"):
         assert any(to.lower() in t.lower() for t in places[place]), place
-    for secret in (key, api_token, HOOK_SECRET):
+    for secret in (key, api_token, REVIEWER_TOKEN, HOOK_SECRET):
         for place, texts in places.items():
             leaks = [t[:200] for t in texts if secret.lower() in t.lower()]
             assert not leaks, f"a secret appears in the {place}: {leaks[:3]}"
