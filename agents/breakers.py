@@ -51,7 +51,8 @@ class Breakers:
         return admitted
 
     async def settled(self, name: str, run_id: str, status: RunStatus) -> None:
-        """Count a terminal failure (tripping the circuit) or close it on the probe's success."""
+        """Count a terminal failure (tripping the circuit) or close it on the probe's success.
+        Only ``failed`` counts: a run rejected by a person is a decision, not a fault."""
         workflow = self.guarded[name]
         rule, now = rule_of(workflow), datetime.now(UTC)
         if status == RunStatus.FAILED:
@@ -62,7 +63,7 @@ class Breakers:
 
             def step(circuit):
                 return breaker.succeeded(circuit, run_id), False
-        else:  # cancelled or superseded: never a failure
+        else:  # cancelled, superseded or rejected (a decision): never a failure
 
             def step(circuit):
                 return breaker.let_go(circuit, run_id), False

@@ -266,6 +266,7 @@ class EffectRunner:
                 kind=kind,
                 spec=effect.wait,
                 timeout_at=effect.timeout_at,
+                escalated_at=effect.escalated_at,
             )
 
         return work

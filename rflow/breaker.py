@@ -57,7 +57,7 @@ def succeeded(circuit: Circuit, run_id: str) -> Circuit:
 
 
 def let_go(circuit: Circuit, run_id: str) -> Circuit:
-    """A run ended without verdict (cancelled, skipped): a probe frees its place."""
+    """A run ended without verdict (cancelled, skipped, rejected): a probe frees its place."""
     if circuit.state == "half_open" and circuit.probe == run_id:
         return replace(circuit, probe=None)
     return circuit

@@ -2,7 +2,9 @@
 
 The first twelve kinds are the seeds' taxonomy; the rest name failures the seeds
 describe in prose (a budget cap, a permission, a cancelled run, an expression that
-could not be evaluated at run time). Only :data:`RETRYABLE` kinds are ever retried.
+could not be evaluated at run time). Two kinds are endings rather than faults: a run
+``cancelled`` by an operator or a newer run, and an approval ``rejected`` by a person
+(or by its timeout). Only :data:`RETRYABLE` kinds are ever retried.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class FailureKind(StrEnum):
     PERMISSION_DENIED = "permission_denied"
     INVALID_INPUT = "invalid_input"
     CANCELLED = "cancelled"
+    REJECTED = "rejected"
+    """A person (or an approval's timeout) decided no: a decision, not a fault."""
 
 
 RETRYABLE: frozenset[FailureKind] = frozenset(

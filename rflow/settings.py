@@ -32,6 +32,7 @@ _VARIABLES = {
     "SEND_EXPIRE_AFTER": "send_expire_after",
     "SEND_POLL_INTERVAL": "send_poll_interval",
     "API_TOKEN": "api_token",
+    "CLI_TOKEN": "cli_token",
 }
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,7 +72,13 @@ class Settings(BaseModel):
     data_dir: Path = Field(Path(".rflow"), description="Faust table state (RocksDB or memory)")
     web_port: int = Field(6066, description="Faust web server port of a worker")
     api_token: SecretStr | None = Field(
-        None, description="bearer token of the worker's HTTP API (every route but webhooks)"
+        None,
+        description="bearer token of the built-in principal `operator`, for the worker's "
+        "HTTP API (every route but webhooks) and the CLI",
+    )
+    cli_token: SecretStr | None = Field(
+        None,
+        description="the token the CLI acts with (a principal's); default: RFLOW_API_TOKEN",
     )
     broker_session_timeout: float = 30.0
     broker_heartbeat_interval: float = 3.0
@@ -127,6 +134,11 @@ class Settings(BaseModel):
             user = creds.split(":", 1)[0]
             rest = f"{user}@{host}"
         return f"{scheme}{sep}{rest}"
+
+    @property
+    def acting_token(self) -> SecretStr | None:
+        """The token the CLI presents: ``RFLOW_CLI_TOKEN``, else ``RFLOW_API_TOKEN``."""
+        return self.cli_token or self.api_token
 
     def rpc_url(self, network: str) -> str:
         """The JSON-RPC URL of ``network``; a clear error names the variable to set."""

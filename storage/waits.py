@@ -11,10 +11,16 @@ from psycopg.types.json import Jsonb
 
 from rflow.storage.errors import translated
 
+# Registering a wait again changes nothing, but an escalation's later deadline: a
+# deadline only ever moves later, so registrations arriving out of order agree.
 _PARK = """
-INSERT INTO waits (wait_id, run_id, workflow, path, partition_key, kind, spec, timeout_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (wait_id) DO NOTHING
+INSERT INTO waits (wait_id, run_id, workflow, path, partition_key, kind, spec, timeout_at,
+                   escalated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (wait_id) DO UPDATE SET
+    timeout_at = GREATEST(waits.timeout_at, EXCLUDED.timeout_at),
+    escalated_at = COALESCE(waits.escalated_at, EXCLUDED.escalated_at)
+WHERE waits.resolved_at IS NULL AND EXCLUDED.escalated_at IS NOT NULL
 """
 
 # One resolver wins: the row is answered only while it has no answer.
@@ -26,7 +32,7 @@ RETURNING wait_id, run_id, workflow, path, partition_key
 
 _FIND = """
 SELECT wait_id, run_id, workflow, path, partition_key, kind, spec, timeout_at, created_at,
-       resolved_at, resolution
+       resolved_at, resolution, escalated_at
 FROM waits
 WHERE run_id = %s AND (%s::text IS NULL OR path = %s) AND resolved_at IS NULL
 ORDER BY created_at
@@ -52,11 +58,24 @@ async def park(
     kind: str,
     spec: Any,
     timeout_at: datetime | None,
+    escalated_at: datetime | None = None,
 ) -> None:
-    """Store a wait once (idempotent by its id)."""
+    """Store a wait once (idempotent by its id); ``escalated_at`` moves an open wait's
+    deadline to ``timeout_at`` when that is later."""
     with translated():
         await conn.execute(
-            _PARK, (wait_id, run_id, workflow, path, partition_key, kind, Jsonb(spec), timeout_at)
+            _PARK,
+            (
+                wait_id,
+                run_id,
+                workflow,
+                path,
+                partition_key,
+                kind,
+                Jsonb(spec),
+                timeout_at,
+                escalated_at,
+            ),
         )
 
 
@@ -130,3 +149,52 @@ async def event_waits(
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_EVENT_WAITS, (workflow, step, f"{step}["))
             return list(await cur.fetchall())
+
+
+# The inbox: most urgent first, then the nearest deadline, then the longest waiting.
+_PENDING_APPROVALS = """
+SELECT wait_id, run_id, workflow, path, spec, timeout_at, created_at, escalated_at
+FROM waits
+WHERE kind = 'approval' AND resolved_at IS NULL
+  AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s)
+  AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s)
+  AND (%(approver)s::text IS NULL
+       OR jsonb_array_length(COALESCE(spec -> 'approval' -> 'approvers', '[]')) = 0
+       OR spec -> 'approval' -> 'approvers' ? %(approver)s)
+ORDER BY CASE spec -> 'approval' ->> 'priority'
+             WHEN 'urgent' THEN 0 WHEN 'high' THEN 1 WHEN 'normal' THEN 2 WHEN 'low' THEN 3
+             ELSE 2 END,
+         timeout_at NULLS LAST, created_at, run_id, path
+LIMIT %(limit)s
+"""
+
+
+async def pending_approvals(
+    conn: psycopg.AsyncConnection,
+    *,
+    workflow: str | None = None,
+    run_id: str | None = None,
+    approver: str | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Unanswered approvals (of one workflow, one run, or that ``approver`` may answer),
+    ordered by priority (urgent, high, normal, low), then deadline, then age."""
+    params = {"workflow": workflow, "run_id": run_id, "approver": approver, "limit": limit}
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_PENDING_APPROVALS, params)
+            return list(await cur.fetchall())
+
+
+_PENDING_COUNTS = """
+SELECT workflow, COALESCE(spec -> 'approval' ->> 'priority', 'normal'), count(*)
+FROM waits WHERE kind = 'approval' AND resolved_at IS NULL
+GROUP BY 1, 2
+"""
+
+
+async def pending_approval_counts(conn: psycopg.AsyncConnection) -> dict[tuple[str, str], int]:
+    """How many approvals wait, by workflow and priority."""
+    with translated():
+        cur = await conn.execute(_PENDING_COUNTS)
+        return {(workflow, priority): count for workflow, priority, count in await cur.fetchall()}

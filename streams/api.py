@@ -1,14 +1,15 @@
-"""The worker's HTTP API: runs, workflows and budgets, behind a bearer token.
+"""The worker's HTTP API: runs, approvals, workflows and budgets, behind bearer tokens.
 
 Every route but the webhooks (which authenticate their own way) and the health checks
-needs ``Authorization: Bearer <RFLOW_API_TOKEN>``; a worker without a token configured
-refuses them all. Errors are JSON objects with an ``error`` that says why. The routes are
-described by ``schemas/openapi.json``, served at ``/api/openapi.json``.
+needs ``Authorization: Bearer <token>``, the token of a principal: ``operator``'s
+(``RFLOW_API_TOKEN``) or one the project declares under ``principals``. A worker with no
+token at all refuses them all. An answer to an approval is recorded as the principal the
+token authenticated. Errors are JSON objects with an ``error`` that says why. The routes
+are described by ``schemas/openapi.json``, served at ``/api/openapi.json``.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from faust.web import Request, Response, View
 
+from rflow import approvals
 from rflow.codecs import json
 from rflow.codecs.json import JSONDecodeError
 from rflow.engine import RunStatus
 from rflow.engine.keys import workflow_version
-from rflow.storage import InvalidValue, StorageError, budgets, controls, runs
+from rflow.principals import Principals
+from rflow.storage import InvalidValue, StorageError, budgets, controls, runs, waits
 from rflow.streams.control import Control, ControlError
 from rflow.streams.producer import ProduceError
 
@@ -33,6 +36,8 @@ PUBLIC = frozenset({"/healthz", "/rflow/ready/"})
 
 MAX_BODY = 64 * 1024
 RUN_STATUSES = frozenset(status.value for status in RunStatus)
+PRINCIPAL = "rflow.principal"
+"""Where the authenticator leaves the request's principal."""
 
 
 def error(status: int, message: str, **headers: str) -> web.Response:
@@ -57,22 +62,29 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return error(exc.status, f"{exc.reason}: {request.method} {request.path}", **headers)
 
 
-def authenticator(token: str | None, public: Callable[[str], bool]) -> Any:
-    """The aiohttp middleware that asks every non-public route for the bearer token."""
-    expected = token.encode() if token else None
+def authenticator(principals: Principals, public: Callable[[str], bool]) -> Any:
+    """The aiohttp middleware that asks every non-public route for a principal's bearer
+    token, and leaves the principal it names on the request (``request[PRINCIPAL]``)."""
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
         if public(request.path):
             return await handler(request)
         challenge = {"WWW-Authenticate": 'Bearer realm="rflow"'}
-        if expected is None:
-            return error(401, "this worker has no API token: set RFLOW_API_TOKEN", **challenge)
+        if not principals:
+            return error(
+                401,
+                "this worker has no API token: set RFLOW_API_TOKEN, or the token of a "
+                "principal the project declares",
+                **challenge,
+            )
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given:
             return error(401, "missing bearer token (Authorization: Bearer ...)", **challenge)
-        if not hmac.compare_digest(given.strip().encode(), expected):
+        principal = principals.resolve(given.strip())
+        if principal is None:
             return error(401, "wrong bearer token", **challenge)
+        request[PRINCIPAL] = principal
         return await handler(request)
 
     return authenticate
@@ -192,10 +204,12 @@ def attach(app: RflowApp, control: Control) -> None:
 
         return await answer(work)
 
-    def run_action(path: str, name: str, act: Callable[[str, dict[str, Any]], Awaitable[Any]]):
+    def run_action(
+        path: str, name: str, act: Callable[[str, dict[str, Any], str], Awaitable[Any]]
+    ) -> None:
         async def post(self: View, request: Request, run_id: str) -> Response:
             async def work() -> Any:
-                return await act(run_id, await read(request))
+                return await act(run_id, await read(request), request[PRINCIPAL])
 
             return await answer(work)
 
@@ -203,21 +217,32 @@ def attach(app: RflowApp, control: Control) -> None:
         view = type(f"Run{name.title()}View", (View,), {"post": post})
         app.page(path, name=f"rflow.api.run.{name}")(view)
 
-    async def cancel(run_id: str, fields: dict[str, Any]) -> Any:
+    async def cancel(run_id: str, fields: dict[str, Any], principal: str) -> Any:
         """Cancel the run at its next step boundary; body ``{"reason": ...}`` (optional)."""
         return await control.cancel(run_id, text(fields, "reason", "cancelled by an operator"))
 
-    async def retry(run_id: str, fields: dict[str, Any]) -> Any:
+    async def retry(run_id: str, fields: dict[str, Any], principal: str) -> Any:
         """Fire a dead-lettered run's trigger again, as a new run linked to the old one."""
         return await control.retry(run_id)
 
-    def decide(decision: str) -> Callable[[str, dict[str, Any]], Awaitable[Any]]:
-        async def act(run_id: str, fields: dict[str, Any]) -> Any:
-            payload: dict[str, Any] = {"decision": decision, "by": text(fields, "by", "api")}
-            for name in ("choice", "text"):
-                if (value := text(fields, name)) is not None:
-                    payload[name] = value
-            return await control.answer(run_id, text(fields, "step"), payload)
+    def decide(decision: approvals.Decision) -> Callable[..., Awaitable[Any]]:
+        async def act(run_id: str, fields: dict[str, Any], principal: str) -> Any:
+            if "by" in fields:
+                # Refused rather than ignored: a caller who names an approver expects that
+                # name recorded, and it never is.
+                raise ControlError(
+                    "'by' is not accepted: an answer is recorded as the principal whose "
+                    f"token made the request ({principal})",
+                    400,
+                )
+            return await control.decide(
+                run_id,
+                text(fields, "step"),
+                decision,
+                principal,
+                choice=text(fields, "choice"),
+                text=text(fields, "text"),
+            )
 
         act.__doc__ = f"{decision.title()} a run waiting for a human decision."
         return act
@@ -226,6 +251,33 @@ def attach(app: RflowApp, control: Control) -> None:
     run_action("/api/runs/{run_id}/retry", "retry", retry)
     run_action("/api/runs/{run_id}/approve", "approve", decide("approve"))
     run_action("/api/runs/{run_id}/reject", "reject", decide("reject"))
+
+    @app.page("/api/approvals", name="rflow.api.approvals")
+    async def list_approvals(self: View, request: Request) -> Response:
+        """Pending approvals, most urgent first: ?workflow=W&run=ID&mine=true&limit=N."""
+
+        async def work() -> dict[str, Any]:
+            query = request.query
+            try:
+                limit = int(query.get("limit", "100"))
+            except ValueError:
+                raise ControlError("limit must be an integer", 400) from None
+            if not 1 <= limit <= 1000:
+                raise ControlError("limit must be between 1 and 1000", 400)
+            mine = query.get("mine", "").lower() in ("1", "true", "yes")
+            rows = await db(
+                lambda conn: waits.pending_approvals(
+                    conn,
+                    workflow=query.get("workflow"),
+                    run_id=query.get("run"),
+                    approver=request[PRINCIPAL] if mine else None,
+                    limit=limit,
+                ),
+                "approvals",
+            )
+            return {"approvals": [approvals.inbox_entry(row) for row in rows]}
+
+        return await answer(work)
 
     @app.page("/api/workflows", name="rflow.api.workflows")
     async def list_workflows(self: View, request: Request) -> Response:

@@ -21,6 +21,7 @@ from mode.utils.queues import ThrowableQueue
 
 from rflow.codecs import tables as table_codec
 from rflow.lang import Project, load_project
+from rflow.principals import Principals
 from rflow.settings import Settings, environ
 from rflow.streams import tables, views
 from rflow.streams.control import Control
@@ -378,7 +379,8 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
 
     The workflows come from ``project``, else from ``settings.project_path``; a worker
     without workflows still runs the pipeline (records for unknown workflows are
-    dead-lettered).
+    dead-lettered). Two principals with the same token raise
+    :class:`~rflow.principals.TokenConflict`.
     """
     settings = settings or Settings.from_env()
     env = environ()
@@ -392,7 +394,9 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     def public(path: str) -> bool:
         return path in api.PUBLIC or ingress_views.is_webhook(path, runtime.webhook_paths)
 
-    token = settings.api_token.get_secret_value() if settings.api_token else None
+    principals = Principals.of(project, env, settings.api_token)
+    for name, variable in principals.unset:
+        log.warning("principal %s cannot authenticate: %s is not set", name, variable)
     app = RflowApp(
         settings.app_id,
         broker=[f"kafka://{host}" for host in settings.kafka_brokers.split(",")],
@@ -413,7 +417,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
         stream_buffer_maxsize=1024,
         Topic=RflowTopic,
         web_application_options={
-            "middlewares": [api.json_errors, api.authenticator(token, public)]
+            "middlewares": [api.json_errors, api.authenticator(principals, public)]
         },
     )
     app.rflow = runtime = Runtime(settings, catalog, project, env)

@@ -1,4 +1,4 @@
-"""Operator actions on runs: answer a wait, cancel a run, retry a dead-lettered run.
+"""Operator actions on runs: answer an approval, cancel a run, retry a dead-lettered run.
 
 Each writes what must be durable first (the wait's answer, first answer wins), then
 produces the record keyed like the run, so its owner applies it in order. The CLI acts
@@ -15,7 +15,8 @@ from typing import Any, Protocol, TypeVar
 
 import psycopg
 
-from rflow import storage
+from rflow import approvals, storage
+from rflow.approvals import Decision
 from rflow.codecs import Record, RunEvent, TriggerRecord
 from rflow.engine import CancelRequested, WaitResolved
 from rflow.engine.keys import run_id as run_id_of
@@ -59,10 +60,21 @@ class Control:
         self.producer = producer
         self.project = project
 
-    async def answer(self, run_id: str, step: str | None, payload: dict[str, Any]) -> dict:
-        """Answer the open wait of ``run_id`` (at ``step`` if given); the first answer wins."""
+    async def decide(
+        self,
+        run_id: str,
+        step: str | None,
+        decision: Decision,
+        principal: str,
+        *,
+        choice: str | None = None,
+        text: str | None = None,
+    ) -> dict[str, Any]:
+        """Answer the open approval of ``run_id`` (at ``step`` if given) as ``principal``;
+        the first answer wins. Nothing is recorded for a principal who is not an approver
+        or a choice that is not one of the approval's."""
 
-        async def resolve(conn: psycopg.AsyncConnection) -> tuple[dict, dict | None]:
+        async def resolve(conn: psycopg.AsyncConnection) -> tuple[dict, dict, dict | None]:
             open_waits = await waits.open_waits(conn, run_id, step)
             if not open_waits:
                 where = f" at step {step!r}" if step else ""
@@ -73,14 +85,21 @@ class Control:
                     f"run {run_id} waits at several steps ({paths}): name one with --step", 400
                 )
             wait = open_waits[0]
-            if "decision" in payload and wait["kind"] != "approval":
+            if wait["kind"] != "approval":
                 raise ControlError(
                     f"step {wait['path']} of run {run_id} waits for a {wait['kind']}, "
                     "not an approval"
                 )
-            return wait, await waits.resolve(conn, wait["wait_id"], payload, datetime.now(UTC))
+            try:
+                payload = approvals.answer(
+                    wait["spec"], decision, principal, choice=choice, text=text
+                )
+            except approvals.Refused as exc:
+                raise ControlError(str(exc), exc.status) from None
+            resolved = await waits.resolve(conn, wait["wait_id"], payload, datetime.now(UTC))
+            return wait, payload, resolved
 
-        wait, resolved = await self.database(resolve)
+        wait, payload, resolved = await self.database(resolve)
         if resolved is None:
             raise ControlError(f"the wait of run {run_id} at {wait['path']} was answered already")
         event = WaitResolved(

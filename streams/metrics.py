@@ -110,6 +110,12 @@ class Metrics:
         self.dead_letters = Gauge(
             "rflow_dead_letters", "Dead-lettered records and runs", ["kind"], registry=registry
         )
+        self.approvals_pending = Gauge(
+            "rflow_approvals_pending",
+            "Approvals waiting for a decision, by workflow and priority",
+            ["workflow", "priority"],
+            registry=registry,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -136,7 +142,8 @@ class Metrics:
 
 async def refresh(app: RflowApp, metrics: Metrics) -> None:
     """Read the gauges: shared state from Postgres, lanes and lag from this worker."""
-    from rflow.storage import budgets, circuits, dead_letters, sends
+    from rflow.approvals import PRIORITIES
+    from rflow.storage import budgets, circuits, dead_letters, sends, waits
 
     runtime = app.rflow
     project = runtime.project
@@ -150,9 +157,12 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
             await sends.count_by_status(conn),
             await budgets.spend(conn, window=None),
             await dead_letters.counts(conn),
+            await waits.pending_approval_counts(conn),
         )
 
-    usage, found, by_status, spent, dead = await runtime.database.run(shared, what="metrics")
+    usage, found, by_status, spent, dead, pending = await runtime.database.run(
+        shared, what="metrics"
+    )
     for row in usage:
         metrics.budget_cap.labels(row.budget, row.asset).set(row.cap)
         metrics.budget_consumed.labels(row.budget, row.asset).set(row.consumed)
@@ -168,6 +178,14 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
         metrics.gas_spent.labels(row.network, row.relayer).set(row.gas_cost)
     for kind in ("record", "run"):
         metrics.dead_letters.labels(kind).set(dead.get(kind, 0))
+    with_approvals = {
+        name
+        for name, workflow in (project.workflows.items() if project else [])
+        if any(s.kind == "wait_for" and s.wait_for.approval for s in workflow.all_steps())
+    }
+    for name in with_approvals | {name for name, _ in pending}:
+        for priority in PRIORITIES:
+            metrics.approvals_pending.labels(name, priority).set(pending.get((name, priority), 0))
 
     waiting: dict[str, int] = {name: 0 for name in (project.workflows if project else {})}
     for key, lane in list(runtime.tables.lanes.items()):

@@ -99,9 +99,13 @@ def worker(project: Path | None, setup: bool, loglevel: str) -> None:
         except topic_ops.TopicsError as exc:
             fail(str(exc))
         asyncio.run(_migrate(settings))
+    from rflow.principals import TokenConflict
     from rflow.streams.app import create_app, tune_gc
 
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except TokenConflict as exc:
+        fail(f"{exc}; the worker does not start")
     tune_gc()
     app.main_worker = True
     from faust.worker import Worker

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -13,7 +12,9 @@ from typing import Any
 import click
 
 from rflow.cli import main
+from rflow.cli.approvals import approve_command, reject_command
 from rflow.cli.common import fail, project_option, table, with_database
+from rflow.engine.state import RunStatus
 from rflow.settings import Settings
 
 
@@ -29,12 +30,19 @@ def _when(value: datetime | None) -> str:
 
 @main.group()
 def runs() -> None:
-    """Runs: their status, journals, approvals and cancellation."""
+    """Runs: their status, journals, approvals and cancellation (approve and reject are
+    the same commands as rflow approvals approve|reject)."""
 
 
 @runs.command("list")
 @click.option("--workflow", "-w", default=None, help="Only runs of this workflow.")
-@click.option("--status", "-s", default=None, help="running, succeeded, failed, cancelled...")
+@click.option(
+    "--status",
+    "-s",
+    default=None,
+    type=click.Choice([status.value for status in RunStatus]),
+    help="Only runs with this status.",
+)
 @click.option("--failed", is_flag=True, help="Only failed runs (the dead-letter queue).")
 @click.option("--limit", default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
@@ -125,8 +133,8 @@ def _live_state(run_id: str) -> dict[str, Any] | None:
 
     settings = Settings.from_env()
     request = urllib.request.Request(f"http://127.0.0.1:{settings.web_port}/api/runs/{run_id}")
-    if settings.api_token is not None:
-        request.add_header("Authorization", f"Bearer {settings.api_token.get_secret_value()}")
+    if settings.acting_token is not None:
+        request.add_header("Authorization", f"Bearer {settings.acting_token.get_secret_value()}")
     try:
         with urllib.request.urlopen(request, timeout=10) as resp:
             return json.loads(resp.read()).get("live")
@@ -166,47 +174,8 @@ def _control(
         fail(str(exc))
 
 
-def _answer(run_id: str, step: str | None, payload: dict[str, Any], as_json: bool) -> None:
-    result = _control(lambda control: control.answer(run_id, step, payload))
-    click.echo(
-        _json(result)
-        if as_json
-        else f"{payload.get('decision', 'answered')}: run {run_id} step {result['step']}"
-    )
-
-
-@runs.command()
-@click.argument("run_id")
-@click.option("--step", default=None, help="The waiting step (needed when several wait).")
-@click.option("--by", default=None, help="Who decides (default: the current user).")
-@click.option("--choice", default=None, help="The chosen option, for a choice approval.")
-@click.option("--text", default=None, help="Free text, for a freeform approval.")
-@click.option("--json", "as_json", is_flag=True)
-def approve(
-    run_id: str,
-    step: str | None,
-    by: str | None,
-    choice: str | None,
-    text: str | None,
-    as_json: bool,
-) -> None:
-    """Approve a run waiting for a human decision."""
-    payload: dict[str, Any] = {"decision": "approve", "by": by or getpass.getuser()}
-    if choice is not None:
-        payload["choice"] = choice
-    if text is not None:
-        payload["text"] = text
-    _answer(run_id, step, payload, as_json)
-
-
-@runs.command()
-@click.argument("run_id")
-@click.option("--step", default=None, help="The waiting step (needed when several wait).")
-@click.option("--by", default=None, help="Who decides (default: the current user).")
-@click.option("--json", "as_json", is_flag=True)
-def reject(run_id: str, step: str | None, by: str | None, as_json: bool) -> None:
-    """Reject a run waiting for a human decision (its step fails)."""
-    _answer(run_id, step, {"decision": "reject", "by": by or getpass.getuser()}, as_json)
+approve_command(runs)
+reject_command(runs)
 
 
 @runs.command()

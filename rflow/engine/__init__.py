@@ -9,12 +9,13 @@ from rflow.engine.advance import MAX_EXECUTIONS, advance, resume
 from rflow.engine.effects import Effect, Execute, Journal, Park, ScheduleTimer, Settle, Unpark
 from rflow.engine.events import CancelRequested, Event, Start, StepResult, TimerFired, WaitResolved
 from rflow.engine.keys import idempotency_key, matrix_combinations, matrix_suffix, run_id, run_key
-from rflow.engine.state import Fanout, RunState, RunStatus, StepRecord, StepStatus
+from rflow.engine.state import Escalated, Fanout, RunState, RunStatus, StepRecord, StepStatus
 
 __all__ = [
     "MAX_EXECUTIONS",
     "CancelRequested",
     "Effect",
+    "Escalated",
     "Event",
     "Execute",
     "Fanout",

@@ -18,10 +18,10 @@ from rflow.engine.context import compare, holds, render, render_input, run_conte
 from rflow.engine.effects import Effect, Execute, Journal, Park, ScheduleTimer, Settle, Unpark
 from rflow.engine.events import CancelRequested, Event, Start, StepResult, TimerFired, WaitResolved
 from rflow.engine.retry import decide
-from rflow.engine.state import Fanout, RunState, RunStatus, StepRecord, StepStatus
+from rflow.engine.state import Escalated, Fanout, RunState, RunStatus, StepRecord, StepStatus
 from rflow.failures import FailureKind, RflowError, StepError
 from rflow.lang.envsubst import display
-from rflow.lang.model import Workflow
+from rflow.lang.model import Escalate, Workflow
 from rflow.lang.model.resources import Config
 from rflow.lang.timespec import parse_instant
 
@@ -195,6 +195,7 @@ class _Run:
     def on_result(self, event: StepResult) -> None:
         record = self.current(event.path, event.visit, event.attempt, StepStatus.RUNNING)
         if record is None:
+            self.on_escalation_notice(event)
             return
         if event.error is None:
             output = event.output
@@ -226,7 +227,6 @@ class _Run:
         if event.purpose == "delay" and step.kind == "delay":
             self.settle(record, StepStatus.SUCCEEDED, output={"until": event.due_at.isoformat()})
         elif event.purpose == "wait_timeout" and step.kind == "wait_for":
-            self.unpark(record)
             self.wait_timed_out(step, record)
         self.after_settle(record)
 
@@ -236,16 +236,16 @@ class _Run:
             return
         self.unpark(record)
         payload = event.payload
-        if isinstance(payload, dict) and payload.get("decision") == "reject":
+        step = self.step_named(record.step)
+        if (
+            step.wait_for.approval is not None
+            and isinstance(payload, dict)
+            and payload.get("decision") == "reject"
+        ):
             by = payload.get("by") or "an approver"
-            self.settle(
-                record,
-                StepStatus.FAILED,
-                output=payload,
-                error=StepError(kind=FailureKind.ASSERT_FAILED, message=f"rejected by {by}"),
-            )
+            self.rejected(step, record, payload, f"rejected by {by}")
         else:
-            self.settle(record, StepStatus.SUCCEEDED, output=payload)
+            self.settle(record, StepStatus.SUCCEEDED, output=self.answered(record, payload))
         self.after_settle(record)
 
     def on_cancel(self, event: CancelRequested) -> None:
@@ -482,6 +482,33 @@ class _Run:
             wait_id=record.wait_id,
             wait=record.input,
             timeout_at=record.due_at,
+            escalated_at=record.escalation.at if record.escalation else None,
+        )
+
+    def escalation_effect(self, step: Any, record: StepRecord) -> Execute:
+        """The notice of an escalated approval, to its channel (a notify action)."""
+        spec = record.input.get("on_timeout", {}).get("escalate", {})
+        approval = record.input.get("approval", {})
+        priority = approval.get("priority", "normal")
+        message = spec.get("message") or (
+            f"{self.fields['workflow']}: run {self.run_id} waits at {record.path} with no "
+            f"decision past its deadline; it now waits until {record.due_at.isoformat()}: "
+            f"{approval.get('prompt', '')}"
+        )
+        return Execute(
+            run_id=self.run_id,
+            workflow=self.fields["workflow"],
+            path=record.path,
+            visit=record.visit,
+            attempt=record.attempt,
+            key=keys.idempotency_key(self.key, record.path, record.visit) + ":escalation",
+            kind="notify",
+            action={
+                "channel": spec.get("channel", record.escalation.channel),
+                "message": str(message),
+                "severity": spec.get("severity")
+                or ("critical" if priority == "urgent" else "warning"),
+            },
         )
 
     def pending_effects(self) -> list[Effect]:
@@ -501,6 +528,9 @@ class _Run:
                 effects.append(self.park_effect(record))
                 if record.due_at is not None:
                     effects.append(self.timer_effect(record, "wait_timeout"))
+                notice = record.escalation
+                if notice is not None and not notice.delivered and notice.error is None:
+                    effects.append(self.escalation_effect(step, record))
         return effects
 
     def choose(self, step: Any, context: dict[str, Any]) -> dict[str, Any]:
@@ -558,6 +588,13 @@ class _Run:
         context: dict[str, Any],
     ) -> None:
         wait = render(_dump(step.wait_for), context)
+        approval = wait.get("approval")
+        if approval and approval.get("context_fields"):
+            # The wait's row keeps it as JSONB, which keeps no key order: the fields go as
+            # a list, so that a reviewer reads them in the order they were declared.
+            approval["context_fields"] = [
+                {"name": name, "value": value} for name, value in approval["context_fields"].items()
+            ]
         timeout = step.wait_for.timeout
         if timeout is None and step.wait_for.approval is not None:
             timeout = self.config.approval_timeout
@@ -574,35 +611,86 @@ class _Run:
             self.effects.append(Unpark(run_id=self.run_id, wait_id=record.wait_id))
 
     def wait_timed_out(self, step: Any, record: StepRecord) -> None:
+        """A wait's deadline passed with no answer: apply ``on_timeout`` (an escalated
+        approval, its ``escalate.then``)."""
         on_timeout = step.wait_for.on_timeout
+        if isinstance(on_timeout, Escalate):
+            if record.escalation is None:
+                self.escalate(step, record, on_timeout.escalate)
+                return
+            on_timeout = on_timeout.escalate.then
+        self.unpark(record)
         timeout = step.wait_for.timeout
         if on_timeout == "continue":
-            self.settle(record, StepStatus.SUCCEEDED, output={"timed_out": True})
+            self.settle(
+                record, StepStatus.SUCCEEDED, output=self.answered(record, {"timed_out": True})
+            )
         elif on_timeout == "approve":
-            self.settle(
-                record, StepStatus.SUCCEEDED, output={"timed_out": True, "decision": "approve"}
-            )
+            output = self.answered(record, {"timed_out": True, "decision": "approve"})
+            self.settle(record, StepStatus.SUCCEEDED, output=output)
         elif on_timeout == "reject":
-            error = StepError(
-                kind=FailureKind.ASSERT_FAILED, message="rejected: no decision before the timeout"
-            )
-            self.settle(
-                record,
-                StepStatus.FAILED,
-                output={"timed_out": True, "decision": "reject"},
-                error=error,
-            )
+            output = {"timed_out": True, "decision": "reject"}
+            self.rejected(step, record, output, "rejected: no decision before the timeout")
         elif on_timeout == "fail":
             message = f"no answer within {timeout}" if timeout else "no answer before the timeout"
+            if record.escalation is not None:
+                message = "no answer before the deadline, nor before its extension"
             self.settle(
                 record,
                 StepStatus.FAILED,
+                output=self.answered(record, None),
                 error=StepError(kind=FailureKind.TIMEOUT, message=message),
             )
         else:
-            self.settle(
-                record, StepStatus.SUCCEEDED, output={"timed_out": True, "goto": on_timeout.goto}
-            )
+            output = self.answered(record, {"timed_out": True, "goto": on_timeout.goto})
+            self.settle(record, StepStatus.SUCCEEDED, output=output)
+
+    def rejected(self, step: Any, record: StepRecord, output: dict[str, Any], why: str) -> None:
+        """An approval answered no (or ``on_timeout: reject``): apply ``on_reject``. A
+        rejection is a decision: by default the run ends ``rejected``, which is neither
+        dead-lettered nor counted by a circuit breaker."""
+        on_reject = step.wait_for.on_reject
+        output = self.answered(record, output)
+        error = StepError(kind=FailureKind.REJECTED, message=why)
+        if on_reject == "end":
+            self.settle(record, StepStatus.REJECTED, output=output, error=error)
+        elif on_reject == "fail":
+            self.settle(record, StepStatus.FAILED, output=output, error=error)
+        elif on_reject == "continue":
+            self.settle(record, StepStatus.SUCCEEDED, output=output)
+        else:
+            self.settle(record, StepStatus.SUCCEEDED, output={**output, "goto": on_reject.goto})
+
+    def escalate(self, step: Any, record: StepRecord, spec: Any) -> None:
+        """The first deadline of an approval passed: notify the channel and wait until
+        ``extend`` past it. The extended wait is the step's second attempt, so its timer
+        and its notice have keys of their own and the first deadline's timer, should it
+        fire again, is stale."""
+        due = record.due_at + spec.extend
+        escalation = Escalated(at=self.now, channel=spec.channel)
+        self.steps[record.path] = record = record.model_copy(
+            update={"attempt": record.attempt + 1, "due_at": due, "escalation": escalation}
+        )
+        self.effects.append(self.park_effect(record))
+        self.effects.append(self.timer_effect(record, "wait_timeout"))
+        self.effects.append(self.escalation_effect(step, record))
+
+    def on_escalation_notice(self, event: StepResult) -> None:
+        """The result of an escalation's notice: recorded, whatever it says (the extended
+        deadline holds either way)."""
+        record = self.current(event.path, event.visit, event.attempt, StepStatus.WAITING)
+        notice = record.escalation if record is not None else None
+        if notice is None or notice.delivered or notice.error is not None:
+            return
+        notice = notice.model_copy(update={"delivered": event.error is None, "error": event.error})
+        self.steps[record.path] = record.model_copy(update={"escalation": notice})
+
+    def answered(self, record: StepRecord, output: Any) -> Any:
+        """A wait's output, with its escalation when there was one."""
+        if record.escalation is None:
+            return output
+        escalation = record.escalation.model_dump(mode="json", exclude_none=True)
+        return {**(output if isinstance(output, dict) else {}), "escalation": escalation}
 
     # --- foreach ----------------------------------------------------------------------
 
@@ -680,11 +768,15 @@ class _Run:
         outputs = [self.iteration_output(step.id, index) for index in range(fan.launched)]
         outputs += [None] * (len(fan.items) - fan.launched)
         if fan.failed:
-            first = self.steps[keys.step_path(step.id, fan.failed[0])].error
+            first = self.steps[keys.step_path(step.id, fan.failed[0])]
             error = StepError(
-                kind=first.kind, message=f"iteration {fan.failed[0]} failed: {first.message}"
+                kind=first.error.kind,
+                message=f"iteration {fan.failed[0]} {first.status}: {first.error.message}",
             )
-            self.settle(parent, StepStatus.FAILED, output=outputs, error=error)
+            status = (
+                StepStatus.REJECTED if first.status == StepStatus.REJECTED else StepStatus.FAILED
+            )
+            self.settle(parent, status, output=outputs, error=error)
         elif fan.halted:
             error = StepError(
                 kind=FailureKind.CANCELLED, message=self.fields["cancel_requested"] or "halted"
@@ -767,6 +859,13 @@ class _Run:
                 self.jump(record.output["goto"])
             return
         if (
+            record.status == StepStatus.REJECTED
+            and record.phase == "main"
+            and self.fields["phase"] == "main"
+        ):
+            self.finish_main(RunStatus.REJECTED, record.error)
+            return
+        if (
             record.status == StepStatus.FAILED
             and record.phase == "main"
             and self.fields["phase"] == "main"
@@ -791,7 +890,7 @@ class _Run:
         fan = self.steps[step.id].fanout
         index = int(record.path[len(step.id) + 1 : -1])
         changes: dict[str, Any] = {"in_flight": max(0, fan.in_flight - 1)}
-        if record.status == StepStatus.FAILED:
+        if record.status in (StepStatus.FAILED, StepStatus.REJECTED):
             changes["halted"] = True
             changes["failed"] = [*fan.failed, index]
         self.set_fanout(step, **changes)

@@ -43,7 +43,8 @@ class ScheduleTimer(Frozen):
 
 
 class Park(Frozen):
-    """Register a wait (a unique row) that resumes the run exactly once."""
+    """Register a wait (a unique row) that resumes the run exactly once; registering it
+    again after an escalation moves its deadline later."""
 
     type: Literal["park"] = "park"
     run_id: str
@@ -52,6 +53,9 @@ class Park(Frozen):
     wait_id: str
     wait: Any
     timeout_at: datetime | None = None
+    escalated_at: datetime | None = None
+    """Set once ``on_timeout: escalate`` extended the deadline (``timeout_at`` is then
+    the extended one)."""
 
 
 class Unpark(Frozen):

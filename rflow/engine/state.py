@@ -22,7 +22,7 @@ def dropped() -> Any:
 
 
 class RunStatus(StrEnum):
-    """Where a run is. ``succeeded``, ``failed`` and ``cancelled`` are terminal."""
+    """Where a run is. Every status but ``running`` and ``waiting`` is terminal."""
 
     RUNNING = "running"
     WAITING = "waiting"
@@ -31,15 +31,13 @@ class RunStatus(StrEnum):
     CANCELLED = "cancelled"
     SKIPPED = "skipped"
     """Never started: its concurrency group was busy (``on_conflict: skip``)."""
+    REJECTED = "rejected"
+    """Ended by a rejected approval: a decision, so never dead-lettered and never counted
+    by a circuit breaker."""
 
     @property
     def terminal(self) -> bool:
-        return self in (
-            RunStatus.SUCCEEDED,
-            RunStatus.FAILED,
-            RunStatus.CANCELLED,
-            RunStatus.SKIPPED,
-        )
+        return self not in (RunStatus.RUNNING, RunStatus.WAITING)
 
 
 class StepStatus(StrEnum):
@@ -51,10 +49,12 @@ class StepStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SKIPPED = "skipped"
+    REJECTED = "rejected"
+    """An approval answered no (``on_reject: end``, the default)."""
 
     @property
     def settled(self) -> bool:
-        return self in (StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.SKIPPED)
+        return self not in (StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.WAITING)
 
 
 class Fanout(Frozen):
@@ -65,6 +65,16 @@ class Fanout(Frozen):
     in_flight: int = 0
     halted: bool = False
     failed: list[int] = Field(default_factory=list)
+
+
+class Escalated(Frozen):
+    """An approval past its first deadline: when it was escalated, and its notice."""
+
+    at: datetime
+    channel: str
+    delivered: bool = False
+    error: StepError | None = None
+    """Why the notice could not be delivered (the extended deadline holds all the same)."""
 
 
 class StepRecord(Frozen):
@@ -85,6 +95,8 @@ class StepRecord(Frozen):
     wait_id: str | None = None
     due_at: datetime | None = None
     """When this record's pending timer (retry, delay or wait timeout) comes due."""
+    escalation: Escalated | None = None
+    """Set when an approval's ``on_timeout: escalate`` extended its deadline."""
 
 
 class RunState(Frozen):

@@ -23,6 +23,7 @@ from rflow.lang.messages import did_you_mean
 from rflow.lang.model.actions import COMMANDS
 from rflow.lang.model.chain import Call, Read, SendTransaction
 from rflow.lang.model.common import has_expression
+from rflow.lang.model.flow import Escalate, WaitFor
 from rflow.lang.model.project import Project
 from rflow.lang.model.resources import (
     Budget,
@@ -31,6 +32,7 @@ from rflow.lang.model.resources import (
     Contract,
     Network,
     PagerDutyChannel,
+    Principal,
     Relayer,
     SlackChannel,
 )
@@ -39,6 +41,7 @@ from rflow.lang.model.triggers import AuthApiKey, AuthHmac, EventSpec, WebhookTr
 from rflow.lang.model.workflow import CircuitBreaker, NotifyOnTrip, Permissions, Strategy, Workflow
 from rflow.lang.units import format_amount
 from rflow.lang.yamlsrc import MAX_FILE_BYTES, SourceMap
+from rflow.principals import OPERATOR, OPERATOR_TOKEN_ENV
 
 _MATRIX_REF = re.compile(r"\s*\$\{\{\s*matrix\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*")
 
@@ -79,6 +82,7 @@ class ProjectView:
     channels: dict[str, Channel] = field(default_factory=dict)
     commands: dict[str, Any] = field(default_factory=dict)
     budgets: dict[str, Budget] = field(default_factory=dict)
+    principals: dict[str, Principal] = field(default_factory=dict)
     config: Config = field(default_factory=Config)
     workflows: dict[str, WorkflowView] = field(default_factory=dict)
     declared: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -93,6 +97,7 @@ class ProjectView:
             dict(project.channels),
             dict(project.commands),
             dict(project.budgets),
+            dict(project.principals),
             project.config,
             {name: WorkflowView.of(w) for name, w in project.workflows.items()},
             {
@@ -102,6 +107,7 @@ class ProjectView:
                 "channels": frozenset(project.channels),
                 "commands": frozenset(project.commands),
                 "budgets": frozenset(project.budgets),
+                "principals": frozenset(project.principals),
                 "workflows": frozenset(project.workflows),
             },
         )
@@ -114,6 +120,7 @@ _KIND = {
     "channels": "channel",
     "commands": "command",
     "budgets": "budget",
+    "principals": "principal",
 }
 
 
@@ -143,6 +150,8 @@ class Checker:
         self, section: str, name: str, path: DataPath, *, key: bool = False, via: str = ""
     ) -> bool:
         names = self.view.declared.get(section, frozenset())
+        if section == "principals":
+            names = names | {OPERATOR}
         if name in names:
             return True
         hint = did_you_mean(name, names) or f" (declare it under {section})"
@@ -181,6 +190,20 @@ class Checker:
                     channel.routing_key_env,
                     f"the routing key of channel {name!r}",
                 )
+        for name, principal in self.view.principals.items():
+            if name == OPERATOR:
+                self._error(
+                    ("principals", name),
+                    f"{OPERATOR!r} is the built-in principal of {OPERATOR_TOKEN_ENV}; "
+                    "give this one another name",
+                    key=True,
+                )
+                continue
+            self._secret(
+                ("principals", name, "token_env"),
+                principal.token_env,
+                f"the token of principal {name!r}; it cannot authenticate",
+            )
         for name, budget in self.view.budgets.items():
             path = ("budgets", name)
             for i, relayer in enumerate(budget.scope.relayers or ()):
@@ -329,6 +352,15 @@ class Checker:
             self._declared("commands", action.name, (*where, "name"))
         elif step.kind == "wait_for" and action.event is not None:
             self._event((*where, "event"), action.event, "a wait for an event")
+        elif step.kind == "wait_for" and action.approval is not None:
+            self._approval(where, action)
+
+    def _approval(self, path: DataPath, wait: WaitFor) -> None:
+        for i, approver in enumerate(wait.approval.approvers):
+            self._declared("principals", approver, (*path, "approval", "approvers", i))
+        if isinstance(wait.on_timeout, Escalate):
+            where = (*path, "on_timeout", "escalate", "channel")
+            self._declared("channels", wait.on_timeout.escalate.channel, where)
 
     def _http_host(self, workflow: WorkflowView, path: DataPath, url: str) -> None:
         """A literal URL outside ``permissions.http_hosts``, with its ``${VAR}`` filled in

@@ -35,6 +35,7 @@ from rflow.lang.model.resources import (
     Config,
     Contract,
     Network,
+    Principal,
     Relayer,
 )
 from rflow.lang.model.steps import Step
@@ -53,6 +54,7 @@ _SINGULAR = {
     "channels": "channel",
     "commands": "command",
     "budgets": "budget",
+    "principals": "principal",
     "workflows": "workflow",
     "config": "config setting",
 }
@@ -270,6 +272,7 @@ def _lenient(data: dict[str, Any]) -> ProjectView:
         ("channels", Channel),
         ("commands", CommandSpec),
         ("budgets", Budget),
+        ("principals", Principal),
     ):
         target = getattr(view, section)
         for name, raw in _section(data, section).items():

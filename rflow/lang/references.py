@@ -153,21 +153,33 @@ class ReferenceChecker:
                         (*path, "choose", "default", "goto"), default.get("goto"), block
                     )
             wait = step.get("wait_for")
-            on_timeout = wait.get("on_timeout") if isinstance(wait, dict) else None
-            if isinstance(on_timeout, dict) and "goto" in on_timeout:
-                where = (*path, "wait_for", "on_timeout")
-                if block == "finally":
-                    self._error(
-                        where,
-                        "on_timeout: goto is not allowed in a finally step (the run has settled); use fail or continue",
-                    )
-                elif "foreach" in step:
-                    self._error(
-                        where,
-                        "on_timeout: goto is not allowed inside foreach (each item waits on its own); use fail or continue",
-                    )
-                else:
-                    self._check_jump((*where, "goto"), on_timeout.get("goto"), block)
+            if not isinstance(wait, dict):
+                continue
+            on_timeout = wait.get("on_timeout")
+            jumps = [(("on_timeout",), on_timeout), (("on_reject",), wait.get("on_reject"))]
+            escalate = on_timeout.get("escalate") if isinstance(on_timeout, dict) else None
+            if isinstance(escalate, dict):
+                jumps.append((("on_timeout", "escalate", "then"), escalate.get("then")))
+            for field_path, jump in jumps:
+                if isinstance(jump, dict) and "goto" in jump:
+                    self._check_wait_jump(step, block, (*path, "wait_for", *field_path), jump)
+
+    def _check_wait_jump(
+        self, step: dict[str, Any], block: str, where: DataPath, jump: dict[str, Any]
+    ) -> None:
+        name = ".".join(str(part) for part in where[5:])
+        if block == "finally":
+            self._error(
+                where,
+                f"{name}: goto is not allowed in a finally step (the run has settled); use fail or continue",
+            )
+        elif "foreach" in step:
+            self._error(
+                where,
+                f"{name}: goto is not allowed inside foreach (each item waits on its own); use fail or continue",
+            )
+        else:
+            self._check_jump((*where, "goto"), jump.get("goto"), block)
 
     # --- expressions ---------------------------------------------------------------
 
@@ -209,6 +221,7 @@ class ReferenceChecker:
                 self._check_strings(
                     (*path, key), value, self._step_context(block, index, step, key)
                 )
+            self._check_context_fields(path, step, self._step_context(block, index, step, ""))
         workflow_level = _Context(frozenset(), why={"env": _ENV_BEFORE_RUN})
         for key, value in self.workflow.items():
             path = (*self.base, key)
@@ -248,6 +261,31 @@ class ReferenceChecker:
                         )
                         if message:
                             self._error(where, message, offset)
+
+    def _check_context_fields(
+        self, path: DataPath, step: dict[str, Any], context: _Context
+    ) -> None:
+        """A list of ``context_fields`` names references without ``${{ }}``: each is read
+        as the expression it stands for."""
+        wait = step.get("wait_for")
+        approval = wait.get("approval") if isinstance(wait, dict) else None
+        fields = approval.get("context_fields") if isinstance(approval, dict) else None
+        if not isinstance(fields, list):
+            return
+        for i, entry in enumerate(fields):
+            if not isinstance(entry, str) or "${{" in entry:
+                continue  # the model says what is wrong with it
+            where = (*path, "wait_for", "approval", "context_fields", i)
+            try:
+                template = parse_template("${{ " + entry + " }}")
+            except ExpressionError:
+                continue  # not a reference: the model reports it
+            for segment in template.segments:
+                if isinstance(segment, Expr):
+                    for ref, offset in _references(segment):
+                        message = self._check_reference(ref, context)
+                        if message:
+                            self._error(where, message, max(offset - 4, 0))
 
     def _check_reference(self, ref: tuple[str | int, ...], context: _Context) -> str | None:
         root = ref[0]

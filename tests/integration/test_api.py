@@ -97,6 +97,7 @@ async def test_every_route_but_health_and_webhooks_needs_the_token(worker):
         ("POST", "/api/runs/r1/retry"),
         ("POST", "/api/runs/r1/approve"),
         ("POST", "/api/runs/r1/reject"),
+        ("GET", "/api/approvals"),
         ("GET", "/api/workflows"),
         ("POST", "/api/workflows/gated/pause"),
         ("POST", "/api/workflows/gated/resume"),
@@ -137,13 +138,19 @@ async def test_runs_are_listed_shown_approved_and_cancelled(settings, worker):
     # This worker holds every partition: the run's live state is there too.
     assert (shown["live"]["workflow"], shown["live"]["status"]) == ("gated", "waiting")
 
-    status, answered = await call(
+    status, refused = await call(
         worker, "POST", f"/api/runs/{gated}/approve", {"by": "alice", "step": "ok"}
     )
+    assert (status, refused["error"]) == (
+        400,
+        "'by' is not accepted: an answer is recorded as the principal whose token made the "
+        "request (operator)",
+    )
+    status, answered = await call(worker, "POST", f"/api/runs/{gated}/approve", {"step": "ok"})
     assert (status, answered["step"]) == (200, "ok")
     run = await settled_run(settings, gated)
     assert run["status"] == "succeeded"
-    assert next(s for s in run["steps"] if s["path"] == "ok")["output"]["by"] == "alice"
+    assert next(s for s in run["steps"] if s["path"] == "ok")["output"]["by"] == "operator"
     # The answer is given once.
     status, again = await call(worker, "POST", f"/api/runs/{gated}/approve", {})
     assert (status, again["error"]) == (404, f"run {gated} has no open wait")
@@ -229,7 +236,8 @@ async def test_budgets_and_bad_requests_answer_with_reasons(worker):
     assert await call(worker, "GET", "/api/runs?status=bogus") == (
         400,
         {
-            "error": "unknown status 'bogus': one of cancelled, failed, running, skipped, succeeded, waiting"
+            "error": "unknown status 'bogus': one of cancelled, failed, rejected, running, "
+            "skipped, succeeded, waiting"
         },
     )
     assert await call(worker, "GET", "/api/runs?limit=x") == (

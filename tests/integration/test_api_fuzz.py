@@ -109,7 +109,7 @@ async def test_what_the_fuzzer_found_stays_fixed(settings, worker_factory, tmp_p
     status, kind, reply = await asyncio.to_thread(call, "GET", "/api/runs?workflow=a%00b")
     assert (status, kind) == (400, "application/json"), reply
     assert "NUL" in reply["error"]
-    body = json.dumps({"step": "a\u0000b", "by": "me"}).encode()
+    body = json.dumps({"step": "a\u0000b", "text": "me"}).encode()
     status, _, reply = await asyncio.to_thread(call, "POST", "/api/runs/nope/approve", body)
     assert status in (400, 404), reply
     for path in ("/hooks/a%0Ab", "/api/runs/a%0Ab/cancel/more", "/no/such/route"):

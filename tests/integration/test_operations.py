@@ -75,23 +75,24 @@ async def test_approve_resumes_the_run_once(settings, worker):
     rid = await fire(settings, worker.project_path, "gated", "manual:gated:1", {"amount": 5})
     [wait] = await parked(settings, rid)
     assert wait["spec"]["approval"]["prompt"] == "Pay 5?"
-    result = rflow(settings, "runs", "approve", rid, "--by", "alice")
+    result = rflow(settings, "runs", "approve", rid)
     assert result.returncode == 0, result.stderr
     run = await settled_run(settings, rid)
     assert run["status"] == "succeeded"
-    assert {s["path"]: s["output"] for s in run["steps"]}["ok"]["by"] == "alice"
+    # The CLI acts as the principal of its token: RFLOW_API_TOKEN's is operator.
+    assert {s["path"]: s["output"] for s in run["steps"]}["ok"]["by"] == "operator"
     again = rflow(settings, "runs", "approve", rid)
     assert again.returncode == 1
     assert "has no open wait" in again.stderr
 
 
-async def test_reject_fails_the_step(settings, worker):
+async def test_reject_ends_the_run_rejected(settings, worker):
     rid = await fire(settings, worker.project_path, "gated", "manual:gated:2", {"amount": 5})
     await parked(settings, rid)
-    assert rflow(settings, "runs", "reject", rid, "--by", "bob").returncode == 0
+    assert rflow(settings, "runs", "reject", rid).returncode == 0
     run = await settled_run(settings, rid)
-    assert run["status"] == "failed"
-    assert run["error_message"] == "rejected by bob"
+    assert run["status"] == "rejected"
+    assert run["error_message"] == "rejected by operator"
 
 
 async def test_cancel_stops_a_parked_run_and_runs_finally(settings, worker):

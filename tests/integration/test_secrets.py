@@ -1,7 +1,8 @@
-"""Secrets stay secret: after runs that send, fail and answer API calls, the relayer key,
-the API token and the webhook secret appear in no log, topic record, database row, CLI
---json output or API answer; nor do the values a workflow's steps fill in from the
-environment (``${VAR}``, ``${{ env.NAME }}``), which reach only the effects' endpoints."""
+"""Secrets stay secret: after runs that send, fail, wait for an approval and answer API
+calls, the relayer key, the API token, a principal's token and the webhook secret appear
+in no log, topic record, database row, CLI --json output or API answer; nor do the values
+a workflow's steps fill in from the environment (``${VAR}``, ``${{ env.NAME }}``), which
+reach only the effects' endpoints."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from rflow.ingress import sign
 from tests.integration import chain
 from tests.integration.harness import topic_messages
 from tests.integration.test_api import call
-from tests.integration.test_operations import rflow
+from tests.integration.test_operations import parked, rflow
 from tests.integration.test_runs import settled_run
 from tests.integration.test_sends import chain_resources, token_for
 from tests.integration.test_webhooks import post
@@ -26,8 +27,11 @@ from tests.integration.test_webhooks import post
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
 HOOK_SECRET = "hook-secret-4f1c9a77d2"
+REVIEWER_TOKEN = "reviewer-token-8b2e61c0"
 
 PROJECT = """
+principals:
+  reviewer: {{ token_env: REVIEWER_TOKEN }}
 budgets:
   daily: {{ window: 24h, max_token_value: {{ Token: "1000" }} }}
 workflows:
@@ -51,6 +55,11 @@ workflows:
     steps:
       - id: note
         command: {{ name: log, args: {{ message: "${{{{ trigger.body.n }}}}" }} }}
+  gated:
+    trigger: {{ manual: {{}} }}
+    steps:
+      - id: ok
+        wait_for: {{ approval: {{ prompt: "go?", approvers: [reviewer] }}, timeout: 1h }}
 """
 
 
@@ -86,7 +95,8 @@ async def test_no_secret_leaves_its_variable(settings, worker_factory, tmp_path,
     project = tmp_path / "project.yaml"
     project.write_text(chain_resources(token) + PROJECT.format())
     monkeypatch.setenv("SECRET_HOOK", HOOK_SECRET)
-    worker = worker_factory(project_path=project, env={"PAYOUT_KEY": "0x" + key})
+    env = {"PAYOUT_KEY": "0x" + key, "REVIEWER_TOKEN": REVIEWER_TOKEN}
+    worker = worker_factory(project_path=project, env=env)
     await worker.wait_ready()
 
     to = chain.Account.create().address
@@ -109,11 +119,20 @@ async def test_no_secret_leaves_its_variable(settings, worker_factory, tmp_path,
     assert answer[0] == 202, answer
     bad = await post(worker, "/hooks/secret", body, {"X-Hub-Signature-256": "sha256=00"})
     assert bad[0] == 401
+    status, gated = await call(worker, "POST", "/api/workflows/gated/runs", {})
+    assert status == 202, gated
+    gated_id = run_id("gated", gated["trigger_key"])
+    await parked(settings, gated_id)
+    pending = await asyncio.to_thread(rflow, worker.settings, "approvals", "ls", "--json")
+    approved = await call(worker, "POST", f"/api/runs/{gated_id}/approve", {}, token=REVIEWER_TOKEN)
+    assert approved[0] == 200, approved
+    assert (await settled_run(settings, gated_id))["status"] == "succeeded"
 
     outputs = [
         json.dumps(await call(worker, "GET", f"/api/runs/{rid}"))
-        for rid in (paid["run_id"], failed["run_id"])
+        for rid in (paid["run_id"], failed["run_id"], gated_id)
     ]
+    outputs += [pending.stdout, pending.stderr, json.dumps(approved)]
     for path in ("/api/runs", "/api/workflows", "/api/budgets"):
         outputs.append(json.dumps(await call(worker, "GET", path)))
     for args in (
@@ -131,7 +150,7 @@ async def test_no_secret_leaves_its_variable(settings, worker_factory, tmp_path,
     # The scan sees what these places hold: the recipient's address is in each of them.
     for place in ("topics", "database", "CLI and API"):
         assert any(to.lower() in t.lower() for t in places[place]), place
-    assert_nowhere((key, api_token, HOOK_SECRET), places)
+    assert_nowhere((key, api_token, REVIEWER_TOKEN, HOOK_SECRET), places)
 
 
 async def places_to_search(settings, worker, outputs: list[str]) -> dict[str, list[str]]:

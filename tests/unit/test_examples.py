@@ -27,6 +27,8 @@ def test_the_examples_folder_is_a_valid_project() -> None:
         "environment variable SLACK_OPS_WEBHOOK_URL",
         "environment variable PAGERDUTY_ROUTING_KEY",
         "environment variable WITHDRAWALS_WEBHOOK_SECRET",
+        "environment variable TREASURY_OPS_TOKEN",
+        "environment variable TREASURY_LEAD_TOKEN",
     }
     assert report.project is not None
     assert len(report.project.workflows) == len(WORKFLOW_FILES) == 8

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import re
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Discriminator,
+    Field,
+    Tag,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from rflow.lang.model.common import (
     Duration,
     Model,
     Name,
+    by_key,
     exactly_one,
     has_expression,
     invalid,
@@ -17,25 +27,120 @@ from rflow.lang.model.common import (
 )
 from rflow.lang.model.triggers import AuthNone, EventSpec, WebhookAuth
 
+_COLOR = re.compile(r"^(#[0-9A-Fa-f]{3}|#[0-9A-Fa-f]{6}|[a-z]+)$")
+
+
+def _color(value: str) -> str:
+    if not _COLOR.match(value):
+        raise invalid(f"a colour is a name such as green, or #rgb or #rrggbb, got {value!r}")
+    return value
+
+
+Color = Annotated[
+    str, AfterValidator(_color), WithJsonSchema({"type": "string", "pattern": _COLOR.pattern})
+]
+
+
+class ChoiceOption(Model):
+    """One option of a choice approval."""
+
+    label: str
+    """What the reviewer reads."""
+    value: str
+    """What the answer records (``steps.<id>.output.choice``)."""
+    color: Color | None = None
+    """A display hint for a reviewer's screen: a colour name (green) or #rrggbb."""
+
+
+_REFERENCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*|\[[0-9]+\])*$")
+
+
+def _reference(value: str) -> str:
+    if not _REFERENCE.match(value):
+        raise invalid(
+            "a list of context_fields names values such as trigger.amount or "
+            f"steps.quote.output.price (no ${{{{ }}}}), got {value!r}; "
+            "use a mapping of label: value for anything else"
+        )
+    return value
+
+
+ContextFields = Annotated[
+    Annotated[dict[str, Any], Tag("map")]
+    | Annotated[list[Annotated[str, AfterValidator(_reference)]], Tag("list")],
+    Discriminator(lambda value: "list" if isinstance(value, list) else "map"),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "object", "description": "label: value (a literal or ${{ expression }})"},
+                {
+                    "type": "array",
+                    "items": {"type": "string", "pattern": _REFERENCE.pattern},
+                    "description": "references such as trigger.amount, each shown under its own text",
+                },
+            ]
+        }
+    ),
+]
+
 
 class Approval(Model):
     """Park until a person decides."""
 
-    type: Literal["approve_reject", "choice", "freeform"] = "approve_reject"
+    type: Literal["approve_reject", "choice", "multi_choice", "freeform"] = "approve_reject"
+    """approve_reject, choice (one of several options; multi_choice is the same type under
+    the seed's name) or freeform (a text answer)."""
     prompt: str
-    choices: list[str] = []
-    """Options for type: choice (at least two)."""
-    approvers: list[str] = []
-    """Who may answer; empty means anyone allowed to approve in this project."""
+    choices: list[
+        Annotated[
+            Annotated[str, Tag("word")] | Annotated[ChoiceOption, Tag("map")],
+            Discriminator(word_or_map),
+        ]
+    ] = []
+    """Options for type: choice (at least two): {label, value, color}, or a string that is
+    both label and value. The answer must name one of the values."""
+    context_fields: ContextFields = {}
+    """What the reviewer sees beside the prompt, rendered when the run parks: a mapping
+    of label to value (a literal or an expression), or a list of references such as
+    trigger.amount."""
+    approvers: list[Name] = []
+    """Principals who may answer; empty means any principal of the project."""
     priority: Literal["low", "normal", "high", "urgent"] = "normal"
+    """Orders the inbox (urgent first) and sets an escalation's severity."""
+
+    @field_validator("type")
+    @classmethod
+    def _alias(cls, value: str) -> str:
+        return "choice" if value == "multi_choice" else value
+
+    @field_validator("context_fields")
+    @classmethod
+    def _fields(cls, value: dict[str, Any] | list[str]) -> dict[str, Any]:
+        # The seed's list of fields: each reference is shown under its own text.
+        if isinstance(value, list):
+            return {entry: "${{ " + entry + " }}" for entry in value}
+        return value
+
+    @field_validator("choices")
+    @classmethod
+    def _options(cls, value: list[Any]) -> list[Any]:
+        return [ChoiceOption(label=c, value=c) if isinstance(c, str) else c for c in value]
 
     @model_validator(mode="after")
     def _choices(self) -> Approval:
-        if self.type == "choice" and len(set(self.choices)) < 2:
+        values = [c.value for c in self.choices]
+        if self.type == "choice" and len(set(values)) < 2:
             raise invalid("an approval of type choice needs at least two distinct choices")
+        if len(set(values)) != len(values):
+            raise invalid("two choices have the same value: an answer could not tell them apart")
         if self.type != "choice" and self.choices:
             raise invalid(f"choices apply to type: choice, not {self.type}")
         return self
+
+    @property
+    def values(self) -> list[str]:
+        """The values an answer may choose."""
+        return [c.value for c in self.choices]
 
 
 class WaitWebhook(Model):
@@ -61,12 +166,62 @@ class WaitWebhook(Model):
 class Goto(Model):
     """Jump to another step of the same list."""
 
+    kind: ClassVar[str] = "goto"
     goto: Name
+
+
+Expiry = Annotated[
+    Annotated[Literal["fail", "continue", "approve", "reject"], Tag("word")]
+    | Annotated[Goto, Tag("map")],
+    Discriminator(word_or_map),
+]
+"""What a deadline with no answer does."""
+
+
+class Escalation(Model):
+    """At the deadline, notify a channel and wait once more."""
+
+    channel: Name
+    """A channel declared under `channels`."""
+    extend: Duration
+    """How much later the new deadline is than the first."""
+    message: str | None = None
+    """The notice (may hold expressions, rendered when the run parks); default: the
+    workflow, run, step, prompt and new deadline."""
+    severity: Literal["info", "warning", "critical"] | None = None
+    """Default: critical for an urgent approval, else warning."""
+    then: Expiry = "fail"
+    """What the second deadline does: fail, continue, approve, reject (approve_reject
+    approvals) or goto: <step>."""
+
+
+class Escalate(Model):
+    """``on_timeout: {escalate: {...}}``."""
+
+    kind: ClassVar[str] = "escalate"
+    escalate: Escalation
+
+
+def _on_timeout_form(value: Any) -> str | None:
+    return "word" if isinstance(value, str) else by_key("goto", "escalate")(value)
 
 
 OnTimeout = Annotated[
     Annotated[Literal["fail", "continue", "approve", "reject"], Tag("word")]
-    | Annotated[Goto, Tag("map")],
+    | Annotated[Goto, Tag("goto")]
+    | Annotated[Escalate, Tag("escalate")],
+    Discriminator(
+        _on_timeout_form,
+        custom_error_type="on_timeout",
+        custom_error_message=(
+            "on_timeout is fail, continue, approve, reject, {goto: <step>} or "
+            "{escalate: {channel, extend, then}}"
+        ),
+    ),
+]
+
+OnReject = Annotated[
+    Annotated[Literal["end", "fail", "continue"], Tag("word")] | Annotated[Goto, Tag("map")],
     Discriminator(word_or_map),
 ]
 
@@ -80,19 +235,30 @@ class WaitFor(Model):
     timeout: Duration | None = None
     """How long to wait; approvals default to config.approval_timeout."""
     on_timeout: OnTimeout = "fail"
-    """fail, continue, approve, reject (approvals) or goto: <step>."""
+    """fail, continue, approve, reject (approvals), goto: <step>, or escalate: {channel,
+    extend, then} (approvals)."""
+    on_reject: OnReject = "end"
+    """What a rejection does (approvals): end (the run ends with status rejected; finally
+    still runs), fail (the step fails, as a fault), continue, or goto: <step>."""
 
     @model_validator(mode="after")
     def _one(self) -> WaitFor:
         exactly_one(self, ("event", "webhook", "approval"), "wait_for")
-        if self.on_timeout in ("approve", "reject") and (
-            self.approval is None or self.approval.type != "approve_reject"
-        ):
+        binary = self.approval is not None and self.approval.type == "approve_reject"
+        if self.on_timeout in ("approve", "reject") and not binary:
             raise invalid(
                 f"on_timeout: {self.on_timeout} applies to an approve_reject approval only"
             )
+        if isinstance(self.on_timeout, Escalate):
+            if self.approval is None:
+                raise invalid("on_timeout: escalate applies to an approval only")
+            then = self.on_timeout.escalate.then
+            if then in ("approve", "reject") and not binary:
+                raise invalid(f"escalate.then: {then} applies to an approve_reject approval only")
         if "on_timeout" in self.model_fields_set and self.timeout is None and self.approval is None:
             raise invalid("on_timeout needs a timeout")
+        if "on_reject" in self.model_fields_set and self.approval is None:
+            raise invalid("on_reject applies to an approval only")
         return self
 
 

@@ -12,6 +12,7 @@ from rflow.lang.model.resources import (
     Config,
     Contract,
     Network,
+    Principal,
     Relayer,
 )
 from rflow.lang.model.workflow import Workflow
@@ -23,6 +24,7 @@ SECTIONS = (
     "channels",
     "commands",
     "budgets",
+    "principals",
     "config",
     "workflows",
 )
@@ -31,7 +33,7 @@ SECTIONS = (
 
 class Project(Model):
     """Everything an rflow deployment runs: networks, contracts, relayers, channels,
-    budgets, engine config and workflows."""
+    budgets, principals, engine config and workflows."""
 
     model_config = Model.model_config | {"title": "rflow project"}
 
@@ -47,6 +49,9 @@ class Project(Model):
     """Executables that `command` steps may run, by name."""
     budgets: dict[Name, Budget] = {}
     """Durable spend caps, by name."""
+    principals: dict[Name, Principal] = {}
+    """Who may call the API and answer approvals, by name; `operator` is built in (the
+    holder of RFLOW_API_TOKEN)."""
     config: Config = Field(default_factory=Config)
     """Engine settings."""
     workflows: dict[Name, Workflow] = {}

@@ -111,6 +111,15 @@ Channel = Annotated[
 """Where ``notify`` messages go."""
 
 
+class Principal(Model):
+    """Someone who calls the HTTP API (and acts through the CLI): a bearer token with a
+    name, which is what approvals record as their approver."""
+
+    token_env: EnvVar
+    """Environment variable holding the principal's bearer token (never written in YAML,
+    never stored or logged)."""
+
+
 class CommandSpec(Model):
     """An executable that `command` steps may run: no shell, JSON in on stdin, JSON out
     on stdout, a time limit, and only the environment variables listed."""

@@ -128,12 +128,13 @@ def test_an_approval_parks_and_resumes_exactly_once():
     assert d.state == before
 
 
-def test_a_rejection_fails_the_step():
+def test_a_rejection_ends_the_run_rejected():
     d = Driver(workflow(APPROVAL), trigger={"amount": 5})
     d.start()
     [park] = [e for e in d.effects if isinstance(e, Park)]
     d.resolve(park, {"decision": "reject", "by": "bob"})
-    assert d.state.status != RunStatus.SUCCEEDED
+    assert d.state.status == RunStatus.REJECTED
+    assert d.state.steps["ok"].status == StepStatus.REJECTED
     assert d.state.steps["ok"].error.message == "rejected by bob"
 
 
@@ -143,7 +144,8 @@ def test_a_wait_timeout_applies_on_timeout():
     [timer] = d.pending(ScheduleTimer)
     assert timer.purpose == "wait_timeout"
     d.fire(timer)
-    assert d.state.steps["ok"].status == StepStatus.FAILED
+    assert d.state.steps["ok"].status == StepStatus.REJECTED
+    assert d.state.status == RunStatus.REJECTED
     assert d.state.steps["ok"].output == {"timed_out": True, "decision": "reject"}
     [park] = [e for e in d.effects if isinstance(e, Park)]
     assert d.resolve(park, {"decision": "approve"}) == []  # too late

@@ -7,6 +7,7 @@ import pytest
 from rflow.codecs import json
 from rflow.engine import RunState, advance
 from tests.unit.engine.driver import Driver, fail, workflow
+from tests.unit.engine.test_approvals import ESCALATE, approval
 from tests.unit.engine.test_flow import APPROVAL, LOOP
 from tests.unit.engine.test_foreach import payout
 from tests.unit.engine.test_retry import RETRYING
@@ -37,6 +38,9 @@ def recorded_runs():
     [timer] = d.pending(type(d.effects[-1]))
     d.fire(timer)
     yield "approval", d
+    d = Driver(workflow(approval(ESCALATE)), trigger={"amount": 2})
+    d.run(lambda e: {"delivered": True} if e.path == "ok" else {})
+    yield "escalation", d
 
 
 @pytest.mark.parametrize(("name", "recorded"), list(recorded_runs()))

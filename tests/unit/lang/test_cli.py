@@ -23,6 +23,8 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
         "SLACK_OPS_WEBHOOK_URL",
         "PAGERDUTY_ROUTING_KEY",
         "WITHDRAWALS_WEBHOOK_SECRET",
+        "TREASURY_OPS_TOKEN",
+        "TREASURY_LEAD_TOKEN",
     ):
         monkeypatch.setenv(name, "set-for-test")
     return CliRunner()

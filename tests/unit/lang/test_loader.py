@@ -94,7 +94,8 @@ def test_problems_in_every_file_are_reported(tmp_path: Path) -> None:
     assert [str(d) for d in report.errors] == [
         f"{tmp_path}/a.yaml:1:12: error: workflows: expected a mapping, got a list",
         f"{tmp_path}/b.yaml:1:1: error: the top level of a workflow file must be a mapping of "
-        "sections: networks, contracts, relayers, channels, commands, budgets, config, workflows",
+        "sections: networks, contracts, relayers, channels, commands, budgets, principals, config, "
+        "workflows",
         f"{tmp_path}/c.yaml:3:1: error: YAML syntax error: did not find expected node content "
         "(while parsing a flow node)",
         f"{tmp_path}/d.yaml:1:1: error: the file is not UTF-8 text (byte 9)",

@@ -1,0 +1,255 @@
+"""``rflow approvals``: the inbox of pending approvals, and answering them as a principal.
+
+The CLI acts as the principal whose token it holds: ``RFLOW_CLI_TOKEN``, else
+``RFLOW_API_TOKEN`` (the built-in ``operator``). A token other than the operator's is
+resolved against the ``principals`` of the project (``--project`` or
+``$RFLOW_PROJECT``), each read from the variable its ``token_env`` names. The answer
+records that principal; there is no way to name another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rflow.cli import main
+from rflow.cli.common import fail, project_option, table, with_database
+from rflow.settings import Settings
+
+
+def _json(value: Any) -> str:
+    return json.dumps(
+        value, indent=2, default=lambda v: v.isoformat() if isinstance(v, datetime) else str(v)
+    )
+
+
+def acting_principal(project: Path | None) -> str:
+    """The principal the CLI acts as: its token resolved against the project's principals
+    (``operator`` for ``RFLOW_API_TOKEN``); exits with the reason when there is none."""
+    from rflow.principals import OPERATOR, Principals, TokenConflict
+    from rflow.settings import environ
+
+    settings = Settings.from_env()
+    token = settings.acting_token
+    if token is None or not token.get_secret_value():
+        fail(
+            "the CLI answers approvals as a principal: set RFLOW_CLI_TOKEN to your token "
+            f"(or RFLOW_API_TOKEN, the token of {OPERATOR!r})"
+        )
+    path = project or settings.project_path
+    loaded = _project(path) if path is not None else None
+    try:
+        principals = Principals.of(loaded, environ(), settings.api_token)
+    except TokenConflict as exc:
+        fail(str(exc))
+    name = principals.resolve(token.get_secret_value())
+    if name is None:
+        variable = "RFLOW_CLI_TOKEN" if settings.cli_token is not None else "RFLOW_API_TOKEN"
+        where = (
+            f"nor the token of a principal of {path}"
+            if path is not None
+            else "and there is no project (--project or RFLOW_PROJECT) whose principals could hold it"
+        )
+        fail(f"the token in {variable} is not RFLOW_API_TOKEN ({OPERATOR!r}), {where}")
+    return name
+
+
+def _project(path: Path) -> Any:
+    from rflow.lang import ConfigError, load_project
+    from rflow.settings import environ
+
+    try:
+        return load_project(path, environ())
+    except FileNotFoundError as exc:
+        fail(str(exc), 2)
+    except ConfigError as exc:
+        fail(f"{path} has {len(exc.diagnostics)} problems; run rflow validate {path}", 2)
+
+
+def _refuse_by(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        raise click.UsageError(
+            "--by is gone: an answer is recorded as the principal whose token the CLI holds "
+            "(RFLOW_CLI_TOKEN, else RFLOW_API_TOKEN as 'operator')"
+        )
+
+
+_by_refused = click.option(
+    "--by", hidden=True, expose_value=False, callback=_refuse_by, help="No longer accepted."
+)
+
+
+def _decide(
+    decision: str,
+    run_id: str,
+    step: str | None,
+    choice: str | None,
+    text: str | None,
+    project: Path | None,
+    as_json: bool,
+) -> None:
+    from rflow.storage import StorageError
+    from rflow.streams.control import ControlError, connected
+    from rflow.streams.producer import ProduceError
+
+    principal = acting_principal(project)
+
+    async def act() -> dict[str, Any]:
+        async with connected(Settings.from_env()) as control:
+            return await control.decide(run_id, step, decision, principal, choice=choice, text=text)
+
+    try:
+        result = asyncio.run(act())
+    except (ControlError, ProduceError, StorageError) as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(_json(result))
+    else:
+        click.echo(f"{decision}d as {principal}: run {run_id} step {result['step']}")
+
+
+def approve_command(group: click.Group, name: str = "approve") -> Callable[..., None]:
+    """Attach ``approve`` to ``group`` (``rflow approvals`` and ``rflow runs`` both have it)."""
+
+    @group.command(name)
+    @click.argument("run_id")
+    @click.option("--step", default=None, help="The waiting step (needed when several wait).")
+    @click.option("--choice", default=None, help="The chosen option's value (choice approvals).")
+    @click.option("--text", default=None, help="The answer of a freeform approval, or a note.")
+    @project_option
+    @_by_refused
+    @click.option("--json", "as_json", is_flag=True)
+    def approve(
+        run_id: str,
+        step: str | None,
+        choice: str | None,
+        text: str | None,
+        project: Path | None,
+        as_json: bool,
+    ) -> None:
+        """Approve a run waiting for a human decision, as the CLI's principal."""
+        _decide("approve", run_id, step, choice, text, project, as_json)
+
+    return approve
+
+
+def reject_command(group: click.Group, name: str = "reject") -> Callable[..., None]:
+    """Attach ``reject`` to ``group``."""
+
+    @group.command(name)
+    @click.argument("run_id")
+    @click.option("--step", default=None, help="The waiting step (needed when several wait).")
+    @click.option("--text", default=None, help="Why (kept with the answer).")
+    @project_option
+    @_by_refused
+    @click.option("--json", "as_json", is_flag=True)
+    def reject(
+        run_id: str, step: str | None, text: str | None, project: Path | None, as_json: bool
+    ) -> None:
+        """Reject a run waiting for a human decision, as the CLI's principal (the run ends
+        rejected, or goes where the step's on_reject says)."""
+        _decide("reject", run_id, step, None, text, project, as_json)
+
+    return reject
+
+
+@main.group()
+def approvals() -> None:
+    """Approvals: the inbox of pending decisions, and answering them."""
+
+
+def _pending(**filters: Any) -> list[dict[str, Any]]:
+    from rflow import approvals as inbox
+    from rflow.storage import waits
+
+    rows = asyncio.run(with_database(lambda conn: waits.pending_approvals(conn, **filters)))
+    return [inbox.inbox_entry(row) for row in rows]
+
+
+@approvals.command("ls")
+@click.option("--workflow", "-w", default=None, help="Only approvals of this workflow.")
+@click.option("--mine", is_flag=True, help="Only those the CLI's principal may answer.")
+@project_option
+@click.option("--limit", default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def list_approvals(
+    workflow: str | None, mine: bool, project: Path | None, limit: int, as_json: bool
+) -> None:
+    """Every pending approval, most urgent first (urgent, high, normal, low), then by
+    deadline."""
+    approver = acting_principal(project) if mine else None
+    found = _pending(workflow=workflow, approver=approver, limit=limit)
+    if as_json:
+        click.echo(_json(found))
+        return
+    rows = [
+        [
+            a["priority"],
+            _short(a["deadline"]) + (" (escalated)" if a["escalated_at"] else ""),
+            a["run_id"],
+            a["workflow"],
+            a["step"],
+            ",".join(a["approvers"]) or "anyone",
+            a["prompt"][:60],
+        ]
+        for a in found
+    ]
+    click.echo(
+        table(rows, ["PRIORITY", "DEADLINE", "RUN", "WORKFLOW", "STEP", "APPROVERS", "PROMPT"])
+    )
+
+
+@approvals.command("show")
+@click.argument("run_id")
+@click.option("--step", default=None, help="The waiting step (when several wait).")
+@click.option("--json", "as_json", is_flag=True)
+def show_approval(run_id: str, step: str | None, as_json: bool) -> None:
+    """One pending approval: its prompt, context, choices, approvers and deadline."""
+    found = [a for a in _pending(run_id=run_id, limit=1000) if step in (None, a["step"])]
+    if not found:
+        where = f" at step {step!r}" if step else ""
+        fail(f"run {run_id} has no pending approval{where}")
+    if as_json:
+        click.echo(_json(found if len(found) > 1 else found[0]))
+        return
+    for index, entry in enumerate(found):
+        if index:
+            click.echo("")
+        _print(entry)
+
+
+def _print(entry: dict[str, Any]) -> None:
+    click.echo(f"run       {entry['run_id']}")
+    click.echo(f"workflow  {entry['workflow']}")
+    click.echo(f"step      {entry['step']}")
+    click.echo(f"type      {entry['type']}")
+    click.echo(f"priority  {entry['priority']}")
+    deadline = _short(entry["deadline"])
+    if entry["escalated_at"]:
+        deadline += f" (escalated {_short(entry['escalated_at'])})"
+    click.echo(f"deadline  {deadline}")
+    click.echo(f"approvers {', '.join(entry['approvers']) or 'any principal'}")
+    click.echo(f"prompt    {entry['prompt']}")
+    if entry["choices"]:
+        click.echo("choices")
+        for option in entry["choices"]:
+            label, value = option["label"], option["value"]
+            click.echo(f"  {label}" if label == value else f"  {label} ({value})")
+    if entry["context"]:
+        click.echo("context")
+        for name, value in entry["context"].items():
+            click.echo(f"  {name}: {json.dumps(value, default=str)}")
+
+
+def _short(value: str | None) -> str:
+    return value[:19].replace("T", " ") if value else "-"
+
+
+approve_command(approvals)
+reject_command(approvals)
