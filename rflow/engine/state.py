@@ -16,8 +16,11 @@ class Frozen(BaseModel):
 
 
 class RunStatus(StrEnum):
-    """Where a run is. ``succeeded``, ``failed`` and ``cancelled`` are terminal."""
+    """Where a run is. ``succeeded``, ``failed``, ``cancelled`` and ``skipped`` are terminal."""
 
+    PENDING = "pending"
+    """Admitted, not started: behind its concurrency lane, a rate limit, a pause or a
+    half-open circuit's probe (the read model's status; the engine never holds it)."""
     RUNNING = "running"
     WAITING = "waiting"
     SUCCEEDED = "succeeded"
@@ -104,6 +107,8 @@ class RunState(Frozen):
     """Journal entries emitted so far; each entry carries its number as ``seq``."""
     cancel_requested: str | None = None
     error: StepError | None = None
+    retry_of: str | None = None
+    """The failed run this one continues (``rflow runs retry``)."""
     created_at: datetime
     updated_at: datetime
 
