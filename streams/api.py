@@ -35,9 +35,11 @@ MAX_BODY = 64 * 1024
 RUN_STATUSES = frozenset(status.value for status in RunStatus)
 
 
-def error(status: int, message: str, **headers: str) -> web.Response:
+def error(
+    status: int, message: str, headers: dict[str, str] | None = None, **details: Any
+) -> web.Response:
     return web.Response(
-        body=json.dumps({"error": message}),
+        body=json.dumps({"error": message, **details}),
         status=status,
         content_type="application/json",
         headers=headers or None,
@@ -54,7 +56,7 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         if exc.status < 400:
             raise
         headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
-        return error(exc.status, f"{exc.reason}: {request.method} {request.path}", **headers)
+        return error(exc.status, f"{exc.reason}: {request.method} {request.path}", headers)
 
 
 def authenticator(token: str | None, public: Callable[[str], bool]) -> Any:
@@ -67,12 +69,12 @@ def authenticator(token: str | None, public: Callable[[str], bool]) -> Any:
             return await handler(request)
         challenge = {"WWW-Authenticate": 'Bearer realm="rflow"'}
         if expected is None:
-            return error(401, "this worker has no API token: set RFLOW_API_TOKEN", **challenge)
+            return error(401, "this worker has no API token: set RFLOW_API_TOKEN", challenge)
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given:
-            return error(401, "missing bearer token (Authorization: Bearer ...)", **challenge)
+            return error(401, "missing bearer token (Authorization: Bearer ...)", challenge)
         if not hmac.compare_digest(given.strip().encode(), expected):
-            return error(401, "wrong bearer token", **challenge)
+            return error(401, "wrong bearer token", challenge)
         return await handler(request)
 
     return authenticate
@@ -92,7 +94,7 @@ def attach(app: RflowApp, control: Control) -> None:
         try:
             return body(await work())
         except ControlError as exc:
-            return error(exc.status, str(exc))
+            return error(exc.status, str(exc), **exc.details)
         except ProduceError as exc:
             return error(503, str(exc))
         except InvalidValue as exc:
@@ -208,8 +210,12 @@ def attach(app: RflowApp, control: Control) -> None:
         return await control.cancel(run_id, text(fields, "reason", "cancelled by an operator"))
 
     async def retry(run_id: str, fields: dict[str, Any]) -> Any:
-        """Fire a dead-lettered run's trigger again, as a new run linked to the old one."""
-        return await control.retry(run_id)
+        """Continue a failed run as a new run linked to it; body ``{"from": STEP, "yes":
+        true}`` (both optional) restarts from an earlier step, confirming its resends."""
+        confirm = fields.get("yes", False)
+        if not isinstance(confirm, bool):
+            raise ControlError("'yes' must be true or false", 400)
+        return await control.retry(run_id, text(fields, "from"), confirm=confirm)
 
     def decide(decision: str) -> Callable[[str, dict[str, Any]], Awaitable[Any]]:
         async def act(run_id: str, fields: dict[str, Any]) -> Any:
@@ -273,8 +279,9 @@ def attach(app: RflowApp, control: Control) -> None:
         await controls.pause(conn, workflow, by="operator", reason=reason)
 
     async def resume(conn: Any, workflow: str, fields: dict[str, Any]) -> None:
-        """Resume the workflow after a pause."""
-        await controls.resume(conn, workflow)
+        """Resume the workflow after a pause: the firings held meanwhile start in order."""
+        if not await controls.resume(conn, workflow):
+            raise ControlError(f"workflow {workflow} was not paused: nothing to resume", 409)
 
     workflow_action("pause", pause)
     workflow_action("resume", resume)
