@@ -30,11 +30,19 @@ from faust.types.tuples import Message
 from rflow.agents.breakers import Breakers
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import EffectRunner, partition_key, partition_of
-from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
+from rflow.codecs import (
+    DecodeError,
+    RetryRecord,
+    RunEvent,
+    TriggerRecord,
+    TriggerRetracted,
+    decode,
+)
 from rflow.codecs.tables import read_run_entry, run_entry, settled_entry
 from rflow.engine import (
     CancelRequested,
     Journal,
+    Retry,
     RunState,
     RunStatus,
     Settle,
@@ -49,6 +57,7 @@ from rflow.engine.lanes import Lane
 from rflow.failures import RflowError
 from rflow.lang.model import Workflow
 from rflow.lang.model.resources import Config
+from rflow.lang.units import format_duration
 from rflow.ratelimit import SlidingWindow
 from rflow.storage import controls, rate_limits, timers, versions, workflow_state
 from rflow.triggering import group_of
@@ -95,62 +104,173 @@ class Runner:
         self.paused: dict[str, str] = {}
         """Workflows paused by an operator, a halt or a breaker: name -> why (refreshed
         from Postgres by a timer, so every worker sees a pause within a second or so)."""
+        self.paused_read = False
+        """Whether ``paused`` was read yet: until it is, every pause is asked of Postgres."""
+        self.resumed: set[str] = set()
+        """Workflows whose pause was seen lifted: their held firings are to be released."""
 
     # --- admission --------------------------------------------------------------------
 
-    async def admit(self, record: TriggerRecord, message: Any) -> None:
+    async def admit(self, record: TriggerRecord | RetryRecord, message: Any) -> None:
+        """Admit a firing (or a retry) once per gate key: hold it while its workflow is
+        paused, else let its runs' lanes, rate limit and breaker decide when they start."""
         workflow = self.workflows.get(record.workflow)
         if workflow is None:
             await send_dead_letter(self.app, message, f"unknown workflow {record.workflow!r}")
             return
         count = self.runtime.catalog.spec("rflow.triggers").partitions
-        disagreement = key_disagreement(workflow, record, message.key) or partition_disagreement(
-            message.key, message.partition, count
-        )
+        disagreement = (
+            retry_disagreement(record, message.key)
+            if isinstance(record, RetryRecord)
+            else key_disagreement(workflow, record, message.key)
+        ) or partition_disagreement(message.key, message.partition, count)
         if disagreement is not None:
             await send_dead_letter(self.app, message, disagreement)
             return
-        gate = run_key(record.workflow, record.trigger_key)
+        gate = gate_of(record)
         admitted = self.triggers.get(gate)
         if admitted is not None:
-            await self.readmit(workflow, record, admitted, message.partition)
+            if isinstance(record, TriggerRecord):
+                await self.readmit(workflow, record, admitted, message.partition)
             return
-        accepted = record.model_dump(mode="json")
-        paused = (
-            "paused in its definition" if workflow.paused else await self.pause_of(record.workflow)
-        )
+        entry = self.firing_entry(workflow, record)
+        paused = await self.paused_why(record.workflow, workflow)
+        if paused and workflow.paused_firings == "skip":
+            self.triggers[gate] = {**entry, "skipped": f"workflow paused: {paused}"}
+            for rid in entry["runs"]:
+                await self.never_started(rid, gate, RunStatus.SKIPPED, f"workflow paused: {paused}")
+            return
         if paused:
-            self.triggers[gate] = {**accepted, "skipped": f"workflow paused: {paused}"}
-            log.info(
-                "workflow %s is paused (%s): trigger %s starts no run",
-                record.workflow,
-                paused,
-                record.trigger_key,
-            )
+            self.triggers[gate] = {**entry, "held": paused}
+            key = held_key(record.workflow, message.partition)
+            self.lanes[key] = {"held": [*(self.lanes.get(key) or {}).get("held", []), gate]}
+            now = datetime.now(UTC)
+            waiting = f"the workflow to be resumed (paused {paused})"
+            for combo, rid in self.runs_of(workflow, record):
+                start = self.start_of(workflow, record, combo, rid)
+                await self.effects.publish([lanes.pending(start, "paused", waiting, now)])
+            log.info("workflow %s is paused (%s): firing %s held", record.workflow, paused, gate)
             return
-        runs = firing_runs(
+        await self.release_owned(record.workflow, message.partition)
+        self.triggers[gate] = entry
+        await self.begin_firing(workflow, record, entry, message.partition)
+
+    def runs_of(
+        self, workflow: Workflow, record: TriggerRecord | RetryRecord
+    ) -> list[tuple[dict[str, Any], str]]:
+        """Each run of a firing with its matrix combination; a retry is one run."""
+        if isinstance(record, RetryRecord):
+            return [(record.previous.get("matrix") or {}, record.run_id)]
+        return firing_runs(
             record.workflow,
             record.trigger_key,
             workflow.strategy.matrix if workflow.strategy else None,
         )
-        combinations = [combo for combo, _ in runs]
+
+    def firing_entry(
+        self, workflow: Workflow, record: TriggerRecord | RetryRecord
+    ) -> dict[str, Any]:
+        """The gate entry of a firing: the record as accepted and its runs (with the matrix
+        bookkeeping: every combination's run is keyed like the firing, so they all settle
+        on this partition, in order)."""
+        runs = self.runs_of(workflow, record)
         run_ids = [rid for _, rid in runs]
-        limit = (workflow.strategy.max_parallel if workflow.strategy else None) or len(combinations)
-        entry = {**accepted, "runs": run_ids}
-        if workflow.strategy is not None:
-            # Matrix bookkeeping lives with the firing: every combination's run is keyed
-            # like the firing, so they all settle on this partition, in order.
+        entry = {**record.model_dump(mode="json"), "runs": run_ids}
+        if workflow.strategy is not None and isinstance(record, TriggerRecord):
+            limit = workflow.strategy.max_parallel or len(runs)
             entry["matrix"] = {
-                "pending": list(range(limit, len(combinations))),
+                "pending": list(range(limit, len(runs))),
                 "active": run_ids[:limit],
                 "failed": False,
             }
-        self.triggers[gate] = entry
-        self.runtime.metrics.triggers.labels(record.workflow, record.source).inc()
-        for index in range(min(limit, len(combinations))):
-            await self.begin(
-                workflow, record, combinations[index], run_ids[index], message.partition
-            )
+        return entry
+
+    async def begin_firing(
+        self,
+        workflow: Workflow,
+        record: TriggerRecord | RetryRecord,
+        entry: dict[str, Any],
+        partition: int,
+    ) -> None:
+        """Begin an admitted firing's runs: those within the matrix's max_parallel now, the
+        rest recorded as pending."""
+        if isinstance(record, TriggerRecord):
+            self.runtime.metrics.triggers.labels(record.workflow, record.source).inc()
+        runs = self.runs_of(workflow, record)
+        active = set(entry.get("matrix", {}).get("active", entry["runs"]))
+        later = [(combo, rid) for combo, rid in runs if rid not in active]
+        if later:
+            limit = workflow.strategy.max_parallel
+            waiting = f"a free slot of its matrix (max_parallel: {limit})"
+            now = datetime.now(UTC)
+            for combo, rid in later:
+                start = self.start_of(workflow, record, combo, rid)
+                await self.effects.publish([lanes.pending(start, "matrix", waiting, now)])
+        for combo, rid in runs:
+            if rid in active:
+                await self.begin(workflow, record, combo, rid, partition)
+
+    async def paused_why(self, name: str, workflow: Workflow) -> str | None:
+        """Why ``name`` starts no runs now (paused in its definition, by an operator, a
+        halt or a breaker), or ``None``."""
+        return "in its definition" if workflow.paused else await self.pause_of(name)
+
+    async def release_held(self, name: str, partition: int) -> None:
+        """Begin the firings of ``name`` held on ``partition`` while it was paused, in the
+        order they arrived (before any firing that arrives after the resume)."""
+        key = held_key(name, partition)
+        held = self.lanes.get(key)
+        if not held:
+            return
+        del self.lanes[key]
+        workflow = self.workflows.get(name)
+        for gate in held["held"]:
+            entry = self.triggers.get(gate)
+            if entry is None or "held" not in entry:
+                continue
+            entry = {k: v for k, v in entry.items() if k != "held"}
+            self.triggers[gate] = entry
+            if workflow is None:
+                log.warning("held firing %s: workflow %s is gone; it starts nothing", gate, name)
+                continue
+            log.info("workflow %s resumed: starting held firing %s", name, gate)
+            await self.begin_firing(workflow, accepted_record(entry), entry, partition)
+
+    def paused_now(self) -> set[str]:
+        """The workflows that start no runs now, as this worker last read it."""
+        return set(self.paused) | {name for name, wf in self.workflows.items() if wf.paused}
+
+    async def refresh(self) -> None:
+        """Read pauses and deployments (every second or so); begin what was held for every
+        workflow that is no longer paused, on each partition this worker owns."""
+        defined = {name for name, wf in self.workflows.items() if wf.paused}
+        await self.refresh_pauses()
+        await self.refresh_deployments()
+        resumed = self.resumed | (defined - {n for n, wf in self.workflows.items() if wf.paused})
+        self.resumed = set()
+        paused = self.paused_now()
+        for name in sorted(resumed - paused):
+            await self.release_everywhere(name)
+
+    async def release_owned(self, name: str, partition: int) -> None:
+        """Inside the agent, before a firing of ``name`` that arrives after its resume:
+        begin what was held on every partition this worker owns (its own first), so what
+        was held starts before what arrives later."""
+        await self.release_held(name, partition)
+        for other in sorted(self.here - {partition}):
+            if self.lanes.get(held_key(name, other)) is not None:
+                with self._writing_to(other):
+                    await self.release_held(name, other)
+
+    async def release_everywhere(self, name: str, partitions: frozenset[int] | None = None) -> None:
+        for partition in sorted(partitions if partitions is not None else self.here):
+            if self.lanes.get(held_key(name, partition)) is None:
+                continue
+            async with self.lock:
+                if partition not in self.here:
+                    continue
+                with self._writing_to(partition):
+                    await self.release_held(name, partition)
 
     # --- versions ---------------------------------------------------------------------
 
@@ -196,48 +316,57 @@ class Runner:
         """Why ``name`` is paused, or ``None``. The refreshed copy of the pauses answers
         when the workflow runs; a pause it shows is confirmed in Postgres first, so a
         firing that arrives just after a resume is not turned away."""
-        if name not in self.paused:
+        if self.paused_read and name not in self.paused:
             return None
         await self.refresh_pauses()
         return self.paused.get(name)
 
-    async def refresh_pauses(self) -> None:
-        """Read which workflows are paused (operator, on_failure: halt, breaker)."""
+    async def refresh_pauses(self) -> set[str]:
+        """Read which workflows are paused (operator, on_failure: halt, breaker); returns
+        the ones that were paused before (their held firings may be released)."""
+        previously = set(self.paused)
         found = await self.runtime.database.run(controls.paused, what="workflow pauses")
         self.paused = {
             workflow: f"by {by}: {reason}" if reason else f"by {by}"
             for workflow, (by, reason) in found.items()
         }
+        self.paused_read = True
+        self.resumed |= previously - self.paused.keys()
+        return previously
 
     async def readmit(
-        self, workflow: Workflow, record: TriggerRecord, admitted: dict[str, Any], partition: int
+        self,
+        workflow: Workflow,
+        record: TriggerRecord | RetryRecord,
+        admitted: dict[str, Any],
+        partition: int,
     ) -> None:
         """A firing delivered again. Its gate entry and its runs' states are separate table
         writes whose changelogs reach the broker independently: a crash can keep the gate
         and lose a run's first state. Such a run is started again (a start is idempotent);
-        anything else about a repeated firing is ignored."""
+        anything else about a repeated firing is ignored: a held or skipped firing stays
+        so, and a deferred run waits for its timer."""
+        if "held" in admitted or "skipped" in admitted or "retracted" in admitted:
+            log.info("duplicate delivery of firing %s ignored", gate_of(record))
+            return
         started = admitted.get("matrix", {}).get("active", admitted.get("runs", []))
+        deferred = admitted.get("deferred", {})
         lane = self.lane(record.workflow, record.group) if workflow.concurrency else None
         lost = [
             rid
             for rid in started
-            if self.runs.get(rid) is None and not (lane and lane.holds(rid) and lane.active != rid)
+            if self.runs.get(rid) is None
+            and rid not in deferred
+            and not (lane and lane.holds(rid) and lane.active != rid)
         ]
         if not lost:
-            log.info("duplicate delivery of trigger %s ignored", record.trigger_key)
+            log.info("duplicate delivery of firing %s ignored", gate_of(record))
             return
         # The firing as first admitted: a repeat of its key may carry another payload.
         record = accepted_record(admitted)
-        runs = firing_runs(
-            record.workflow,
-            record.trigger_key,
-            workflow.strategy.matrix if workflow.strategy else None,
-        )
-        for combo, rid in runs:
+        for combo, rid in self.runs_of(workflow, record):
             if rid in lost:
-                log.warning(
-                    "run %s of trigger %s lost its start: starting it", rid, record.trigger_key
-                )
+                log.warning("run %s of firing %s lost its start: starting it", rid, gate_of(record))
                 if lane is not None and lane.active == rid:
                     await self.start_run(workflow, record, combo, rid, partition)
                 else:
@@ -253,7 +382,7 @@ class Runner:
     async def begin(
         self,
         workflow: Workflow,
-        record: TriggerRecord,
+        record: TriggerRecord | RetryRecord,
         combo: dict[str, Any],
         rid: str,
         partition: int,
@@ -262,7 +391,7 @@ class Runner:
         if workflow.concurrency is None or record.group is None:
             await self.start_run(workflow, record, combo, rid, partition)
             return
-        gate = run_key(record.workflow, record.trigger_key)
+        gate = gate_of(record)
         key = lane_key(record.workflow, record.group)
         arrival = lanes.arrive(
             self.lane(record.workflow, record.group), rid, gate, workflow.concurrency.on_conflict
@@ -279,6 +408,11 @@ class Runner:
             await self.apply(CancelRequested(run_id=arrival.cancel, reason=reason), partition)
         if arrival.start:
             await self.start_run(workflow, record, combo, rid, partition)
+        elif not arrival.skip and arrival.lane.holds(rid):
+            owner = arrival.lane.active
+            waiting = f"run {owner} of concurrency group {record.group!r} to settle"
+            start = self.start_of(workflow, record, combo, rid)
+            await self.effects.publish([lanes.pending(start, "lane", waiting, datetime.now(UTC))])
 
     async def leave_lane(self, state: RunState, partition: int) -> None:
         """A run of a concurrency group settled: the next one waiting starts."""
@@ -293,17 +427,14 @@ class Runner:
             workflow, record, combo = self.firing(following.gate, following.run_id)
             await self.start_run(workflow, record, combo, following.run_id, partition)
 
-    def firing(self, gate: str, rid: str) -> tuple[Workflow, TriggerRecord, dict[str, Any]]:
+    def firing(
+        self, gate: str, rid: str
+    ) -> tuple[Workflow, TriggerRecord | RetryRecord, dict[str, Any]]:
         """The workflow, record and matrix combination of run ``rid`` of firing ``gate``."""
         entry = self.triggers[gate]
         record = accepted_record(entry)
         workflow = self.workflows[record.workflow]
-        runs = firing_runs(
-            record.workflow,
-            record.trigger_key,
-            workflow.strategy.matrix if workflow.strategy else None,
-        )
-        combo = next(combo for combo, run in runs if run == rid)
+        combo = next(combo for combo, run in self.runs_of(workflow, record) if run == rid)
         return workflow, record, combo
 
     async def never_started(self, rid: str, gate: str, status: RunStatus, reason: str) -> None:
@@ -317,8 +448,20 @@ class Runner:
         log.info("run %s of %s not started: %s", rid, record.workflow, reason)
 
     def start_of(
-        self, workflow: Workflow, record: TriggerRecord, combo: dict[str, Any], rid: str
-    ) -> Start:
+        self,
+        workflow: Workflow,
+        record: TriggerRecord | RetryRecord,
+        combo: dict[str, Any],
+        rid: str,
+    ) -> Start | Retry:
+        """The event that starts run ``rid``: a :class:`Start`, or a :class:`Retry`."""
+        if isinstance(record, RetryRecord):
+            return Retry(
+                run_id=rid,
+                previous=RunState.model_validate(record.previous),
+                from_step=record.from_step,
+                state=record.state,
+            )
         return Start(
             run_id=rid,
             workflow=record.workflow,
@@ -332,7 +475,7 @@ class Runner:
     async def start_run(
         self,
         workflow: Workflow,
-        record: TriggerRecord,
+        record: TriggerRecord | RetryRecord,
         combo: dict[str, Any],
         rid: str,
         partition: int,
@@ -343,16 +486,40 @@ class Runner:
         ):
             # Half-open: one probe for the whole workflow; the others wait behind it.
             retry_at = datetime.now(UTC) + PROBE_WAIT
-            await self.defer_start(record, rid, partition, retry_at, deferrals + 1, "probe")
+            waiting = "the probe run of the workflow's half-open circuit breaker to settle"
+            await self.defer_start(
+                workflow, record, combo, rid, partition, retry_at, deferrals, "probe", waiting
+            )
             return
         if workflow.rate_limit is not None:
             retry_at = await self.claim_start(record.workflow, workflow)
             if retry_at is not None:
+                limit = workflow.rate_limit
+                waiting = (
+                    f"room in the rate limit ({limit.max} starts per {format_duration(limit.per)})"
+                )
                 await self.defer_start(
-                    record, rid, partition, retry_at, deferrals + 1, "rate_limit"
+                    workflow,
+                    record,
+                    combo,
+                    rid,
+                    partition,
+                    retry_at,
+                    deferrals,
+                    "rate_limit",
+                    waiting,
                 )
                 return
+        if deferrals:
+            gate = gate_of(record)
+            entry = self.triggers.get(gate)
+            if entry is not None and rid in entry.get("deferred", {}):
+                deferred = {k: v for k, v in entry["deferred"].items() if k != rid}
+                self.triggers[gate] = {**entry, "deferred": deferred}
         start = self.start_of(workflow, record, combo, rid)
+        if isinstance(start, Retry):
+            await self.apply(start, partition)  # its durable state came with the request
+            return
         version = self.versions[record.workflow]
         if version not in self.uses_state:
             self.uses_state[version] = _reads_state(workflow)
@@ -381,16 +548,21 @@ class Runner:
 
     async def defer_start(
         self,
-        record: TriggerRecord,
+        workflow: Workflow,
+        record: TriggerRecord | RetryRecord,
+        combo: dict[str, Any],
         rid: str,
         partition: int,
         retry_at: datetime,
         deferrals: int,
         reason: str,
+        waiting: str,
     ) -> None:
         """Start ``rid`` at ``retry_at`` (its rate limit has room, or a half-open circuit's
-        probe is done): a durable timer, never a drop."""
-        gate = run_key(record.workflow, record.trigger_key)
+        probe is done): a durable timer, never a drop. The first deferral gives the run its
+        pending row; the gate entry remembers it, so a repeated delivery of the firing does
+        not start it early."""
+        gate = gate_of(record)
         await self.runtime.database.run(
             lambda conn: timers.schedule(
                 conn,
@@ -399,13 +571,18 @@ class Runner:
                 kafka_partition=partition,
                 path=gate,
                 visit=1,
-                attempt=deferrals,
+                attempt=deferrals + 1,
                 purpose="start",
                 due_at=retry_at,
             ),
             what="deferred start",
         )
         self.runtime.metrics.deferrals.labels(record.workflow, reason).inc()
+        entry = self.triggers.get(gate)
+        if entry is not None and entry.get("deferred", {}).get(rid) != reason:
+            self.triggers[gate] = {**entry, "deferred": {**entry.get("deferred", {}), rid: reason}}
+            start = self.start_of(workflow, record, combo, rid)
+            await self.effects.publish([lanes.pending(start, reason, waiting, datetime.now(UTC))])
         log.info("run %s of %s deferred (%s) until %s", rid, record.workflow, reason, retry_at)
 
     async def deferred_start(self, event: TimerFired, partition: int) -> None:
@@ -424,19 +601,26 @@ class Runner:
         gate = run_key(state.workflow, state.trigger_key)
         entry = self.triggers.get(gate)
         workflow = await self.definition(state)
-        if entry is None or "matrix" not in entry or workflow is None or workflow.strategy is None:
+        if (
+            state.retry_of is not None  # a combination retried on its own
+            or entry is None
+            or "matrix" not in entry
+            or workflow is None
+            or workflow.strategy is None
+        ):
             return
         matrix = dict(entry["matrix"])
         active = [rid for rid in matrix["active"] if rid != state.run_id]
         pending = list(matrix["pending"])
         cancel: list[str] = []
+        dropped: list[int] = []
         if (
             settle.status == RunStatus.FAILED
             and workflow.strategy.fail_fast
             and not matrix["failed"]
         ):
             matrix["failed"] = True
-            pending, cancel = [], active
+            dropped, pending, cancel = pending, [], active
         record = accepted_record(entry)
         combinations = matrix_combinations(workflow.strategy.matrix)
         limit = workflow.strategy.max_parallel or len(combinations)
@@ -450,6 +634,10 @@ class Runner:
             await self.apply(
                 CancelRequested(run_id=rid, reason=f"fail_fast: {state.run_id} failed"), partition
             )
+        for index in dropped:
+            # Pending since the firing was admitted: recorded as never started.
+            reason = f"fail_fast: {state.run_id} failed"
+            await self.never_started(entry["runs"][index], gate, RunStatus.CANCELLED, reason)
         for index in starting:
             await self.begin(workflow, record, combinations[index], entry["runs"][index], partition)
 
@@ -475,7 +663,7 @@ class Runner:
 
     async def handle(self, record: Any, message: Any) -> None:
         """Admit, retract or advance, by the record's kind."""
-        if isinstance(record, TriggerRecord):
+        if isinstance(record, TriggerRecord | RetryRecord):
             await self.admit(record, message)
         elif isinstance(record, TriggerRetracted):
             await self.retract(record, message)
@@ -499,7 +687,13 @@ class Runner:
         state = read_run_entry(self.runs.get(event.run_id))
         if isinstance(state, str):
             return  # over: a late or redelivered event (a Start included) changes nothing
-        pinned = event if isinstance(event, Start) else state
+        pinned = (
+            event
+            if isinstance(event, Start)
+            else event.previous
+            if isinstance(event, Retry)
+            else state
+        )
         workflow = await self.definition(pinned) if pinned is not None else None
         name = pinned.workflow if pinned is not None else None
         if workflow is None:
@@ -606,6 +800,11 @@ class Runner:
         self.partitions = self.here = assigned
         if not fresh:
             return
+        await self.refresh_pauses()  # what was held stays held while still paused
+        paused = self.paused_now()
+        for name in self.workflows:
+            if name not in paused:
+                await self.release_everywhere(name, fresh)
         count = self.runtime.catalog.spec("rflow.runs").partitions
         resumed = 0
         for stored in list(self.runs.values()):
@@ -625,11 +824,34 @@ class Runner:
             log.info("resumed %d unsettled runs on partitions %s", resumed, sorted(fresh))
 
 
-def accepted_record(entry: dict[str, Any]) -> TriggerRecord:
-    """The firing as first admitted, from its gate entry in the ``triggers`` table."""
-    return TriggerRecord.model_validate(
-        {k: v for k, v in entry.items() if k in TriggerRecord.model_fields}
-    )
+def accepted_record(entry: dict[str, Any]) -> TriggerRecord | RetryRecord:
+    """The firing (or retry) as first admitted, from its gate entry in the ``triggers``
+    table."""
+    model = RetryRecord if entry.get("kind") == "retry" else TriggerRecord
+    return model.model_validate({k: v for k, v in entry.items() if k in model.model_fields})
+
+
+def gate_of(record: TriggerRecord | RetryRecord) -> str:
+    """The key of a firing's gate entry in the ``triggers`` table."""
+    if isinstance(record, RetryRecord):
+        return record.gate_key
+    return run_key(record.workflow, record.trigger_key)
+
+
+def held_key(workflow: str, partition: int) -> str:
+    """The ``lanes`` table key of the firings of ``workflow`` held on ``partition`` while it
+    is paused, in arrival order (``~`` starts no workflow name, so no lane has it)."""
+    return f"~held:{workflow}:{partition}"
+
+
+def retry_disagreement(record: RetryRecord, key: bytes | None) -> str | None:
+    """Why a retry is not keyed like the run it continues, else ``None``."""
+    if key is None or key != record.partition_key.encode():
+        shown = "none" if key is None else repr(key.decode("utf-8", "replace"))
+        return (
+            f"key {shown} disagrees with the key {record.partition_key!r} of run {record.retry_of}"
+        )
+    return None
 
 
 def lane_key(workflow: str, group: str) -> str:

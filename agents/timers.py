@@ -86,9 +86,8 @@ def attach(app: RflowApp, effects: EffectRunner, runner: Any = None) -> None:
         @app.timer(interval=PAUSE_REFRESH_INTERVAL, name="rflow.pauses")
         async def refresh_pauses() -> None:
             """Which workflows are paused (operator, on_failure: halt), for admission, and
-            which versions are deployed, for new runs."""
-            await runner.refresh_pauses()
-            await runner.refresh_deployments()
+            which versions are deployed, for new runs; firings held by a lifted pause start."""
+            await runner.refresh()
 
         @app.task
         async def deploy_project() -> None:

@@ -8,6 +8,7 @@ from rflow.codecs.envelope import MAX_RECORD_BYTES, DecodeError, decode, encode
 from rflow.codecs.records import (
     DeadLetter,
     Record,
+    RetryRecord,
     RunEvent,
     RunJournal,
     SendRequest,
@@ -20,6 +21,7 @@ __all__ = [
     "DeadLetter",
     "DecodeError",
     "Record",
+    "RetryRecord",
     "RunEvent",
     "RunJournal",
     "SendRequest",

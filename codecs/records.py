@@ -65,6 +65,37 @@ class TriggerRetracted(Record):
         return self.group if self.group is not None else self.trigger_key
 
 
+class RetryRecord(Record):
+    """``rflow runs retry``: continue a failed run as a new run (on the triggers topic,
+    keyed like the failed run's firing, so it is admitted where that run's group lives:
+    behind the group's lane, held while the workflow is paused).
+
+    ``previous`` is the failed run's final state; the new run's id derives from it, so
+    asking twice starts one run.
+    """
+
+    kind: Literal["retry"] = "retry"
+    v: Literal[1] = 1
+    workflow: str = Field(min_length=1, max_length=200)
+    run_id: str = Field(min_length=1, max_length=64)
+    retry_of: str = Field(min_length=1, max_length=64)
+    trigger_key: str = Field(min_length=1, max_length=512)
+    group: str | None = Field(None, max_length=512)
+    from_step: str | None = Field(None, max_length=200)
+    previous: dict[str, Any]
+    state: dict[str, Any] = Field(default_factory=dict)
+    requested_at: datetime
+
+    @property
+    def partition_key(self) -> str:
+        return self.group if self.group is not None else self.trigger_key
+
+    @property
+    def gate_key(self) -> str:
+        """The firing-table key of this retry: one per failed run."""
+        return f"{self.workflow}:retry-of:{self.retry_of}"
+
+
 class DeadLetter(Record):
     """A record that could not be processed, with where it came from and why."""
 
@@ -140,13 +171,20 @@ class RunJournal(Record):
 
 
 AnyRecord = Annotated[
-    TriggerRecord | TriggerRetracted | RunEvent | RunJournal | SendRequest | DeadLetter,
+    TriggerRecord
+    | TriggerRetracted
+    | RetryRecord
+    | RunEvent
+    | RunJournal
+    | SendRequest
+    | DeadLetter,
     Field(discriminator="kind"),
 ]
 
 KNOWN_VERSIONS: dict[str, frozenset[int]] = {
     "trigger": frozenset({1}),
     "trigger_retracted": frozenset({1}),
+    "retry": frozenset({1}),
     "run_event": frozenset({1}),
     "run_journal": frozenset({1, 2}),
     "send": frozenset({1}),

@@ -9,21 +9,30 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+Row = tuple[Any, ...]
+
 
 def columns(
-    rows: Sequence[tuple[Any, ...]],
+    rows: Sequence[Row],
     width: int,
     *,
-    unique_by: Callable[[tuple[Any, ...]], Hashable] | None = None,
+    unique_by: Callable[[Row], Hashable] | None = None,
+    merge: Callable[[Row, Row], Row] | None = None,
 ) -> list[list[Any]]:
     """``rows`` (each ``width`` long) as ``width`` lists, one per column.
 
     ``unique_by``: for a statement that updates, each key's row is taken once, its last
     occurrence winning, as when the rows were applied one by one (one statement cannot
-    change a row twice).
+    change a row twice); ``merge(earlier, later)`` gives the row that stands for both when
+    applying them one by one would not simply leave the later one.
     """
     if unique_by is not None:
-        rows = list({unique_by(row): row for row in rows}.values())
+        kept: dict[Hashable, Row] = {}
+        for row in rows:
+            key = unique_by(row)
+            earlier = kept.get(key)
+            kept[key] = row if earlier is None or merge is None else merge(earlier, row)
+        rows = list(kept.values())
     if not rows:
         return [[] for _ in range(width)]
     return [list(column) for column in zip(*rows, strict=True)]

@@ -26,10 +26,11 @@ async def pause(conn: psycopg.AsyncConnection, workflow: str, *, by: str, reason
         await conn.execute(_PAUSE, (workflow, by, reason))
 
 
-async def resume(conn: psycopg.AsyncConnection, workflow: str) -> None:
-    """Lift any pause of ``workflow``."""
+async def resume(conn: psycopg.AsyncConnection, workflow: str) -> bool:
+    """Lift any pause of ``workflow``; False when it was not paused."""
     with translated():
-        await conn.execute(_RESUME, (workflow,))
+        cur = await conn.execute(_RESUME + " AND paused", (workflow,))
+        return cur.rowcount > 0
 
 
 async def resume_paused_by(conn: psycopg.AsyncConnection, workflow: str, by: str) -> bool:

@@ -16,20 +16,58 @@ from rflow.storage.errors import InvalidValue, storable, translated
 
 # Each statement takes a whole batch as parallel arrays (one column each), so a batch is
 # one statement per kind instead of one per entry.
-_RUN_STARTED = """
-INSERT INTO runs (run_id, workflow, version, trigger_key, matrix, group_key, status, trigger, created_at, updated_at)
-SELECT run_id, workflow, version, trigger_key, matrix, group_key, 'running', trigger, created_at, updated_at
+_RUN_PENDING = """
+INSERT INTO runs (run_id, workflow, version, trigger_key, matrix, group_key, status, trigger,
+                  created_at, updated_at, pending_reason, waiting_for)
+SELECT run_id, workflow, version, trigger_key, matrix, group_key, 'pending', trigger,
+       created_at, updated_at, pending_reason, waiting_for
 FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::text[], %b::jsonb[],
-            %b::timestamptz[], %b::timestamptz[])
-    AS x(run_id, workflow, version, trigger_key, matrix, group_key, trigger, created_at, updated_at)
-ON CONFLICT (run_id) DO NOTHING
+            %b::timestamptz[], %b::timestamptz[], %b::text[], %b::text[])
+    AS x(run_id, workflow, version, trigger_key, matrix, group_key, trigger, created_at,
+         updated_at, pending_reason, waiting_for)
+ON CONFLICT (run_id) DO UPDATE SET
+    pending_reason = EXCLUDED.pending_reason, waiting_for = EXCLUDED.waiting_for,
+    updated_at = EXCLUDED.updated_at
+WHERE runs.status = 'pending'
+"""
+
+# A pending row becomes the started run; a row that is past pending is left alone (a
+# replayed start changes nothing).
+_RUN_STARTED = """
+INSERT INTO runs (run_id, workflow, version, trigger_key, matrix, group_key, status, trigger,
+                  created_at, updated_at, started_at, retry_of)
+SELECT run_id, workflow, version, trigger_key, matrix, group_key, 'running', trigger,
+       created_at, updated_at, created_at, retry_of
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::text[], %b::jsonb[],
+            %b::timestamptz[], %b::timestamptz[], %b::text[])
+    AS x(run_id, workflow, version, trigger_key, matrix, group_key, trigger, created_at,
+         updated_at, retry_of)
+ON CONFLICT (run_id) DO UPDATE SET
+    status = 'running', version = EXCLUDED.version, started_at = EXCLUDED.started_at,
+    updated_at = EXCLUDED.updated_at, retry_of = EXCLUDED.retry_of, pending_reason = NULL,
+    waiting_for = NULL
+WHERE runs.status = 'pending'
+"""
+
+_RUN_STATUS = """
+UPDATE runs SET status = x.status, waiting_for = x.waiting_for, updated_at = x.updated_at
+FROM unnest(%b::text[], %b::text[], %b::timestamptz[], %b::text[])
+    AS x(status, waiting_for, updated_at, run_id)
+WHERE runs.run_id = x.run_id AND runs.settled_at IS NULL AND runs.status IN ('running', 'waiting')
 """
 
 _RUN_SETTLED = """
 UPDATE runs SET status = x.status, error_kind = x.error_kind, error_message = x.error_message,
-                settled_at = x.settled_at, updated_at = x.updated_at
+                settled_at = x.settled_at, updated_at = x.updated_at, waiting_for = NULL,
+                pending_reason = NULL
 FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::timestamptz[], %b::text[])
     AS x(status, error_kind, error_message, settled_at, updated_at, run_id)
+WHERE runs.run_id = x.run_id
+"""
+
+_FINAL = """
+UPDATE runs SET final_state = x.final_state
+FROM unnest(%b::jsonb[], %b::text[]) AS x(final_state, run_id)
 WHERE runs.run_id = x.run_id
 """
 
@@ -70,7 +108,8 @@ ON CONFLICT (run_id) DO NOTHING
 
 _LIST = """
 SELECT run_id, workflow, version, status, error_kind, error_message, trigger_key, group_key,
-       created_at, updated_at, settled_at
+       created_at, updated_at, started_at, settled_at, pending_reason, waiting_for, retry_of,
+       retried_as
 FROM runs
 WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
@@ -78,11 +117,24 @@ ORDER BY created_at DESC
 LIMIT %(limit)s
 """
 
-_GET = "SELECT * FROM runs WHERE run_id = %s"
+_GET = """
+SELECT run_id, workflow, version, trigger_key, matrix, group_key, status, error_kind,
+       error_message, trigger, created_at, updated_at, started_at, settled_at, pending_reason,
+       waiting_for, retry_of, retried_as
+FROM runs WHERE run_id = %s
+"""
+_FINAL_STATE = """
+SELECT COALESCE(d.journal, r.final_state) FROM runs r LEFT JOIN dead_runs d USING (run_id)
+WHERE r.run_id = %s
+"""
 _STEPS = "SELECT * FROM step_logs WHERE run_id = %s ORDER BY seq, path, visit"
 _GET_DEAD = "SELECT * FROM dead_runs WHERE run_id = %s"
 _MARK_RETRIED = """
-UPDATE dead_runs SET retried_as = COALESCE(retried_as, %s) WHERE run_id = %s RETURNING retried_as
+WITH dead AS (
+    UPDATE dead_runs SET retried_as = COALESCE(retried_as, %(new)s) WHERE run_id = %(run)s
+)
+UPDATE runs SET retried_as = COALESCE(retried_as, %(new)s) WHERE run_id = %(run)s
+RETURNING retried_as
 """
 _PURGE = """
 WITH gone AS (
@@ -121,6 +173,8 @@ async def project(conn: psycopg.AsyncConnection, entries: Iterable[Journal | Set
                 batches["dead"].append(
                     (entry.run_id, entry.workflow, kind, message, Jsonb(entry.journal), dead_at)
                 )
+            elif entry.journal:
+                batches["final"].append((Jsonb(entry.journal), entry.run_id))
             continue
         row = _row(entry)
         if row is not None:
@@ -147,14 +201,14 @@ async def _apply(conn: psycopg.AsyncConnection, batches: dict[str, list[tuple[An
 def _columns(name: str, rows: list[tuple[Any, ...]]) -> list[list[Any]]:
     """The rows of one kind as one array per column, those of a kind that updates taken
     once per key."""
-    return columns(rows, len(rows[0]), unique_by=_UPDATE_KEYS.get(name))
+    return columns(rows, len(rows[0]), unique_by=_UPDATE_KEYS.get(name), merge=_MERGE.get(name))
 
 
 def _row(entry: Journal) -> tuple[Any, ...] | None:
     data = entry.data
     visit, seq = data.get("visit", 1), data.get("seq", 0)
-    if entry.event == "run_started":
-        return (
+    if entry.event in ("run_pending", "run_started"):
+        common = (
             entry.run_id,
             entry.workflow,
             data.get("version", ""),
@@ -165,6 +219,11 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
             entry.at,
             entry.at,
         )
+        if entry.event == "run_pending":
+            return (*common, data.get("reason"), data.get("waiting_for"))
+        return (*common, data.get("retry_of"))
+    if entry.event == "run_status":
+        return (entry.status, data.get("waiting_for"), entry.at, entry.run_id)
     if entry.event == "run_settled":
         kind, message = _error(data)
         return (entry.status, kind, message, entry.at, entry.at, entry.run_id)
@@ -175,6 +234,7 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
         return (data.get("attempt", 1), kind, message, entry.run_id, entry.path, visit)
     if entry.event == "step_settled":
         kind, message = _error(data)
+        started = data.get("started_at")  # a step a retried run keeps from the run it retries
         return (
             entry.run_id,
             entry.path,
@@ -185,7 +245,7 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
             Jsonb(data.get("output")),
             kind,
             message,
-            entry.at,
+            datetime.fromisoformat(started) if started else entry.at,
             entry.at,
             seq,
         )
@@ -193,19 +253,56 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
 
 
 _UPDATE_KEYS = {
+    "run_pending": lambda row: row[0],
+    "run_started": lambda row: row[0],
+    "run_status": lambda row: row[3],
+    "final": lambda row: row[1],
     "run_settled": lambda row: row[5],
     "step_retrying": lambda row: row[3:6],
     "step_settled": lambda row: row[0:3],
 }
-_ORDER = ("run_started", "step_started", "step_retrying", "step_settled", "run_settled", "dead")
+_MERGE = {
+    # A run's row is created by its first entry: a later pending entry changes why it
+    # waits, not when it was admitted; a repeated start changes nothing.
+    "run_pending": lambda earlier, later: (*later[:7], earlier[7], *later[8:]),
+    "run_started": lambda earlier, later: earlier,
+}
+_ORDER = (
+    "run_pending",
+    "run_started",
+    "run_status",
+    "step_started",
+    "step_retrying",
+    "step_settled",
+    "run_settled",
+    "final",
+    "dead",
+)
 _STATEMENTS = {
+    "run_pending": _RUN_PENDING,
     "run_started": _RUN_STARTED,
+    "run_status": _RUN_STATUS,
+    "final": _FINAL,
     "step_started": _STEP_STARTED,
     "step_retrying": _STEP_RETRYING,
     "step_settled": _STEP_SETTLED,
     "run_settled": _RUN_SETTLED,
     "dead": _DEAD,
 }
+
+
+_BACKLOG = """
+SELECT workflow, status, COALESCE(pending_reason, ''), count(*) FROM runs
+WHERE status IN ('pending', 'waiting') GROUP BY 1, 2, 3
+"""
+
+
+async def backlog(conn: psycopg.AsyncConnection) -> list[tuple[str, str, str, int]]:
+    """(workflow, status, pending reason or '', count) of the runs not started yet
+    (pending) or parked (waiting)."""
+    with translated():
+        cur = await conn.execute(_BACKLOG)
+        return list(await cur.fetchall())
 
 
 async def list_runs(
@@ -238,9 +335,18 @@ async def get_run(conn: psycopg.AsyncConnection, run_id: str) -> dict[str, Any] 
 
 
 async def mark_retried(conn: psycopg.AsyncConnection, run_id: str, new_run_id: str) -> str | None:
-    """Link dead-lettered ``run_id`` to the run retrying it; the first link stays."""
+    """Link failed ``run_id`` (and its dead letter) to the run retrying it; the first link
+    stays, and is returned."""
     with translated():
-        cur = await conn.execute(_MARK_RETRIED, (new_run_id, run_id))
+        cur = await conn.execute(_MARK_RETRIED, {"new": new_run_id, "run": run_id})
+        row = await cur.fetchone()
+        return row[0] if row else None
+
+
+async def final_state(conn: psycopg.AsyncConnection, run_id: str) -> dict[str, Any] | None:
+    """The final state of failed run ``run_id`` (from its dead letter, else its row)."""
+    with translated():
+        cur = await conn.execute(_FINAL_STATE, (run_id,))
         row = await cur.fetchone()
         return row[0] if row else None
 

@@ -40,9 +40,11 @@ PRINCIPAL = "rflow.principal"
 """Where the authenticator leaves the request's principal."""
 
 
-def error(status: int, message: str, **headers: str) -> web.Response:
+def error(
+    status: int, message: str, headers: dict[str, str] | None = None, **details: Any
+) -> web.Response:
     return web.Response(
-        body=json.dumps({"error": message}),
+        body=json.dumps({"error": message, **details}),
         status=status,
         content_type="application/json",
         headers=headers or None,
@@ -59,7 +61,7 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         if exc.status < 400:
             raise
         headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
-        return error(exc.status, f"{exc.reason}: {request.method} {request.path}", **headers)
+        return error(exc.status, f"{exc.reason}: {request.method} {request.path}", headers)
 
 
 def authenticator(principals: Principals, public: Callable[[str], bool]) -> Any:
@@ -76,14 +78,14 @@ def authenticator(principals: Principals, public: Callable[[str], bool]) -> Any:
                 401,
                 "this worker has no API token: set RFLOW_API_TOKEN, or the token of a "
                 "principal the project declares",
-                **challenge,
+                challenge,
             )
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given:
-            return error(401, "missing bearer token (Authorization: Bearer ...)", **challenge)
+            return error(401, "missing bearer token (Authorization: Bearer ...)", challenge)
         principal = principals.resolve(given.strip())
         if principal is None:
-            return error(401, "wrong bearer token", **challenge)
+            return error(401, "wrong bearer token", challenge)
         request[PRINCIPAL] = principal
         return await handler(request)
 
@@ -104,7 +106,7 @@ def attach(app: RflowApp, control: Control) -> None:
         try:
             return body(await work())
         except ControlError as exc:
-            return error(exc.status, str(exc))
+            return error(exc.status, str(exc), **exc.details)
         except ProduceError as exc:
             return error(503, str(exc))
         except InvalidValue as exc:
@@ -222,8 +224,12 @@ def attach(app: RflowApp, control: Control) -> None:
         return await control.cancel(run_id, text(fields, "reason", "cancelled by an operator"))
 
     async def retry(run_id: str, fields: dict[str, Any], principal: str) -> Any:
-        """Fire a dead-lettered run's trigger again, as a new run linked to the old one."""
-        return await control.retry(run_id)
+        """Continue a failed run as a new run linked to it; body ``{"from": STEP, "yes":
+        true}`` (both optional) restarts from an earlier step, confirming its resends."""
+        confirm = fields.get("yes", False)
+        if not isinstance(confirm, bool):
+            raise ControlError("'yes' must be true or false", 400)
+        return await control.retry(run_id, text(fields, "from"), confirm=confirm)
 
     def decide(decision: approvals.Decision) -> Callable[..., Awaitable[Any]]:
         async def act(run_id: str, fields: dict[str, Any], principal: str) -> Any:
@@ -325,8 +331,9 @@ def attach(app: RflowApp, control: Control) -> None:
         await controls.pause(conn, workflow, by="operator", reason=reason)
 
     async def resume(conn: Any, workflow: str, fields: dict[str, Any]) -> None:
-        """Resume the workflow after a pause."""
-        await controls.resume(conn, workflow)
+        """Resume the workflow after a pause: the firings held meanwhile start in order."""
+        if not await controls.resume(conn, workflow):
+            raise ControlError(f"workflow {workflow} was not paused: nothing to resume", 409)
 
     workflow_action("pause", pause)
     workflow_action("resume", resume)

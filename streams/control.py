@@ -17,14 +17,14 @@ import psycopg
 
 from rflow import approvals, storage
 from rflow.approvals import Decision
-from rflow.codecs import Record, RunEvent, TriggerRecord
-from rflow.engine import CancelRequested, WaitResolved
-from rflow.engine.keys import run_id as run_id_of
+from rflow.codecs import MAX_RECORD_BYTES, Record, RetryRecord, RunEvent, TriggerRecord, encode
+from rflow.engine import CancelRequested, RunState, StepRecord, WaitResolved, rerun
+from rflow.engine.keys import retry_run_id
 from rflow.lang import Project
+from rflow.lang.model import Workflow
 from rflow.settings import Settings
-from rflow.storage import runs, waits
+from rflow.storage import runs, versions, waits, workflow_state
 from rflow.streams.producer import Producer
-from rflow.triggering import trigger_record
 
 T = TypeVar("T")
 Work = Callable[[psycopg.AsyncConnection], Awaitable[T]]
@@ -33,12 +33,13 @@ Work = Callable[[psycopg.AsyncConnection], Awaitable[T]]
 class ControlError(Exception):
     """The action does not apply (no such run, no open wait, already answered...).
 
-    ``status`` is the HTTP status the API answers with.
+    ``status`` is the HTTP status the API answers with; ``details`` go into its answer.
     """
 
-    def __init__(self, message: str, status: int = 409) -> None:
+    def __init__(self, message: str, status: int = 409, **details: Any) -> None:
         super().__init__(message)
         self.status = status
+        self.details = details
 
 
 class Sender(Protocol):
@@ -118,47 +119,103 @@ class Control:
         await self.producer.send("rflow.runs", key, RunEvent(event=event))
         return {"run_id": run_id, "cancel_requested": reason}
 
-    async def retry(self, run_id: str) -> dict[str, Any]:
-        """Fire a dead-lettered run's trigger again, as a new run linked to the old one.
+    async def retry(
+        self, run_id: str, from_step: str | None = None, confirm: bool = False
+    ) -> dict[str, Any]:
+        """Continue failed run ``run_id`` as a new run linked to it (:mod:`rflow.engine.rerun`):
+        the steps that settled keep their results and keys, the failed step and those after
+        it run again. ``from_step`` restarts from an earlier step; when that sends
+        transactions again, ``confirm`` must say so.
 
-        The new firing's key is derived from the old run, so retrying twice (or from two
-        places at once) starts one run; the dead-letter entry records its id.
+        The new run's id derives from the failed run's, so retrying twice (or from two
+        places at once) starts one run; the failed run records its id.
         """
         run = await self._run(run_id)
-        dead = run.get("dead")
-        if dead is None:
+        if run["retried_as"]:
+            retried = await self.database(lambda conn: runs.get_run(conn, run["retried_as"]))
+            return {
+                "run_id": run_id,
+                "retried_as": run["retried_as"],
+                "status": retried["status"] if retried else "pending",
+                "already": True,
+            }
+        if run["status"] != "failed":
+            raise ControlError(f"run {run_id} is {run['status']}: only a failed run can be retried")
+
+        async def load(conn: psycopg.AsyncConnection) -> tuple[Any, Any, dict[str, Any]]:
+            final = await runs.final_state(conn, run_id)
+            stored = await versions.definition(conn, run["version"])
+            state = await workflow_state.load(conn, run["workflow"])
+            return final, stored, state
+
+        final, stored, state = await self.database(load)
+        if final is None:
+            raise ControlError(f"run {run_id} kept no final state to continue from", 409)
+        if stored is None:
+            raise ControlError(f"version {run['version']} of {run['workflow']} is unknown", 409)
+        previous = RunState.model_validate(final)
+        workflow = Workflow.model_validate(stored[1])
+        try:
+            plan = rerun.plan(workflow, previous, from_step)
+        except rerun.RerunError as exc:
+            raise ControlError(str(exc), 400) from None
+        resends = [resend(record) for record in plan.resent]
+        if resends and not confirm:
+            listed = "; ".join(f"{r['path']} ({r['tx_hash'] or 'no hash'})" for r in resends)
             raise ControlError(
-                f"run {run_id} is {run['status']}, not dead-lettered: only runs in the "
-                "dead-letter queue can be retried"
+                f"retrying run {run_id} from step {from_step!r} sends {len(resends)} "
+                f"transaction(s) again: {listed}; confirm to send them again (--yes, or "
+                '"yes": true in the API)',
+                409,
+                resends=resends,
             )
-        if dead["retried_as"]:
-            return {"run_id": run_id, "retried_as": dead["retried_as"]}
-        if run["matrix"]:
-            raise ControlError(
-                f"run {run_id} is one combination of a matrix: fire its workflow again instead"
-            )
-        workflow = self.project.workflows.get(run["workflow"]) if self.project else None
-        if workflow is None:
-            raise ControlError(f"workflow {run['workflow']!r} is not in this project", 404)
-        key = f"{run['trigger_key']}:retry-of:{run_id}"
-        record = trigger_record(
-            run["workflow"],
-            workflow,
-            source="manual",
-            trigger_key=key,
-            payload=run["trigger"] or {},
-            received_at=datetime.now(UTC),
+        record = RetryRecord(
+            workflow=previous.workflow,
+            run_id=retry_run_id(run_id),
+            retry_of=run_id,
+            trigger_key=previous.trigger_key,
+            group=previous.group,
+            from_step=from_step,
+            previous=final,
+            state=state,
+            requested_at=datetime.now(UTC),
         )
-        await self.producer.trigger(record)
-        new = run_id_of(run["workflow"], key)
-        await self.database(lambda conn: runs.mark_retried(conn, run_id, new))
-        return {"run_id": run_id, "retried_as": new}
+        size = len(encode(record))
+        if size > MAX_RECORD_BYTES:
+            raise ControlError(
+                f"run {run_id}'s state is {size} bytes, over the {MAX_RECORD_BYTES}-byte "
+                "record limit: it cannot be retried",
+                413,
+            )
+        await self.producer.send("rflow.triggers", record.partition_key, record)
+        linked = await self.database(lambda conn: runs.mark_retried(conn, run_id, record.run_id))
+        return {
+            "run_id": run_id,
+            "retried_as": linked or record.run_id,
+            "from_step": from_step or workflow.steps[plan.restart].id,
+            "kept": sorted(plan.kept),
+            "resends": resends,
+            "already": False,
+        }
 
     async def _run(self, run_id: str) -> dict[str, Any]:
         run = await self.database(lambda conn: runs.get_run(conn, run_id))
         if run is None:
             raise ControlError(f"no run {run_id}", 404)
         return run
+
+
+def resend(record: StepRecord) -> dict[str, Any]:
+    """What a retry's ``from_step`` would send again: the step, and the transaction it
+    sent before."""
+    tx = (record.output or {}).get("tx") or {} if isinstance(record.output, dict) else {}
+    return {
+        "path": record.path,
+        "tx_hash": tx.get("hash"),
+        "to": tx.get("to"),
+        "value": tx.get("value"),
+        "input": record.input,
+    }
 
 
 @asynccontextmanager

@@ -181,7 +181,17 @@ def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> In
         _now,
         max_body_bytes=max_body_bytes,
     )
-    runs = ManualIngress(runtime.project, producer, _now, max_body_bytes=max_body_bytes)
+
+    def paused(name: str) -> str | None:
+        runner = runtime.runner
+        workflow = runtime.project.workflows.get(name) if runtime.project else None
+        if workflow is not None and workflow.paused:
+            return "in its definition"
+        return runner.paused.get(name) if runner is not None else None
+
+    runs = ManualIngress(
+        runtime.project, producer, _now, max_body_bytes=max_body_bytes, paused=paused
+    )
     wait_hooks = WaitHooks(
         PostgresWaits(runtime.database), producer, runtime.env, _now, max_body_bytes=max_body_bytes
     )

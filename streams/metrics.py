@@ -107,6 +107,14 @@ class Metrics:
             ["topic", "partition"],
             registry=registry,
         )
+        self.backlog = Gauge(
+            "rflow_runs_backlog",
+            "Runs admitted but not started (pending, by reason: lane, rate_limit, paused, "
+            "probe, matrix) and runs parked in an approval, a wait or a delay (waiting)",
+            ["workflow", "status", "reason"],
+            registry=registry,
+        )
+        self.backlog_seen: set[tuple[str, str, str]] = set()
         self.dead_letters = Gauge(
             "rflow_dead_letters", "Dead-lettered records and runs", ["kind"], registry=registry
         )
@@ -143,7 +151,7 @@ class Metrics:
 async def refresh(app: RflowApp, metrics: Metrics) -> None:
     """Read the gauges: shared state from Postgres, lanes and lag from this worker."""
     from rflow.approvals import PRIORITIES
-    from rflow.storage import budgets, circuits, dead_letters, sends, waits
+    from rflow.storage import budgets, circuits, dead_letters, runs, sends, waits
 
     runtime = app.rflow
     project = runtime.project
@@ -158,9 +166,10 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
             await budgets.spend(conn, window=None),
             await dead_letters.counts(conn),
             await waits.pending_approval_counts(conn),
+            await runs.backlog(conn),
         )
 
-    usage, found, by_status, spent, dead, pending = await runtime.database.run(
+    usage, found, by_status, spent, dead, pending, backlog = await runtime.database.run(
         shared, what="metrics"
     )
     for row in usage:
@@ -186,9 +195,17 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
     for name in with_approvals | {name for name, _ in pending}:
         for priority in PRIORITIES:
             metrics.approvals_pending.labels(name, priority).set(pending.get((name, priority), 0))
+    counts = {(workflow, status, reason): count for workflow, status, reason, count in backlog}
+    for labels in metrics.backlog_seen - counts.keys():
+        metrics.backlog.labels(*labels).set(0)  # emptied: it reads 0, not its last count
+    for labels, count in counts.items():
+        metrics.backlog.labels(*labels).set(count)
+    metrics.backlog_seen |= counts.keys()
 
     waiting: dict[str, int] = {name: 0 for name in (project.workflows if project else {})}
     for key, lane in list(runtime.tables.lanes.items()):
+        if key.startswith("~"):
+            continue  # firings held while a workflow is paused: counted from the read model
         workflow = key.split(":", 1)[0]
         waiting[workflow] = waiting.get(workflow, 0) + len(lane.get("queue", ()))
     for workflow, count in waiting.items():

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, project_or_warn
+from rflow.cli.common import fail, project_or_warn, with_database
 from rflow.engine.keys import firing_runs
 from rflow.settings import Settings
 
@@ -109,6 +109,7 @@ def run_workflow(
         )
     except ManualRunError as exc:
         _fail(exc.reason)
+    held = asyncio.run(with_database(lambda conn: _held(conn, workflow, definition), settings))
     try:
         partition, offset = asyncio.run(produce_trigger(settings, record))
     except ProduceError as exc:
@@ -122,14 +123,16 @@ def run_workflow(
         "group": record.group,
         "partition": partition,
         "offset": offset,
+        "status": "held" if held else "accepted",
     }
+    line = f"{record.trigger_key} -> run {', '.join(result['run_ids'])}"
+    if held:
+        result["held"] = held
+        line += f" held: {held}; it starts when the workflow is resumed"
     if not wait:
-        if as_json:
-            click.echo(json.dumps(result))
-        else:
-            click.echo(f"{record.trigger_key} -> run {', '.join(result['run_ids'])}")
+        click.echo(json.dumps(result) if as_json else line)
         return
-    click.echo(f"{record.trigger_key} -> run {', '.join(result['run_ids'])}", err=True)
+    click.echo(line, err=True)
     settled = asyncio.run(follow(settings, result["run_ids"], timeout))
     if settled is None:
         _fail(f"not settled within {timeout:g}s; follow it with rflow runs show", code=1)
@@ -140,6 +143,23 @@ def run_workflow(
         for run in settled:
             click.echo(f"run {run['run_id']} {run['status']}")
     raise SystemExit(0 if all(run["status"] == "succeeded" for run in settled) else 1)
+
+
+async def _held(conn: Any, name: str, definition: Any) -> str | None:
+    """Why a firing of ``name`` would be held now (it is paused), or ``None``. Without a
+    project to check it against, the workflow must have been deployed: else this exits
+    with the reason."""
+    from rflow.storage import controls, versions
+
+    if definition is None and name not in await versions.current(conn):
+        fail(f"no workflow {name!r} is deployed (rflow deploy, or start a worker with it)")
+    if definition is not None and definition.paused:
+        return f"workflow {name} is paused in its definition"
+    paused = await controls.paused(conn)
+    if name in paused:
+        by, reason = paused[name]
+        return f"workflow {name} is paused by {by}" + (f": {reason}" if reason else "")
+    return None
 
 
 async def follow(settings: Settings, run_ids: list[str], timeout: float) -> list | None:

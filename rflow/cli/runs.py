@@ -40,33 +40,66 @@ def runs() -> None:
     "--status",
     "-s",
     default=None,
-    type=click.Choice([status.value for status in RunStatus]),
-    help="Only runs with this status.",
+    help="pending (admitted, not started), running, waiting (parked in an approval, a wait "
+    "or a delay), succeeded, failed, cancelled, skipped, rejected.",
 )
 @click.option("--failed", is_flag=True, help="Only failed runs (the dead-letter queue).")
-@click.option("--limit", default=50, show_default=True)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--json", "as_json", is_flag=True)
 def list_runs(
     workflow: str | None, status: str | None, failed: bool, limit: int, as_json: bool
 ) -> None:
-    """The newest runs."""
+    """The newest runs; a pending or waiting run says what it waits for."""
     from rflow.storage import runs as store
 
-    rows = asyncio.run(
-        with_database(
-            lambda conn: store.list_runs(
-                conn, workflow=workflow, status="failed" if failed else status, limit=limit
-            )
+    known = [str(s) for s in RunStatus]
+    if status is not None and status not in known:
+        fail(f"unknown status {status!r}: one of {', '.join(known)}")
+    if failed and status not in (None, "failed"):
+        fail(f"--failed lists failed runs; it cannot go with --status {status}")
+
+    async def work(conn: Any) -> list[dict[str, Any]]:
+        if workflow is not None:
+            await _known_workflow(conn, workflow)
+        return await store.list_runs(
+            conn, workflow=workflow, status="failed" if failed else status, limit=limit
         )
-    )
+
+    rows = asyncio.run(with_database(work))
     if as_json:
         click.echo(_json(rows))
         return
     lines = [
-        [r["run_id"], r["workflow"], r["status"], _when(r["created_at"]), r["error_kind"] or ""]
+        [
+            r["run_id"],
+            r["workflow"],
+            r["status"],
+            _when(r["created_at"]),
+            r["error_kind"] or _pending_note(r),
+        ]
         for r in rows
     ]
-    click.echo(table(lines, ["RUN", "WORKFLOW", "STATUS", "STARTED", "ERROR"]))
+    click.echo(table(lines, ["RUN", "WORKFLOW", "STATUS", "STARTED", "ERROR / WAITING FOR"]))
+
+
+def _pending_note(run: dict[str, Any]) -> str:
+    """What a pending or waiting run waits for, in a few words."""
+    if run["status"] == "pending":
+        return f"{run['pending_reason']}: {run['waiting_for']}"
+    if run["status"] == "waiting" and run["waiting_for"]:
+        return run["waiting_for"]
+    return ""
+
+
+async def _known_workflow(conn: Any, name: str) -> None:
+    """Exit with the reason unless ``name`` is a deployed workflow or has runs."""
+    from rflow.storage import runs as store
+    from rflow.storage import versions
+
+    if name not in await versions.current(conn) and not await store.list_runs(
+        conn, workflow=name, limit=1
+    ):
+        fail(f"no workflow {name!r}: none is deployed under that name, and none has runs")
 
 
 @runs.command("show")
@@ -105,7 +138,16 @@ def show(run_id: str, live: bool, as_json: bool) -> None:
         f"status    {run['status']}"
         + (f" ({run['error_kind']}: {run['error_message']})" if run["error_kind"] else "")
     )
-    click.echo(f"started   {_when(run['created_at'])}   settled {_when(run['settled_at'])}")
+    if run["status"] in ("pending", "waiting"):
+        click.echo(f"waiting   {_pending_note(run)}")
+    if run["retry_of"]:
+        click.echo(f"retry of  {run['retry_of']}")
+    if run["retried_as"]:
+        click.echo(f"retried   as {run['retried_as']}")
+    click.echo(
+        f"admitted  {_when(run['created_at'])}   started {_when(run['started_at'])}   "
+        f"settled {_when(run['settled_at'])}"
+    )
     click.echo("")
     rows = []
     for step in run["steps"]:
@@ -190,19 +232,38 @@ def cancel(run_id: str, reason: str, as_json: bool) -> None:
 
 @runs.command()
 @click.argument("run_id")
+@click.option(
+    "--from",
+    "from_step",
+    default=None,
+    help="Run this step and every one after it again (an earlier step than the one that "
+    "failed); its sends go out again, so it needs --yes.",
+)
+@click.option("--yes", is_flag=True, help="Confirm sending again what --from sends again.")
 @project_option
 @click.option("--json", "as_json", is_flag=True)
-def retry(run_id: str, project: Path | None, as_json: bool) -> None:
-    """Fire a dead-lettered run's trigger again, as a new run linked to the old one."""
-    from rflow.lang import ConfigError, load_project
-    from rflow.settings import environ
+def retry(
+    run_id: str, from_step: str | None, yes: bool, project: Path | None, as_json: bool
+) -> None:
+    """Continue a failed run as a new run linked to it: every step that settled keeps its
+    result (a send that went out is never sent again), and the failed step and those after
+    it run again. A matrix combination is retried on its own.
 
-    path = project or Settings.from_env().project_path
-    if path is None:
-        fail("no project: give --project or set RFLOW_PROJECT (the workflow's definition)")
-    try:
-        loaded = load_project(path, environ())
-    except ConfigError as exc:
-        fail(f"{path} has {len(exc.diagnostics)} problems; run rflow validate {path}")
-    result = _control(lambda control: control.retry(run_id), loaded)
-    click.echo(_json(result) if as_json else f"retried {run_id} as {result['retried_as']}")
+    (--project is not needed: the run's own pinned version is read from the database.)
+    """
+    result = _control(lambda control: control.retry(run_id, from_step, confirm=yes))
+    if as_json:
+        click.echo(_json(result))
+        return
+    if result["already"]:
+        click.echo(
+            f"run {run_id} was already retried as {result['retried_as']} "
+            f"({result['status']}); nothing new was started"
+        )
+        return
+    for item in result["resends"]:
+        click.echo(f"sending again: {item['path']} (was {item['tx_hash']})")
+    click.echo(
+        f"retried {run_id} as {result['retried_as']} from step {result['from_step']} "
+        f"(keeping {len(result['kept'])} settled step(s))"
+    )

@@ -50,30 +50,58 @@ def list_workflows(project: Path | None, as_json: bool) -> None:
     click.echo(table(lines, ["WORKFLOW", "TRIGGER", "STATE"]))
 
 
+async def _known(conn, name: str) -> None:
+    """Exit with the reason unless ``name`` is a deployed workflow."""
+    from rflow.storage import versions
+
+    deployed = await versions.current(conn)
+    if name not in deployed:
+        known = ", ".join(sorted(deployed)) or "none"
+        fail(f"no workflow {name!r} is deployed (deployed: {known})")
+
+
 @workflow.command()
 @click.argument("name")
 @click.option("--reason", default="paused by an operator", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def pause(name: str, reason: str, as_json: bool) -> None:
-    """Pause NAME: its triggers start no runs until it is resumed (runs in flight go on)."""
+    """Pause NAME: its firings are held (or skipped, with paused_firings: skip) until it is
+    resumed; runs in flight go on."""
     from rflow.storage import controls
 
-    asyncio.run(
-        with_database(lambda conn: controls.pause(conn, name, by="operator", reason=reason))
-    )
-    click.echo(
-        json.dumps({"workflow": name, "paused": True, "reason": reason})
-        if as_json
-        else f"paused {name}"
-    )
+    async def work(conn):
+        await _known(conn, name)
+        before = (await controls.paused(conn)).get(name)
+        await controls.pause(conn, name, by="operator", reason=reason)
+        return before
+
+    before = asyncio.run(with_database(work))
+    if as_json:
+        document = {"workflow": name, "paused": True, "reason": reason}
+        click.echo(json.dumps({**document, "was_paused_by": before[0] if before else None}))
+    elif before:
+        click.echo(f"paused {name} (it was paused already, by {before[0]})")
+    else:
+        click.echo(f"paused {name}: its firings are held until it is resumed")
 
 
 @workflow.command()
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
 def resume(name: str, as_json: bool) -> None:
-    """Resume NAME after a pause (an operator's, or on_failure: halt)."""
+    """Resume NAME after a pause (an operator's, on_failure: halt, or a breaker's): the
+    firings held meanwhile start, in the order they arrived."""
     from rflow.storage import controls
 
-    asyncio.run(with_database(lambda conn: controls.resume(conn, name)))
-    click.echo(json.dumps({"workflow": name, "paused": False}) if as_json else f"resumed {name}")
+    async def work(conn):
+        await _known(conn, name)
+        return await controls.resume(conn, name)
+
+    if not asyncio.run(with_database(work)):
+        fail(
+            f"workflow {name} was not paused (by an operator, a halt or a breaker): nothing to resume"
+        )
+    if as_json:
+        click.echo(json.dumps({"workflow": name, "paused": False}))
+    else:
+        click.echo(f"resumed {name}: its held firings start in the order they arrived")

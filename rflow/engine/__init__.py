@@ -7,7 +7,15 @@ recorded events and expect the same decisions.
 
 from rflow.engine.advance import MAX_EXECUTIONS, advance, resume
 from rflow.engine.effects import Effect, Execute, Journal, Park, ScheduleTimer, Settle, Unpark
-from rflow.engine.events import CancelRequested, Event, Start, StepResult, TimerFired, WaitResolved
+from rflow.engine.events import (
+    CancelRequested,
+    Event,
+    Retry,
+    Start,
+    StepResult,
+    TimerFired,
+    WaitResolved,
+)
 from rflow.engine.keys import idempotency_key, matrix_combinations, matrix_suffix, run_id, run_key
 from rflow.engine.state import Escalated, Fanout, RunState, RunStatus, StepRecord, StepStatus
 
@@ -21,6 +29,7 @@ __all__ = [
     "Fanout",
     "Journal",
     "Park",
+    "Retry",
     "RunState",
     "RunStatus",
     "ScheduleTimer",

@@ -16,7 +16,17 @@ from zoneinfo import ZoneInfo
 from rflow.engine import keys
 from rflow.engine.context import compare, holds, render, render_input, run_context
 from rflow.engine.effects import Effect, Execute, Journal, Park, ScheduleTimer, Settle, Unpark
-from rflow.engine.events import CancelRequested, Event, Start, StepResult, TimerFired, WaitResolved
+from rflow.engine.events import (
+    CancelRequested,
+    Event,
+    Retry,
+    Start,
+    StepResult,
+    TimerFired,
+    WaitResolved,
+)
+from rflow.engine.rerun import RerunError
+from rflow.engine.rerun import plan as rerun_plan
 from rflow.engine.retry import decide
 from rflow.engine.state import Escalated, Fanout, RunState, RunStatus, StepRecord, StepStatus
 from rflow.failures import FailureKind, RflowError, StepError
@@ -63,10 +73,16 @@ def advance(
     ``config`` is the project's engine-wide configuration (the default approval timeout).
     """
     config = config or Config()
-    if isinstance(event, Start):
+    if isinstance(event, Start | Retry):
         if state is not None:
             return state, []  # a redelivered start
-        run = _Run.start(workflow, event, now, config)
+        if isinstance(event, Start):
+            run = _Run.start(workflow, event, now, config)
+        else:
+            try:
+                run = _Run.retry(workflow, event, now, config)
+            except RerunError:
+                return None, []  # checked before it was asked for; a stale request
     else:
         if state is None or state.settled:
             return state, []  # a late or duplicate event for a run that is over
@@ -118,6 +134,81 @@ class _Run:
         )
         return run
 
+    @classmethod
+    def retry(cls, workflow: Workflow, event: Retry, now: datetime, config: Config) -> _Run:
+        """The new run continuing failed run ``event.previous`` (:mod:`rflow.engine.rerun`)."""
+        previous = event.previous
+        plan = rerun_plan(workflow, previous, event.from_step)
+        visits = dict(previous.visits)
+        rerun = set(plan.rerun) | {step.id for step in workflow.finally_}
+        for path, record in previous.steps.items():
+            if record.step in rerun and path == record.step:
+                # A new visit: new idempotency keys for everything that runs again.
+                visits[record.step] = max(visits.get(record.step, 1), record.visit) + 1
+        kept = dict(plan.kept)
+        if plan.resumed_foreach is not None:
+            parent = previous.steps[plan.resumed_foreach]
+            kept[parent.path] = parent.model_copy(
+                update={
+                    "status": StepStatus.RUNNING,
+                    "visit": visits[parent.step],
+                    "output": None,
+                    "error": None,
+                    "settled_at": None,
+                    "started_at": now,
+                    "fanout": Fanout(items=parent.fanout.items),
+                }
+            )
+        state = RunState(
+            run_id=event.run_id,
+            workflow=previous.workflow,
+            version=previous.version,
+            trigger_key=previous.trigger_key,
+            matrix=previous.matrix,
+            group=previous.group,
+            trigger=previous.trigger,
+            state=event.state,
+            cursor=plan.restart,
+            steps=kept,
+            history=previous.history,
+            visits=visits,
+            executions=previous.executions,
+            retry_of=previous.run_id,
+            created_at=now,
+            updated_at=now,
+        )
+        run = cls(workflow, state, now, config)
+        run.journal(
+            "run_started",
+            None,
+            "running",
+            trigger=previous.trigger,
+            matrix=previous.matrix,
+            version=previous.version,
+            trigger_key=previous.trigger_key,
+            group=previous.group,
+            retry_of=previous.run_id,
+            from_step=event.from_step,
+        )
+        for path, record in plan.kept.items():
+            data: dict[str, Any] = {
+                "attempt": record.attempt,
+                "visit": record.visit,
+                "input": record.input,
+                "output": record.output,
+                "kept_from": previous.run_id,
+                "started_at": record.started_at.isoformat(),
+            }
+            if record.error is not None:
+                data["error"] = record.error.model_dump(mode="json")
+            run.journal("step_settled", path, str(record.status), **data)
+        if plan.resumed_foreach is not None:
+            step = run.step_named(plan.resumed_foreach)
+            run.journal("step_started", step.id, "running", kind=step.kind, foreach=True)
+            run.launch(step)
+            run.after_settle(run.steps[step.id])
+        return run
+
     # --- the snapshot the rest of the engine reads -------------------------------
 
     def snapshot(self) -> RunState:
@@ -131,10 +222,30 @@ class _Run:
 
     def freeze(self) -> RunState:
         if self.fields["phase"] == "main" and not RunStatus(self.fields["status"]).terminal:
-            parked = any(r.status == StepStatus.WAITING for r in self.steps.values())
-            self.fields["status"] = RunStatus.WAITING if parked else RunStatus.RUNNING
+            parked = [r for r in self.steps.values() if r.status == StepStatus.WAITING]
+            status = RunStatus.WAITING if parked else RunStatus.RUNNING
+            if status != self.fields["status"]:
+                self.fields["status"] = status
+                self.journal("run_status", None, str(status), waiting_for=self.waiting_for(parked))
         self.fields["updated_at"] = self.now
         return self.snapshot()
+
+    def waiting_for(self, parked: list[StepRecord]) -> str | None:
+        """What a parked run waits for, in words: the read model shows it."""
+        found = []
+        for record in sorted(parked, key=lambda r: r.path):
+            step = self.step_named(record.step)
+            if step.kind == "delay":
+                what = "a delay"
+            elif step.wait_for.approval is not None:
+                what = "an approval"
+            elif step.wait_for.webhook is not None:
+                what = "a webhook request"
+            else:
+                what = "a chain event"
+            due = f" until {record.due_at.isoformat()}" if record.due_at is not None else ""
+            found.append(f"{what} at step {record.path}{due}")
+        return "; ".join(found) or None
 
     def context(self, **extra: Any) -> dict[str, Any]:
         return run_context(_View(self), env=self.workflow.env, **extra)
@@ -315,7 +426,8 @@ class _Run:
         self.journal(
             "run_settled", None, str(status), error=error.model_dump(mode="json") if error else None
         )
-        journal = self.freeze().model_dump(mode="json") if on_failure == "dead_letter" else {}
+        # A failed run's final state: the DLQ keeps it, and a retry continues from it.
+        journal = self.freeze().model_dump(mode="json") if status == RunStatus.FAILED else {}
         self.effects.append(
             Settle(
                 run_id=self.run_id,
@@ -730,6 +842,9 @@ class _Run:
             index = fan.launched
             path = keys.step_path(step.id, index)
             self.set_fanout(step, launched=index + 1)
+            kept = self.steps.get(path)
+            if kept is not None and kept.status.settled:
+                continue  # settled in the run this one retries: it stays settled
             context = self.context(
                 item=fan.items[index], item_index=index, run_status=self.status_for_finally()
             )

@@ -72,7 +72,17 @@ class Journal(Frozen):
     type: Literal["journal"] = "journal"
     run_id: str
     workflow: str
-    event: Literal["run_started", "step_started", "step_retrying", "step_settled", "run_settled"]
+    event: Literal[
+        "run_pending",
+        "run_started",
+        "run_status",
+        "step_started",
+        "step_retrying",
+        "step_settled",
+        "run_settled",
+    ]
+    """``run_pending``: admitted, not started (with why: ``reason`` and ``waiting_for``);
+    ``run_status``: a started run parked (``waiting``) or moving again (``running``)."""
     path: str | None = None
     status: str
     at: datetime
@@ -80,7 +90,8 @@ class Journal(Frozen):
 
 
 class Settle(Frozen):
-    """The run is over: what ``on_failure`` decided, with the full journal for the DLQ."""
+    """The run is over: what ``on_failure`` decided; a failed run carries its final state
+    (``journal``), kept for the DLQ and for ``rflow runs retry``."""
 
     type: Literal["settle"] = "settle"
     run_id: str

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from rflow.engine.state import Frozen, dropped
+from rflow.engine.state import Frozen, RunState, dropped
 from rflow.failures import StepError
 
 
@@ -63,6 +63,22 @@ class WaitResolved(Frozen):
     payload: Any = None
 
 
+class Retry(Frozen):
+    """Continue a failed run as a new run: every step that settled keeps its record and
+    its idempotency key; the step that failed (or ``from_step`` on, when given) runs again
+    under new keys."""
+
+    type: Literal["retry"] = "retry"
+    run_id: str
+    """The new run."""
+    previous: RunState
+    """The failed run's final state."""
+    from_step: str | None = None
+    """Run this step and every one after it again (it must come before the failure)."""
+    state: dict[str, Any] = Field(default_factory=dict)
+    """The workflow's durable state when the retry starts."""
+
+
 class CancelRequested(Frozen):
     """Stop the run at its next step boundary; a send in flight is never cut off."""
 
@@ -72,5 +88,6 @@ class CancelRequested(Frozen):
 
 
 Event = Annotated[
-    Start | StepResult | TimerFired | WaitResolved | CancelRequested, Field(discriminator="type")
+    Start | Retry | StepResult | TimerFired | WaitResolved | CancelRequested,
+    Field(discriminator="type"),
 ]

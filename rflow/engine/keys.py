@@ -41,6 +41,12 @@ def run_id(workflow: str, trigger_key: str, combination: Mapping[str, Any] | Non
     return "r" + digest[:24]
 
 
+def retry_run_id(run_id: str) -> str:
+    """The id of the run retrying ``run_id``: one per failed run, so asking twice (or from
+    two places at once) starts one run."""
+    return "r" + hashlib.sha256(f"retry-of:{run_id}".encode()).hexdigest()[:24]
+
+
 def firing_runs(
     workflow: str, trigger_key: str, matrix: Mapping[str, Sequence[Any]] | None
 ) -> list[tuple[dict[str, Any], str]]:

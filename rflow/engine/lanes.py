@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from rflow.engine.effects import Journal
-from rflow.engine.events import Start
+from rflow.engine.events import Retry, Start
 from rflow.engine.state import Frozen, RunStatus
 from rflow.failures import FailureKind, StepError
 
@@ -92,27 +92,61 @@ def leave(lane: Lane | None, run_id: str) -> tuple[Lane | None, Waiting | None]:
     return Lane(active=following.run_id, queue=tuple(rest)), following
 
 
-def never_started(start: Start, status: RunStatus, reason: str, now: datetime) -> list[Journal]:
-    """The journal of a run its lane never started: skipped, or superseded while waiting.
+def identity(start: Start | Retry) -> dict[str, Any]:
+    """What the read model records of a run before it starts: its firing and version."""
+    if isinstance(start, Retry):
+        previous = start.previous
+        return {
+            "trigger": previous.trigger,
+            "matrix": previous.matrix,
+            "version": previous.version,
+            "trigger_key": previous.trigger_key,
+            "group": previous.group,
+            "retry_of": previous.run_id,
+        }
+    return {
+        "trigger": start.trigger,
+        "matrix": start.matrix,
+        "version": start.version,
+        "trigger_key": start.trigger_key,
+        "group": start.group,
+    }
 
-    It is recorded like any run (started and settled at once) so it can be listed and
-    inspected; it ran no step, ``finally`` included.
+
+def pending(start: Start | Retry, reason: str, waiting_for: str, now: datetime) -> Journal:
+    """The journal entry of a run admitted but not started: why, and what it waits for.
+
+    ``reason`` is one of ``lane``, ``rate_limit``, ``paused``, ``probe`` and ``matrix``.
     """
-    common = {"run_id": start.run_id, "workflow": start.workflow, "at": now}
+    workflow = start.previous.workflow if isinstance(start, Retry) else start.workflow
+    return Journal(
+        run_id=start.run_id,
+        workflow=workflow,
+        at=now,
+        event="run_pending",
+        status=str(RunStatus.PENDING),
+        data={**identity(start), "reason": reason, "waiting_for": waiting_for, "seq": 0},
+    )
+
+
+def never_started(
+    start: Start | Retry, status: RunStatus, reason: str, now: datetime
+) -> list[Journal]:
+    """The journal of a run that never started: skipped (its lane was busy, or its
+    workflow was paused with ``paused_firings: skip``), or superseded while waiting.
+
+    It is recorded like any run (admitted and settled at once, never started) so it can be
+    listed and inspected; it ran no step, ``finally`` included.
+    """
+    workflow = start.previous.workflow if isinstance(start, Retry) else start.workflow
+    common = {"run_id": start.run_id, "workflow": workflow, "at": now}
     error = StepError(kind=FailureKind.CANCELLED, message=reason)
     return [
         Journal(
             **common,
-            event="run_started",
-            status=str(RunStatus.RUNNING),
-            data={
-                "trigger": start.trigger,
-                "matrix": start.matrix,
-                "version": start.version,
-                "trigger_key": start.trigger_key,
-                "group": start.group,
-                "seq": 1,
-            },
+            event="run_pending",  # its row, never started (``started_at`` stays empty)
+            status=str(RunStatus.PENDING),
+            data={**identity(start), "reason": str(status), "waiting_for": None, "seq": 1},
         ),
         Journal(
             **common,

@@ -22,8 +22,11 @@ def dropped() -> Any:
 
 
 class RunStatus(StrEnum):
-    """Where a run is. Every status but ``running`` and ``waiting`` is terminal."""
+    """Where a run is. Every status but ``pending``, ``running`` and ``waiting`` is terminal."""
 
+    PENDING = "pending"
+    """Admitted, not started: behind its concurrency lane, a rate limit, a pause or a
+    half-open circuit's probe (the read model's status; the engine never holds it)."""
     RUNNING = "running"
     WAITING = "waiting"
     SUCCEEDED = "succeeded"
@@ -37,7 +40,7 @@ class RunStatus(StrEnum):
 
     @property
     def terminal(self) -> bool:
-        return self not in (RunStatus.RUNNING, RunStatus.WAITING)
+        return self not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING)
 
 
 class StepStatus(StrEnum):
@@ -123,6 +126,8 @@ class RunState(Frozen):
     """Journal entries emitted so far; each entry carries its number as ``seq``."""
     cancel_requested: str | None = None
     error: StepError | None = None
+    retry_of: str | None = None
+    """The failed run this one continues (``rflow runs retry``)."""
     created_at: datetime
     updated_at: datetime
 

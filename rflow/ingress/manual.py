@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from rflow.codecs import TriggerRecord
+from rflow.engine.keys import firing_runs
 from rflow.failures import RflowError
 from rflow.ingress.request import (
     DEFAULT_MAX_BODY_BYTES,
@@ -131,8 +132,10 @@ class ManualIngress:
         *,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         new_id: Callable[[], uuid.UUID] = uuid.uuid4,
+        paused: Callable[[str], str | None] = lambda name: None,
     ) -> None:
         self.max_body_bytes = max_body_bytes
+        self._paused = paused
         self._project = project
         self._producer = producer
         self._clock = clock
@@ -168,7 +171,20 @@ class ManualIngress:
             return refuse(
                 503, "the firing could not be stored in Kafka; retry later", retry_after=RETRY_AFTER
             )
-        return Reply(202, {"accepted": True, "workflow": name, "trigger_key": record.trigger_key})
+        strategy = workflow.strategy if workflow is not None else None
+        runs = firing_runs(name, record.trigger_key, strategy.matrix if strategy else None)
+        reply = {
+            "accepted": True,
+            "workflow": name,
+            "trigger_key": record.trigger_key,
+            "run_ids": [rid for _, rid in runs],
+            "status": "accepted",
+        }
+        paused = self._paused(name)
+        if paused is not None:
+            # Held, not dropped: the runs start, in arrival order, when it is resumed.
+            reply.update(status="held", held=f"workflow {name} is paused ({paused})")
+        return Reply(202, reply)
 
 
 def _inputs(body: bytes) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from rflow import storage
-from rflow.engine.keys import run_id
+from rflow.engine.keys import retry_run_id
 from rflow.storage import workflow_state
 from tests.integration.harness import wait_until
 from tests.integration.test_operations import parked
@@ -127,13 +127,14 @@ async def test_every_route_but_health_and_webhooks_needs_the_token(worker):
 async def test_runs_are_listed_shown_approved_and_cancelled(settings, worker):
     gated = await fire(settings, worker.project_path, "gated", "manual:gated:1", {})
     await parked(settings, gated)
-    await wait_until(lambda: _status_is(worker, gated, "running"), what="gated in the read model")
+    await wait_until(lambda: _status_is(worker, gated, "waiting"), what="gated in the read model")
     status, listed = await call(worker, "GET", "/api/runs?workflow=gated")
     assert status == 200
     assert [r["run_id"] for r in listed["runs"]] == [gated]
     status, shown = await call(worker, "GET", f"/api/runs/{gated}")
     assert status == 200
-    assert shown["status"] == "running"
+    assert shown["status"] == "waiting"
+    assert shown["waiting_for"].startswith("an approval at step ok")
     assert shown["charges"] == []
     # This worker holds every partition: the run's live state is there too.
     assert (shown["live"]["workflow"], shown["live"]["status"]) == ("gated", "waiting")
@@ -156,7 +157,7 @@ async def test_runs_are_listed_shown_approved_and_cancelled(settings, worker):
     assert (status, again["error"]) == (404, f"run {gated} has no open wait")
 
     sleepy = await fire(settings, worker.project_path, "sleepy", "manual:sleepy:1", {})
-    await wait_until(lambda: _status_is(worker, sleepy, "running"), what="sleepy to start")
+    await wait_until(lambda: _status_is(worker, sleepy, "waiting"), what="sleepy to start")
     status, cancelled = await call(worker, "POST", f"/api/runs/{sleepy}/cancel", {"reason": "no"})
     assert (status, cancelled) == (200, {"run_id": sleepy, "cancel_requested": "no"})
     assert (await settled_run(settings, sleepy))["status"] == "cancelled"
@@ -184,16 +185,18 @@ async def test_a_dead_lettered_run_is_retried_once_as_a_linked_run(settings, wor
     status, retried = await call(worker, "POST", f"/api/runs/{dead}/retry")
     assert status == 200, retried
     new = retried["retried_as"]
-    assert new == run_id("picky", f"manual:picky:1:retry-of:{dead}")
+    assert (new, retried["from_step"], retried["already"]) == (retry_run_id(dead), "check", False)
     retried_run = await settled_run(settings, new)
     assert retried_run["status"] == "succeeded", retried_run
+    assert retried_run["retry_of"] == dead
     # Retrying again names the same run and starts nothing.
-    assert await call(worker, "POST", f"/api/runs/{dead}/retry") == (200, retried)
+    status, again = await call(worker, "POST", f"/api/runs/{dead}/retry")
+    assert (status, again["retried_as"], again["already"]) == (200, new, True)
     status, shown = await call(worker, "GET", f"/api/runs/{dead}")
-    assert shown["dead"]["retried_as"] == new
-    # A run that was not dead-lettered is not retried.
+    assert (shown["dead"]["retried_as"], shown["retried_as"]) == (new, new)
+    # A run that did not fail is not retried.
     status, refused = await call(worker, "POST", f"/api/runs/{new}/retry")
-    assert status == 409 and "not dead-lettered" in refused["error"]
+    assert status == 409 and "only a failed run can be retried" in refused["error"]
 
 
 async def test_workflows_are_paused_and_resumed(worker):
@@ -236,8 +239,8 @@ async def test_budgets_and_bad_requests_answer_with_reasons(worker):
     assert await call(worker, "GET", "/api/runs?status=bogus") == (
         400,
         {
-            "error": "unknown status 'bogus': one of cancelled, failed, rejected, running, "
-            "skipped, succeeded, waiting"
+            "error": "unknown status 'bogus': one of cancelled, failed, pending, rejected, "
+            "running, skipped, succeeded, waiting"
         },
     )
     assert await call(worker, "GET", "/api/runs?limit=x") == (

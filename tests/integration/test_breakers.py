@@ -8,7 +8,7 @@ import pytest
 from rflow import storage
 from rflow.storage import circuits, controls
 from tests.integration.harness import wait_until
-from tests.integration.test_runs import fire, settled_run
+from tests.integration.test_runs import fire, run_status, settled_run
 
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
@@ -86,17 +86,11 @@ async def test_trip_restart_while_open_then_one_probe_closes_it(
     by, _ = await wait_until(lambda: pause_of(settings), what="the breaker's pause")
     assert by == "breaker"
 
-    # While open and paused, a firing starts nothing.
-    status, skipped = 0, None
-
-    async def refused():
-        nonlocal status, skipped
-        status, skipped = await first.get("/rflow/triggers/fragile:manual:fragile:10/")
-        return status == 200 and "skipped" in skipped
-
-    await run(settings, project, 10, True)
-    await wait_until(refused, what="the paused firing to be refused")
-    assert skipped["skipped"].startswith("workflow paused: by breaker")
+    # While open and paused, a firing is held, not started (nor dropped).
+    held = await run(settings, project, 10, True)
+    row = await run_status(settings, held, "pending")
+    assert row["pending_reason"] == "paused" and "by breaker" in row["waiting_for"], row
+    sink.held.add("/hit")
 
     # A restart forgets nothing: the circuit is in Postgres.
     assert first.stop() == 0
@@ -106,19 +100,20 @@ async def test_trip_restart_while_open_then_one_probe_closes_it(
     await state_is(settings, "half_open")
     assert await pause_of(settings) is None  # the breaker lifted its own pause
 
-    # Half-open: the first run is the probe; the next waits behind it.
-    sink.held.add("/hit")
-    probe = await run(settings, project, 20, True)
+    # Half-open: the held firing starts, as the probe; the next waits behind it.
     waiting = await run(settings, project, 21, True)
 
     async def probing():
         found = await circuit(settings)
         hits = [str(r.body["n"]) for r in sink.requests if r.path == "/hit"]
-        return found.probe == probe and hits == ["20"]
+        return found.probe == held and hits == ["10"]
 
     await wait_until(probing, what="the probe to be in flight alone")
+    # The run behind the probe has its row, saying what it waits for.
+    behind = await run_status(settings, waiting, "pending")
+    assert behind["pending_reason"] == "probe" and "probe run" in behind["waiting_for"]
     sink.release()
-    assert (await settled_run(settings, probe))["status"] == "succeeded"
+    assert (await settled_run(settings, held))["status"] == "succeeded"
     assert (await settled_run(settings, waiting))["status"] == "succeeded"
     closed = await state_is(settings, "closed")
     assert closed.failures == () and closed.probe is None

@@ -12,7 +12,7 @@ import pytest
 from rflow import storage
 from rflow.storage import waits
 from tests.integration.harness import wait_until
-from tests.integration.test_runs import fire, settled_run
+from tests.integration.test_runs import fire, run_status, settled_run
 
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
@@ -234,12 +234,17 @@ workflows:
             return body if status == 200 else None
 
         body = await wait_until(entry, timeout=30, what=f"{key} at the gate")
-        return body if "skipped" in body else None
+        return body if "held" in body else None
 
-    entry = await wait_until(skipped, timeout=30, what="the paused workflow to refuse a run")
-    assert entry["skipped"].startswith("workflow paused: by on_failure")
+    entry = await wait_until(skipped, timeout=30, what="the paused workflow to hold a firing")
+    assert entry["held"].startswith("by on_failure")
+    held = entry["runs"][0]
+    run = await run_status(settings, held, "pending")
+    assert run["pending_reason"] == "paused"
 
     assert rflow(env_settings, "workflow", "resume", "fragile").returncode == 0
+    # What was held starts once the workflow is resumed.
+    assert (await settled_run(settings, held))["status"] == "succeeded"
 
     async def admitted():
         key = f"manual:fragile:probe{next(probes)}"
@@ -250,7 +255,7 @@ workflows:
             return body if status == 200 else None
 
         body = await wait_until(entry, timeout=30, what=f"{key} at the gate")
-        return body if "skipped" not in body else None
+        return body if "held" not in body else None
 
     entry = await wait_until(admitted, timeout=30, what="a run admitted after the resume")
     assert (await settled_run(settings, entry["runs"][0]))["status"] == "succeeded"
@@ -264,20 +269,25 @@ async def test_workflow_pause_resume_and_retry_from_the_cli_with_json(settings, 
         "sleepy": "active",
     }
     paused = rflow(settings, "workflow", "pause", "gated", "--reason", "audit", "--json")
-    assert json.loads(paused.stdout) == {"workflow": "gated", "paused": True, "reason": "audit"}
+    assert json.loads(paused.stdout) == {
+        "workflow": "gated",
+        "paused": True,
+        "reason": "audit",
+        "was_paused_by": None,
+    }
     listed = rflow(settings, "workflow", "ls", "--project", str(worker.project_path), "--json")
     gated = next(w for w in json.loads(listed.stdout) if w["workflow"] == "gated")
     assert gated["state"] == "paused operator audit"
     resumed = rflow(settings, "workflow", "resume", "gated", "--json")
     assert json.loads(resumed.stdout) == {"workflow": "gated", "paused": False}
 
-    # A run that is not dead-lettered is not retried; an unknown one is named.
+    # A run that did not fail is not retried; an unknown one is named.
     rid = await fire(settings, worker.project_path, "sleepy", "manual:sleepy:r", {})
     result = rflow(settings, "runs", "cancel", rid)
     assert result.returncode == 0, result.stderr
     await settled_run(settings, rid)
-    refused = rflow(settings, "runs", "retry", rid, "--project", str(worker.project_path))
-    assert refused.returncode != 0 and "not dead-lettered" in refused.stderr
+    refused = rflow(settings, "runs", "retry", rid)
+    assert refused.returncode != 0 and "only a failed run can be retried" in refused.stderr
     missing = rflow(settings, "runs", "retry", "rnope", "--project", str(worker.project_path))
     assert missing.returncode != 0 and "no run rnope" in missing.stderr
 

@@ -123,7 +123,7 @@ async def test_starts_over_the_limit_wait_for_room_and_none_is_dropped(
     runs = [await settled_run(settings, rid, timeout=60) for rid in rids]
     assert {run["status"] for run in runs} == {"succeeded"}
     assert len(sink.keys("/hit")) == 6
-    started = sorted(run["created_at"] for run in runs)
+    started = sorted(run["started_at"] for run in runs)
     # At most two starts in any window of `per` seconds. A run's recorded start is when
     # the runner applied it, a little after its claim: allow for that delay.
     for first, third in zip(started, started[2:], strict=False):

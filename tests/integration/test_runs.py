@@ -48,6 +48,23 @@ async def fire(settings: Settings, project_path, workflow: str, key: str, payloa
     return run_id(workflow, key)
 
 
+async def run_row(settings: Settings, rid: str) -> dict | None:
+    """Run ``rid`` as the read model has it now (``None`` before it has a row)."""
+    conn = await storage.connect(settings)
+    async with conn:
+        return await runs.get_run(conn, rid)
+
+
+async def run_status(settings: Settings, rid: str, status: str, timeout: float = 60) -> dict:
+    """Run ``rid``'s row once it has ``status``."""
+
+    async def reached():
+        run = await run_row(settings, rid)
+        return run if run is not None and run["status"] == status else None
+
+    return await wait_until(reached, timeout=timeout, what=f"run {rid} to be {status}")
+
+
 async def settled_run(settings: Settings, rid: str, timeout: float = 60):
     async def settled():
         conn = await storage.connect(settings)
@@ -335,5 +352,13 @@ workflows:
     assert entry["matrix"] == {"pending": [], "active": [], "failed": True}
     conn = await storage.connect(settings)
     async with conn:
-        listed = {r["run_id"] for r in await runs.list_runs(conn, workflow="flow")}
-    assert listed == {run_id("flow", "manual:flow:ff", {"n": 1})}
+        listed = {r["run_id"]: r for r in await runs.list_runs(conn, workflow="flow")}
+    # The two that never started are recorded so, with why (they were pending until then).
+    assert {rid: r["status"] for rid, r in listed.items()} == {
+        run_id("flow", "manual:flow:ff", {"n": 1}): "failed",
+        run_id("flow", "manual:flow:ff", {"n": 2}): "cancelled",
+        run_id("flow", "manual:flow:ff", {"n": 3}): "cancelled",
+    }
+    for n in (2, 3):
+        never = listed[run_id("flow", "manual:flow:ff", {"n": n})]
+        assert never["error_message"].startswith("fail_fast: ") and never["started_at"] is None

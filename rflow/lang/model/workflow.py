@@ -88,6 +88,10 @@ class Workflow(Model):
     description: str | None = None
     paused: bool = False
     """A paused workflow starts no runs."""
+    paused_firings: Literal["hold", "skip"] = "hold"
+    """What a firing of the workflow while it is paused (or halted) does: hold (kept, and
+    started in arrival order when the workflow is resumed) or skip (recorded as a
+    skipped run that ran nothing)."""
     env: list[EnvVar] = []
     """Environment variables a step may hand its effect as ${{ env.NAME }}: the input holds
     the placeholder ${NAME}, filled in when the effect runs (never stored)."""

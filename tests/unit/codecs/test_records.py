@@ -64,7 +64,7 @@ def test_encoding_is_stable():
         (b'"text"', "expected a JSON object, got str"),
         (
             b"{}",
-            "unknown record kind None; known: dead_letter, run_event, run_journal, send, trigger, trigger_retracted",
+            "unknown record kind None; known: dead_letter, retry, run_event, run_journal, send, trigger, trigger_retracted",
         ),
         (
             b'{"kind": "trigger"}',

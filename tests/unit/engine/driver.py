@@ -28,6 +28,8 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 PROJECT = """
 networks:
   local: { chain_id: 31337 }
+relayers:
+  payout: { key_env: PAYOUT_KEY, networks: [local] }
 channels:
   ops: { type: log }
 workflows:
@@ -42,7 +44,7 @@ def workflow(body: str, name: str = "w") -> Workflow:
         + "\n".join("    " + line for line in body.strip("\n").splitlines())
         + "\n"
     )
-    report = validate_text(text, {"AUDIT_URL": "http://audit.test"})
+    report = validate_text(text, {"AUDIT_URL": "http://audit.test", "PAYOUT_KEY": "0x01"})
     assert report.ok, "\n".join(str(d) for d in report.diagnostics)
     return report.project.workflows[name]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rflow.codecs import json
-from rflow.engine import RunState, advance
+from rflow.engine import RunState, ScheduleTimer, advance
 from tests.unit.engine.driver import Driver, fail, workflow
 from tests.unit.engine.test_approvals import ESCALATE, approval
 from tests.unit.engine.test_flow import APPROVAL, LOOP
@@ -35,7 +35,7 @@ def recorded_runs():
     yield "retry", d
     d = Driver(workflow(APPROVAL), trigger={"amount": 1})
     d.start()
-    [timer] = d.pending(type(d.effects[-1]))
+    [timer] = d.pending(ScheduleTimer)
     d.fire(timer)
     yield "approval", d
     d = Driver(workflow(approval(ESCALATE)), trigger={"amount": 2})

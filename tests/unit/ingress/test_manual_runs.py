@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from rflow.engine.keys import run_id
 from rflow.ingress import ManualIngress, ManualRunError, manual_record, manual_workflow
 from tests.unit.ingress.webhook_fakes import NOW, Clock, FakeProducer, project
 
@@ -49,7 +50,13 @@ async def test_a_run_is_produced_keyed_by_its_group(runs, producer):
     reply = await runs.handle("payout", {"Idempotency-Key": "req-1"}, body)
     assert (reply.status, reply.body) == (
         202,
-        {"accepted": True, "workflow": "payout", "trigger_key": "manual:payout:req-1"},
+        {
+            "accepted": True,
+            "workflow": "payout",
+            "trigger_key": "manual:payout:req-1",
+            "run_ids": [run_id("payout", "manual:payout:req-1")],
+            "status": "accepted",
+        },
     )
     [record] = producer.records
     assert (record.source, record.group, record.payload) == (
