@@ -32,6 +32,7 @@ from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import EffectRunner, partition_key, partition_of
 from rflow.codecs import DecodeError, RunEvent, TriggerRecord, TriggerRetracted, decode
 from rflow.codecs.tables import read_run_entry, run_entry, settled_entry
+from rflow.deployment import Deployment
 from rflow.engine import (
     CancelRequested,
     Journal,
@@ -44,7 +45,7 @@ from rflow.engine import (
     lanes,
     resume,
 )
-from rflow.engine.keys import firing_runs, matrix_combinations, run_key, workflow_version
+from rflow.engine.keys import firing_runs, matrix_combinations, run_key
 from rflow.engine.lanes import Lane
 from rflow.failures import RflowError
 from rflow.lang.model import Workflow
@@ -72,15 +73,19 @@ class Runner:
         self.lanes = app.rflow.tables.lanes
         self.effects = EffectRunner(app)
         self.breakers = Breakers(app, self.effects)
-        project = app.rflow.project
-        self.workflows = dict(project.workflows) if project else {}
+        self.workflows: dict[str, Workflow] = {}
         """The deployed definition of each workflow: the one new runs start with."""
-        self.config = project.config if project else Config()
-        self.versions = {name: workflow_version(wf) for name, wf in self.workflows.items()}
-        self.definitions: dict[str, Workflow] = {
-            self.versions[name]: wf for name, wf in self.workflows.items()
-        }
+        self.config = Config()
+        self.versions: dict[str, str] = {}
+        """The version new runs of each workflow start with (a removed workflow keeps its
+        last one, for the firings it accepted before it was removed)."""
+        self.definitions: dict[str, Workflow] = {}
         """Every version seen, by version: a run runs the version it started with."""
+        self.removed: dict[str, str] = {}
+        """Workflows a deployment removed: name -> which one (for the refusals' reason)."""
+        self.deployment = app.rflow.deployment
+        self.take(self.deployment)
+        app.rflow.on_deployment.append(self.take)
         self.uses_state: dict[str, bool] = {}
         self.partitions: frozenset[int] = frozenset()
         self.lock = asyncio.Lock()
@@ -101,7 +106,11 @@ class Runner:
     async def admit(self, record: TriggerRecord, message: Any) -> None:
         workflow = self.workflows.get(record.workflow)
         if workflow is None:
-            await send_dead_letter(self.app, message, f"unknown workflow {record.workflow!r}")
+            # Another worker may have taken up a deployment that declares it first.
+            await self.runtime.catch_up()
+            workflow = self.workflows.get(record.workflow)
+        if workflow is None:
+            await send_dead_letter(self.app, message, self.unknown(record.workflow))
             return
         count = self.runtime.catalog.spec("rflow.triggers").partitions
         disagreement = key_disagreement(workflow, record, message.key) or partition_disagreement(
@@ -174,23 +183,30 @@ class Runner:
                 )
         return found
 
-    async def refresh_deployments(self) -> None:
-        """Take up versions deployed since (``rflow deploy``): new runs start with them."""
-        deployed = await self.runtime.database.run(versions.current, what="deployments")
-        for name, version in deployed.items():
-            if name not in self.workflows or self.versions.get(name) == version:
-                continue
-            stored = self.definitions.get(version)
-            if stored is None:
-                found = await self.runtime.database.run(
-                    lambda conn, version=version: versions.definition(conn, version),
-                    what="workflow version",
-                )
-                if found is None:
-                    continue
-                stored = self.definitions[version] = Workflow.model_validate(found[1])
-            self.workflows[name], self.versions[name] = stored, version
-            log.info("workflow %s: new runs start with version %s", name, version)
+    def take(self, deployment: Deployment) -> None:
+        """Take up ``deployment`` (the runtime's new current one, swapped in the same
+        step): new runs start with its versions; runs in flight keep theirs."""
+        project = deployment.project
+        workflows = dict(project.workflows) if project else {}
+        for name in self.workflows.keys() - workflows.keys():
+            self.removed[name] = deployment.label
+            log.info("workflow %s removed by %s: its firings are refused", name, deployment.label)
+        for name, workflow in workflows.items():
+            self.removed.pop(name, None)
+            version = deployment.versions[name]
+            self.definitions.setdefault(version, workflow)
+            if self.versions.get(name) not in (None, version):
+                log.info("workflow %s: new runs start with version %s", name, version)
+        self.workflows, self.config = workflows, project.config if project else Config()
+        self.versions = {**self.versions, **deployment.versions}
+        self.deployment = deployment
+
+    def unknown(self, name: str) -> str:
+        """Why a firing of workflow ``name``, which this worker does not run, is refused."""
+        removed = self.removed.get(name)
+        if removed is not None:
+            return f"workflow {name!r} was removed by {removed}"
+        return f"unknown workflow {name!r} (not in {self.deployment.label}, which this worker runs)"
 
     async def pause_of(self, name: str) -> str | None:
         """Why ``name`` is paused, or ``None``. The refreshed copy of the pauses answers
@@ -297,7 +313,10 @@ class Runner:
         """The workflow, record and matrix combination of run ``rid`` of firing ``gate``."""
         entry = self.triggers[gate]
         record = accepted_record(entry)
-        workflow = self.workflows[record.workflow]
+        # A firing accepted before a deploy removed its workflow still runs, on its last version.
+        workflow = (
+            self.workflows.get(record.workflow) or self.definitions[self.versions[record.workflow]]
+        )
         runs = firing_runs(
             record.workflow,
             record.trigger_key,
@@ -536,7 +555,7 @@ class Runner:
         await self.effects.carry_out(new_state, effects, partition, journal=False)
         for effect in effects:
             if isinstance(effect, Settle):
-                if workflow.circuit_breaker is not None:
+                if new_state.workflow in self.breakers.guarded:  # the current deployment's
                     self.effects.spawn(
                         self.breakers.settled(new_state.workflow, new_state.run_id, effect.status),
                         f"circuit breaker of {new_state.workflow}",

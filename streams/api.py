@@ -81,7 +81,6 @@ def authenticator(token: str | None, public: Callable[[str], bool]) -> Any:
 def attach(app: RflowApp, control: Control) -> None:
     """Mount the API routes on ``app``'s web server."""
     runtime = app.rflow
-    project = runtime.project
     database = runtime.database
     assert database is not None, "attach the database before the API"
 
@@ -123,12 +122,18 @@ def attach(app: RflowApp, control: Control) -> None:
     def db(work: Callable[[Any], Awaitable[Any]], what: str) -> Awaitable[Any]:
         return database.run(work, what=what)
 
+    def deployment() -> dict[str, Any]:
+        if runtime.deployments is not None:
+            return runtime.deployments.status()
+        return {"id": runtime.deployment.id, "failed": None}
+
     @app.page("/healthz", name="rflow.healthz")
     async def healthz(self: View, request: Request) -> Response:
-        """200 while the worker runs; ``ready`` says whether it holds its partitions."""
+        """200 while the worker runs; ``ready`` says whether it holds its partitions,
+        ``deployment`` which deployment it runs (and the newest that failed to load)."""
         recovered = app.tables.recovery.completed.is_set()
         ready = recovered and not app.rebalancing and not app.in_recovery
-        return self.json({"status": "ok", "ready": ready})
+        return self.json({"status": "ok", "ready": ready, "deployment": deployment()})
 
     @app.page("/metrics", name="rflow.metrics")
     async def metrics(self: View, request: Request) -> Response:
@@ -230,11 +235,12 @@ def attach(app: RflowApp, control: Control) -> None:
     @app.page("/api/workflows", name="rflow.api.workflows")
     async def list_workflows(self: View, request: Request) -> Response:
         """The project's workflows: trigger kind, the version new runs start with (the
-        deployed one) and pause state."""
+        deployed one) and pause state; the deployment this worker runs."""
 
         async def work() -> dict[str, Any]:
             paused = await db(controls.paused, "workflow controls")
-            deployed = runtime.runner.versions if runtime.runner is not None else {}
+            current = runtime.deployment
+            project = current.project
             found = []
             for name, definition in (project.workflows if project else {}).items():
                 by, reason = paused.get(name, (None, None))
@@ -242,19 +248,20 @@ def attach(app: RflowApp, control: Control) -> None:
                     {
                         "workflow": name,
                         "trigger": type(definition.trigger).kind,
-                        "version": deployed.get(name) or workflow_version(definition),
+                        "version": current.versions.get(name) or workflow_version(definition),
                         "paused": bool(definition.paused) or name in paused,
                         "paused_by": "definition" if definition.paused else by,
                         "reason": reason,
                     }
                 )
-            return {"workflows": found}
+            return {"workflows": found, "deployment": deployment()}
 
         return await answer(work)
 
     def workflow_action(name: str, act: Callable[[Any, str, dict[str, Any]], Awaitable[Any]]):
         async def post(self: View, request: Request, workflow: str) -> Response:
             async def work() -> Any:
+                project = runtime.project
                 if project is None or workflow not in project.workflows:
                     raise ControlError(f"no workflow {workflow!r} in this project", 404)
                 fields = await read(request)
@@ -284,6 +291,7 @@ def attach(app: RflowApp, control: Control) -> None:
         """Each cap of each budget in its rolling window, in raw units."""
 
         async def work() -> dict[str, Any]:
+            project = runtime.project
             declared = project.budgets if project else {}
             rows = (
                 await db(lambda conn: budgets.usage(conn, declared), "budgets") if declared else []

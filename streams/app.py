@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,8 @@ from faust.transport.producer import ProducerBuffer
 from mode.utils.queues import ThrowableQueue
 
 from rflow.codecs import tables as table_codec
-from rflow.lang import Project, load_project
+from rflow.deployment import Deployment
+from rflow.lang import ConfigError, Project, read_source
 from rflow.settings import Settings, environ
 from rflow.streams import tables, views
 from rflow.streams.control import Control
@@ -45,19 +46,55 @@ class Topics:
 
 @dataclass
 class Runtime:
-    """What rflow's agents need besides Faust: settings, topics, tables, the database."""
+    """What rflow's agents need besides Faust: settings, topics, tables, the database, and
+    the deployment the worker runs now."""
 
     settings: Settings
     catalog: Catalog
-    project: Project | None = None
+    deployment: Deployment = field(default_factory=lambda: Deployment.of(None))
+    """The current deployment: replaced whole by :meth:`take`, never changed in place."""
     env: dict[str, str] = field(default_factory=dict)
     topics: Topics | None = None
     tables: tables.Tables | None = None
     database: Database | None = None
     runner: Any = None
     metrics: Any = None
-    webhook_paths: set[str] = field(default_factory=set)
-    """Webhook paths declared outside ``/hooks/``: public, like every webhook."""
+    deployments: Any = None
+    """The :class:`~rflow.streams.deployments.Deployments` that publishes and follows."""
+    webhooks: Any = None
+    """The :class:`~rflow.ingress.WebhookIngress` of the web server."""
+    on_deployment: list[Callable[[Deployment], None]] = field(default_factory=list)
+    """Called in :meth:`take`, in order, by the components that keep what they derive
+    from the project (the runner's workflows and versions, the run slots)."""
+
+    @property
+    def project(self) -> Project | None:
+        """The current deployment's project: read it at use, never keep it."""
+        return self.deployment.project
+
+    def current_project(self) -> Project | None:
+        """:attr:`project`, as a function (:data:`rflow.deployment.ProjectAt`)."""
+        return self.deployment.project
+
+    @property
+    def webhook_paths(self) -> Collection[str]:
+        """The paths of the current webhook triggers: public, like every webhook."""
+        return self.webhooks.routes.keys() if self.webhooks is not None else ()
+
+    def take(self, deployment: Deployment) -> None:
+        """Make ``deployment`` the current one. Nothing awaits in between, so no event is
+        decided with the new project by one component and the old one by another."""
+        self.deployment = deployment
+        for hook in self.on_deployment:
+            try:
+                hook(deployment)
+            except Exception:  # one component's failure must not keep the others behind
+                log.exception("taking up %s failed in %r", deployment.label, hook)
+
+    async def catch_up(self) -> None:
+        """Take up a newer deployment now, if there is one (a workflow was not found)."""
+        if self.deployments is not None:
+            await self.deployments.refresh()
 
 
 class RflowTopic(faust.Topic):
@@ -376,14 +413,19 @@ class RflowApp(faust.App):
 def create_app(settings: Settings | None = None, project: Project | None = None) -> RflowApp:
     """Build the app with every agent, table and page attached.
 
-    The workflows come from ``project``, else from ``settings.project_path``; a worker
-    without workflows still runs the pipeline (records for unknown workflows are
-    dead-lettered).
+    The workflows come from ``project``, else from ``settings.project_path`` (whose
+    source the worker deploys as it starts); then the worker follows the newest
+    deployment (:mod:`rflow.streams.deployments`). A worker without workflows still runs
+    the pipeline (records for workflows it does not run are dead-lettered).
     """
     settings = settings or Settings.from_env()
     env = environ()
+    source = None
     if project is None and settings.project_path is not None:
-        project = load_project(settings.project_path, env)
+        source, report = read_source(settings.project_path, env)
+        if report.project is None or not report.ok:
+            raise ConfigError(report.diagnostics)
+        project = report.project
     catalog = Catalog.from_settings(settings)
     codec = table_codec.register()
     partitions = catalog.spec("rflow.triggers").partitions
@@ -413,10 +455,16 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
         stream_buffer_maxsize=1024,
         Topic=RflowTopic,
         web_application_options={
-            "middlewares": [api.json_errors, api.authenticator(token, public)]
+            "middlewares": [
+                api.json_errors,
+                api.authenticator(token, public),
+                ingress_views.declared_paths(lambda: runtime.webhooks),
+            ]
         },
     )
-    app.rflow = runtime = Runtime(settings, catalog, project, env)
+    app.rflow = runtime = Runtime(
+        settings, catalog, Deployment.of(project, digest=source.digest if source else None), env
+    )
     runtime.topics = Topics(
         triggers=app.declared_topic("rflow.triggers"),
         runs=app.declared_topic("rflow.runs"),
@@ -436,8 +484,10 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     app.add_dependency(ChainIngressService(app))
 
     from rflow import agents
-    from rflow.streams import metrics
+    from rflow.streams import deployments, metrics
 
+    runtime.deployments = deployments.Deployments(runtime, source)
+    deployments.attach(app, runtime.deployments)
     runtime.metrics = metrics.attach(app)
     agents.attach(app)
     views.attach(app)
@@ -447,7 +497,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     async def operate(work):
         return await database.run(work, what="operator action")
 
-    api.attach(app, Control(operate, producer, project))
+    api.attach(app, Control(operate, producer, runtime.current_project))
     return app
 
 

@@ -17,6 +17,7 @@ import psycopg
 
 from rflow import storage
 from rflow.codecs import Record, RunEvent, TriggerRecord
+from rflow.deployment import ProjectAt, project_reader
 from rflow.engine import CancelRequested, WaitResolved
 from rflow.engine.keys import run_id as run_id_of
 from rflow.lang import Project
@@ -53,11 +54,16 @@ class Control:
         self,
         database: Callable[[Work[Any]], Awaitable[Any]],
         producer: Sender,
-        project: Project | None = None,
+        project: Project | ProjectAt | None = None,
     ) -> None:
         self.database = database
         self.producer = producer
-        self.project = project
+        self._project = project_reader(project)
+
+    @property
+    def project(self) -> Project | None:
+        """The current project (a worker's changes with every deploy)."""
+        return self._project()
 
     async def answer(self, run_id: str, step: str | None, payload: dict[str, Any]) -> dict:
         """Answer the open wait of ``run_id`` (at ``step`` if given); the first answer wins."""
@@ -118,7 +124,8 @@ class Control:
             raise ControlError(
                 f"run {run_id} is one combination of a matrix: fire its workflow again instead"
             )
-        workflow = self.project.workflows.get(run["workflow"]) if self.project else None
+        project = self.project
+        workflow = project.workflows.get(run["workflow"]) if project else None
         if workflow is None:
             raise ControlError(f"workflow {run['workflow']!r} is not in this project", 404)
         key = f"{run['trigger_key']}:retry-of:{run_id}"
