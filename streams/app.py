@@ -44,6 +44,10 @@ class Topics:
     dlq: faust.TopicT
 
 
+CATCH_UP_TIMEOUT = 10.0
+"""Seconds :meth:`Runtime.catch_up` may take before the caller decides without it."""
+
+
 @dataclass
 class Runtime:
     """What rflow's agents need besides Faust: settings, topics, tables, the database, and
@@ -92,9 +96,16 @@ class Runtime:
                 log.exception("taking up %s failed in %r", deployment.label, hook)
 
     async def catch_up(self) -> None:
-        """Take up a newer deployment now, if there is one (a workflow was not found)."""
-        if self.deployments is not None:
-            await self.deployments.refresh()
+        """Take up a newer deployment now, if there is one (a workflow was not found):
+        another worker may have taken it up first and let a firing of it through. Gives
+        up after :data:`CATCH_UP_TIMEOUT` (Postgres away), leaving the caller to refuse."""
+        if self.deployments is None:
+            return
+        try:
+            async with asyncio.timeout(CATCH_UP_TIMEOUT):
+                await self.deployments.refresh()
+        except TimeoutError:
+            log.warning("no newer deployment could be looked up within %ss", CATCH_UP_TIMEOUT)
 
 
 class RflowTopic(faust.Topic):

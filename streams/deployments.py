@@ -181,19 +181,19 @@ class Deployments:
         self._reported, self._reported_at = state, now
 
 
-def attach(app: RflowApp, deployments_: Deployments) -> None:
+def attach(app: RflowApp, follower: Deployments) -> None:
     """Declare the publishing task and the following loop on ``app``."""
 
     @app.task
     async def deploy_project() -> None:
         """A worker deploys the project it was started with (as `rflow deploy` does)."""
-        await deployments_.publish_own()
+        await follower.publish_own()
 
     @app.timer(interval=POLL_INTERVAL, name="rflow.deployments")
     async def follow_deployments() -> None:
         """Take up the newest deployment (``rflow deploy``) and report what runs here."""
         try:
-            await deployments_.refresh()
-            await deployments_.report()
+            await follower.refresh()
+            await follower.report()
         except Exception:  # a failed look is logged; the next one, a second later, retries
             log.exception("following deployments failed")
