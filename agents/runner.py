@@ -375,7 +375,8 @@ class Runner:
         start = self.start_of(workflow, record, combo, rid)
         version = self.versions[record.workflow]
         if version not in self.uses_state:
-            self.uses_state[version] = _reads_state(workflow)
+            # The definition of the version pinned, should a deploy land while this awaited.
+            self.uses_state[version] = _reads_state(self.definitions.get(version, workflow))
         if self.uses_state[version]:
             # Reading durable state is I/O: fetch it off the partition, then start.
             self.effects.spawn(self._start_with_state(start, record.partition_key), f"start {rid}")

@@ -145,7 +145,7 @@ class Deployments:
         self.runtime.take(deployment)
         self.failed = None
         changes = Changes.between(before.versions, deployment.versions)
-        log.warning("took up deployment %d (was %s): %s", id, before.label, changes.summary())
+        log.info("took up deployment %d (was %s): %s", id, before.label, changes.summary())
         await self.report(force=True)
 
     # --- reporting ------------------------------------------------------------------------
