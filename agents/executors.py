@@ -86,6 +86,9 @@ class Executors:
             await self.runtime.catch_up()  # a deployment this worker has not taken up yet
             project = self.runtime.project
             declared = project.workflows.get(effect.workflow) if project else None
+        behind = self.runtime.checks_behind()
+        if behind is not None:
+            raise RflowError(FailureKind.PERMISSION_DENIED, behind)
         if project is not None and declared is None:
             # A run in flight of a removed workflow: its permissions went with it.
             raise RflowError(

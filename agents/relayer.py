@@ -273,6 +273,9 @@ class Relayer:
     def _plan(self, request: SendRequest) -> tuple[build.Intent, Signer]:
         """What ``request`` sends and who signs it, once its permissions are checked."""
         execute = request.execute
+        behind = self.runtime.checks_behind()
+        if behind is not None:
+            raise RflowError(FailureKind.PERMISSION_DENIED, behind)
         project = self.project
         if execute.workflow not in project.workflows:
             # Its permissions, budgets and breakers went with it: nothing allows the send.

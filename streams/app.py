@@ -95,6 +95,19 @@ class Runtime:
             except Exception:  # one component's failure must not keep the others behind
                 log.exception("taking up %s failed in %r", deployment.label, hook)
 
+    def checks_behind(self) -> str | None:
+        """Why this worker cannot check a send or an HTTP call now, or ``None``: it could
+        not load the newest deployment, whose permissions, budgets and breakers may be
+        tighter than the ones it runs. Those checks fail closed until it can."""
+        failed = self.deployments.failed if self.deployments is not None else None
+        if failed is None:
+            return None
+        return (
+            f"this worker could not load deployment {failed[0]}, the newest, and runs "
+            f"{self.deployment.label}: it checks no send or http call against older "
+            "permissions, budgets and breakers (see rflow deployments)"
+        )
+
     async def catch_up(self) -> None:
         """Take up a newer deployment now, if there is one (a workflow was not found):
         another worker may have taken it up first and let a firing of it through. Gives

@@ -366,28 +366,28 @@ async def test_a_send_waiting_through_a_deploy_is_checked_against_the_tightened_
 
 
 async def test_a_deployment_that_does_not_load_on_a_worker_leaves_it_on_the_one_it_runs(
-    settings, worker_factory, tmp_path
+    settings, worker_factory, tmp_path, sink
 ):
     assert "RFLOW_TEST_DEPLOY_ONLY" not in os.environ
-    v1 = write(tmp_path / "v1", logging_workflow("stays", "{ manual: {} }"))
+    stays = logging_workflow("stays", "{ manual: {} }")
+    calls = (
+        "  calls:\n    trigger: { manual: {} }\n"
+        f'    permissions: {{ http_hosts: ["127.0.0.1:{sink.port}"] }}\n    steps:\n'
+        f'      - id: call\n        http_call: {{ url: "{sink.url}/calls", method: POST }}\n'
+    )
     needs = (
         "  needs:\n    trigger: { manual: {} }\n    steps:\n      - id: note\n"
         '        command: { name: log, args: { message: "%s" } }\n'
     )
-    v2 = write(
-        tmp_path / "v2",
-        logging_workflow("stays", "{ manual: {} }"),
-        needs % "${RFLOW_TEST_DEPLOY_ONLY}",
-    )
-    v3 = write(
-        tmp_path / "v3",
-        logging_workflow("stays", "{ manual: {} }"),
-        needs % "${RFLOW_TEST_DEPLOY_ONLY:-a default}",
-    )
+    v1 = write(tmp_path / "v1", stays, calls)
+    v2 = write(tmp_path / "v2", stays, calls, needs % "${RFLOW_TEST_DEPLOY_ONLY}")
+    v3 = write(tmp_path / "v3", stays, calls, needs % "${RFLOW_TEST_DEPLOY_ONLY:-a default}")
     worker = worker_factory(project_path=v1)
     await worker.wait_ready()
     first = await newest_deployment(settings)
     await running(worker, first)
+    rid = await fire(settings, v1, "calls", "manual:calls:1", {})
+    assert (await settled_run(settings, rid))["status"] == "succeeded"
 
     # The deploying machine has the variable; the worker has not.
     deployed = cli(settings, "deploy", str(v2), RFLOW_TEST_DEPLOY_ONLY="here")
@@ -412,6 +412,14 @@ async def test_a_deployment_that_does_not_load_on_a_worker_leaves_it_on_the_one_
     # It keeps running what it ran, and refuses what it does not run with the reason.
     rid = await fire(settings, v1, "stays", "manual:stays:1", {})
     assert (await settled_run(settings, rid))["status"] == "succeeded"
+    # But it checks no http call (nor send) against permissions that may be out of date.
+    rid = await fire(settings, v1, "calls", "manual:calls:2", {})
+    run = await settled_run(settings, rid)
+    assert run["status"] == "failed"
+    error = error_of(run, "call")
+    assert error["kind"] == "permission_denied", error
+    assert f"could not load deployment {second}, the newest" in error["message"]
+    assert len(sink.keys("/calls")) == 1
     await fire(settings, v3, "needs", "manual:needs:1", {})
     letter = await dead_letter(settings, "manual:needs:1")
     assert letter["reason"] == (
@@ -425,6 +433,9 @@ async def test_a_deployment_that_does_not_load_on_a_worker_leaves_it_on_the_one_
     assert (await deployment_of(worker))["failed"] is None
     rid = await fire(settings, v3, "needs", "manual:needs:2", {})
     assert (await settled_run(settings, rid))["status"] == "succeeded"
+    rid = await fire(settings, v3, "calls", "manual:calls:3", {})
+    assert (await settled_run(settings, rid))["status"] == "succeeded"
+    assert len(sink.keys("/calls")) == 2
 
 
 class Clock:
