@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rflow import breaker
+from rflow.deployment import Derived
 from rflow.engine import Execute, RunStatus
 from rflow.lang.envsubst import escape
-from rflow.lang.model import Workflow
+from rflow.lang.model import Project, Workflow
 from rflow.secrets import Secrets
 from rflow.storage import circuits, controls
 
@@ -27,18 +28,28 @@ def rule_of(workflow: Workflow) -> breaker.Rule:
     return breaker.Rule(max_failures=spec.max_failures, window=spec.window)
 
 
+def guarded(project: Project | None) -> dict[str, Workflow]:
+    """The workflows of ``project`` with a circuit breaker, by name."""
+    return {
+        name: workflow
+        for name, workflow in (project.workflows.items() if project else [])
+        if workflow.circuit_breaker is not None
+    }
+
+
 class Breakers:
-    """The circuits of one worker's workflows."""
+    """The circuits of the current deployment's workflows."""
 
     def __init__(self, app: RflowApp, effects: Any) -> None:
         self.runtime = app.rflow
         self.effects = effects
-        project = app.rflow.project
-        self.guarded = {
-            name: workflow
-            for name, workflow in (project.workflows.items() if project else [])
-            if workflow.circuit_breaker is not None
-        }
+        self._guarded = Derived(app.rflow.current_project, guarded)
+
+    @property
+    def guarded(self) -> dict[str, Workflow]:
+        """The current deployment's workflows with a circuit breaker, by name: a deploy
+        that changes a breaker's rule applies it to the next failure counted."""
+        return self._guarded()
 
     async def admits(self, name: str, run_id: str) -> bool:
         """Whether ``run_id`` may start now (half_open admits only the probe)."""
@@ -53,7 +64,10 @@ class Breakers:
     async def settled(self, name: str, run_id: str, status: RunStatus) -> None:
         """Count a terminal failure (tripping the circuit) or close it on the probe's success.
         Only ``failed`` counts: a run rejected by a person is a decision, not a fault."""
-        workflow = self.guarded[name]
+        workflow = self.guarded.get(name)
+        if workflow is None:
+            # The current deployment has no breaker on it (removed, or the workflow is).
+            return
         rule, now = rule_of(workflow), datetime.now(UTC)
         if status == RunStatus.FAILED:
 
@@ -125,8 +139,11 @@ class Breakers:
         now = datetime.now(UTC)
         # One read of every circuit; only an open one is changed (under its row lock, so
         # of the workers ticking at once exactly one turns it half-open).
+        guarded = self.guarded
+        if not guarded:
+            return
         found = await self.runtime.database.run(circuits.circuits, what="circuit breakers")
-        for name, workflow in self.guarded.items():
+        for name, workflow in guarded.items():
             if name not in found or found[name].state != "open":
                 continue
             rule = rule_of(workflow)

@@ -32,6 +32,8 @@ from rflow.engine import (
 )
 from rflow.engine.events import Event
 from rflow.failures import FailureKind, RflowError, StepError
+from rflow.lang.model import Project
+from rflow.lang.model.resources import Config
 from rflow.secrets import Secrets
 from rflow.storage import controls, timers, waits
 
@@ -56,6 +58,11 @@ def partition_of(key: bytes, count: int) -> int:
     return DefaultPartitioner()(key, partitions, partitions)
 
 
+def max_concurrent_runs(project: Project | None) -> int:
+    """``config.max_concurrent_runs`` of ``project`` (its default without one)."""
+    return (project.config if project else Config()).max_concurrent_runs
+
+
 def partition_key(state: RunState) -> str:
     """The Kafka key of a run's events: its firing's concurrency group or trigger key."""
     return state.group if state.group is not None else state.trigger_key
@@ -70,9 +77,11 @@ class EffectRunner:
         self.executors = Executors(app.rflow)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.limit = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
-        project = app.rflow.project
-        self.slots = RunSlots(project.config.max_concurrent_runs if project else 100)
+        self.slots = RunSlots(max_concurrent_runs(app.rflow.project))
         self.rows = asyncio.Semaphore(MAX_CONCURRENT_ROWS)
+        app.rflow.on_deployment.append(
+            lambda deployment: self.slots.resize(max_concurrent_runs(deployment.project))
+        )
 
     async def close(self) -> None:
         for task in list(self.tasks):

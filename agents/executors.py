@@ -93,6 +93,21 @@ class Executors:
         action = secrets.resolve(effect.action)
         project = self.runtime.project
         declared = project.workflows.get(effect.workflow) if project else None
+        if declared is None:
+            await self.runtime.catch_up()  # a deployment this worker has not taken up yet
+            project = self.runtime.project
+            declared = project.workflows.get(effect.workflow) if project else None
+        behind = self.runtime.checks_behind()
+        if behind is not None:
+            raise RflowError(FailureKind.PERMISSION_DENIED, behind)
+        if project is not None and declared is None:
+            # A run in flight of a removed workflow: its permissions went with it.
+            raise RflowError(
+                FailureKind.PERMISSION_DENIED,
+                f"workflow {effect.workflow!r} is not in {self.runtime.deployment.label}, "
+                "which this worker runs: its http calls are refused",
+            )
+        # The current deployment's permissions, not the run's pinned version's.
         check_url(action["url"], declared.permissions.http_hosts if declared else None)
         headers = {str(k): str(v) for k, v in (action.get("headers") or {}).items()}
         for name, value in headers.items():

@@ -27,7 +27,8 @@ from rflow.codecs import DecodeError, SendRequest, decode
 from rflow.engine import StepResult
 from rflow.failures import FailureKind, RflowError, StepError
 from rflow.ingress.rpc import JsonRpc, RpcUnavailable, endpoints
-from rflow.lang.model import Project
+from rflow.lang.model import Network, Project
+from rflow.lang.model import Relayer as RelayerSpec
 from rflow.relayer import build
 from rflow.relayer.fees import Fees, suggest
 from rflow.relayer.node import Broadcast, Node, Probe
@@ -112,11 +113,13 @@ class Relayer:
         self.app = app
         self.runtime = app.rflow
         self.settings = self.runtime.settings
-        self._rpcs: dict[str, JsonRpc] = {}
-        self._nodes: dict[str, Node] = {}
-        self._signers: dict[str, Signer] = {}
+        self._rpcs: list[JsonRpc] = []
+        self._nodes: dict[str, tuple[Network, Node]] = {}
+        self._signers: dict[str, tuple[RelayerSpec, Signer]] = {}
         self._synced: set[tuple[str, str]] = set()
         self.tracker = Tracker(self)
+        self.assigned: frozenset[int] = frozenset()
+        """The sends partitions this worker holds (since the last rebalance)."""
 
     # --- resources ----------------------------------------------------------------------
 
@@ -128,25 +131,38 @@ class Relayer:
         return project
 
     async def node(self, network: str) -> Node:
-        if network not in self._nodes:
-            project = self.project
-            declared = project.networks.get(network)
-            if declared is None:
-                raise RflowError(FailureKind.INVALID_INPUT, f"no network named {network!r}")
-            try:
-                url = endpoints(self.settings, project, network, self.runtime.env).http
-            except LookupError as exc:
-                raise RflowError(FailureKind.INVALID_INPUT, str(exc)) from None
-            rpc = JsonRpc(url, timeout=15.0)
-            await rpc.__aenter__()
-            self._rpcs[network] = rpc
-            self._nodes[network] = Node(rpc, declared.chain_id)
-        return self._nodes[network]
+        """The node of ``network`` as the current deployment declares it. One a deploy
+        no longer declares stays known for following the sends already made on it."""
+        project = self.project
+        declared = project.networks.get(network)
+        cached = self._nodes.get(network)
+        if cached is not None and (declared is None or cached[0] == declared):
+            return cached[1]
+        if declared is None:
+            raise RflowError(FailureKind.INVALID_INPUT, f"no network named {network!r}")
+        try:
+            url = endpoints(self.settings, project, network, self.runtime.env).http
+        except LookupError as exc:
+            raise RflowError(FailureKind.INVALID_INPUT, str(exc)) from None
+        rpc = JsonRpc(url, timeout=15.0)
+        await rpc.__aenter__()
+        self._rpcs.append(rpc)
+        node = Node(rpc, declared.chain_id)
+        self._nodes[network] = (declared, node)
+        return node
 
     def signer(self, relayer: str) -> Signer:
-        if relayer not in self._signers:
-            self._signers[relayer] = signer(self.project, relayer, self.runtime.env)
-        return self._signers[relayer]
+        """The signer of ``relayer`` as the current deployment declares it. One a deploy
+        removed stays known for its open sends (bumps, fills); new sends are refused by
+        the permissions check before a signer is asked for."""
+        declared = self.project.relayers.get(relayer)
+        cached = self._signers.get(relayer)
+        if cached is not None and (declared is None or cached[0] == declared):
+            return cached[1]
+        made = signer(self.project, relayer, self.runtime.env)
+        assert declared is not None  # signer() refuses an undeclared relayer
+        self._signers[relayer] = (declared, made)
+        return made
 
     def secrets(self, reply: Mapping[str, Any] | None) -> Secrets:
         """What scrubs the results of a send (its step result, its errors, log lines about
@@ -164,7 +180,7 @@ class Relayer:
 
     async def close(self) -> None:
         await self.tracker.stop()
-        for rpc in self._rpcs.values():
+        for rpc in self._rpcs:
             await rpc.__aexit__(None, None, None)
 
     async def db(self, work: Any, what: str) -> Any:
@@ -234,6 +250,10 @@ class Relayer:
         refusal of its permissions, simulation, gas estimate and fees, in that order."""
         outcomes: list[_Ready | Exception | None] = [None] * len(requests)
         by_network: dict[str, list[tuple[int, build.Intent, Signer]]] = defaultdict(list)
+        project = self.runtime.project
+        if any(project is None or r.execute.workflow not in project.workflows for r in requests):
+            # Another worker may have taken up a deployment that declares it first.
+            await self.runtime.catch_up()
         for index, request in enumerate(requests):
             try:
                 intent, signer = self._plan(request)
@@ -271,9 +291,17 @@ class Relayer:
     def _plan(self, request: SendRequest) -> tuple[build.Intent, Signer]:
         """What ``request`` sends and who signs it, once its permissions are checked."""
         execute = request.execute
+        behind = self.runtime.checks_behind()
+        if behind is not None:
+            raise RflowError(FailureKind.PERMISSION_DENIED, behind)
         project = self.project
         if execute.workflow not in project.workflows:
-            raise RflowError(FailureKind.INVALID_INPUT, f"no workflow named {execute.workflow!r}")
+            # Its permissions, budgets and breakers went with it: nothing allows the send.
+            raise RflowError(
+                FailureKind.PERMISSION_DENIED,
+                f"workflow {execute.workflow!r} is not in {self.runtime.deployment.label}, "
+                "which this worker runs: its sends are refused",
+            )
         # Filled in here, in memory: permissions and budgets see the values it sends.
         action = Secrets(self.runtime.env).resolve(execute.action)
         intent = build.intent(project, action)
@@ -481,6 +509,13 @@ class Relayer:
 
     # --- ownership ------------------------------------------------------------------------
 
+    def deployed(self, deployment: Any) -> None:
+        """A deploy may add or remove relayers: follow the open sends of the ones this
+        worker's partitions hold now."""
+        self.runtime.runner.effects.spawn(
+            self.tracker.own(self.owned(self.assigned)), f"relayers of {deployment.label}"
+        )
+
     def owned(self, assigned: frozenset[int]) -> set[tuple[str, str]]:
         """The (network, relayer) pairs whose sends land on ``assigned`` partitions."""
         project = self.runtime.project
@@ -544,12 +579,13 @@ def attach(app: RflowApp) -> Relayer:
 
     async def on_rebalance_complete(sender: Any = None, **kwargs: Any) -> None:
         topic = runtime.catalog.full_name("rflow.sends")
-        assigned = frozenset(
+        relayer.assigned = frozenset(
             tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topic
         )
-        await relayer.tracker.own(relayer.owned(assigned))
+        await relayer.tracker.own(relayer.owned(relayer.assigned))
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
+    runtime.on_deployment.append(relayer.deployed)
 
     @app.task
     async def follow_receipts() -> None:

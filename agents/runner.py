@@ -39,6 +39,7 @@ from rflow.codecs import (
     decode,
 )
 from rflow.codecs.tables import read_run_entry, run_entry, settled_entry
+from rflow.deployment import Deployment
 from rflow.engine import (
     CancelRequested,
     Journal,
@@ -52,7 +53,7 @@ from rflow.engine import (
     lanes,
     resume,
 )
-from rflow.engine.keys import firing_runs, matrix_combinations, run_key, workflow_version
+from rflow.engine.keys import firing_runs, matrix_combinations, run_key
 from rflow.engine.lanes import Lane
 from rflow.failures import RflowError
 from rflow.lang.model import Workflow
@@ -81,15 +82,21 @@ class Runner:
         self.lanes = app.rflow.tables.lanes
         self.effects = EffectRunner(app)
         self.breakers = Breakers(app, self.effects)
-        project = app.rflow.project
-        self.workflows = dict(project.workflows) if project else {}
+        self.workflows: dict[str, Workflow] = {}
         """The deployed definition of each workflow: the one new runs start with."""
-        self.config = project.config if project else Config()
-        self.versions = {name: workflow_version(wf) for name, wf in self.workflows.items()}
-        self.definitions: dict[str, Workflow] = {
-            self.versions[name]: wf for name, wf in self.workflows.items()
-        }
+        self.config = Config()
+        self.versions: dict[str, str] = {}
+        """The version new runs of each workflow start with (a removed workflow keeps its
+        last one, for the firings it accepted before it was removed)."""
+        self.definitions: dict[str, Workflow] = {}
         """Every version seen, by version: a run runs the version it started with."""
+        self.removed: dict[str, str] = {}
+        """Workflows a deployment removed: name -> which one (for the refusals' reason)."""
+        self.resumed: set[str] = set()
+        """Workflows whose pause was seen lifted: their held firings are to be released."""
+        self.deployment = app.rflow.deployment
+        self.take(self.deployment)
+        app.rflow.on_deployment.append(self.take)
         self.uses_state: dict[str, bool] = {}
         self.partitions: frozenset[int] = frozenset()
         self.lock = asyncio.Lock()
@@ -106,8 +113,6 @@ class Runner:
         from Postgres by a timer, so every worker sees a pause within a second or so)."""
         self.paused_read = False
         """Whether ``paused`` was read yet: until it is, every pause is asked of Postgres."""
-        self.resumed: set[str] = set()
-        """Workflows whose pause was seen lifted: their held firings are to be released."""
 
     # --- admission --------------------------------------------------------------------
 
@@ -116,7 +121,11 @@ class Runner:
         paused, else let its runs' lanes, rate limit and breaker decide when they start."""
         workflow = self.workflows.get(record.workflow)
         if workflow is None:
-            await send_dead_letter(self.app, message, f"unknown workflow {record.workflow!r}")
+            # Another worker may have taken up a deployment that declares it first.
+            await self.runtime.catch_up()
+            workflow = self.workflows.get(record.workflow)
+        if workflow is None:
+            await send_dead_letter(self.app, message, self.unknown(record.workflow))
             return
         count = self.runtime.catalog.spec("rflow.triggers").partitions
         disagreement = (
@@ -241,13 +250,11 @@ class Runner:
         return set(self.paused) | {name for name, wf in self.workflows.items() if wf.paused}
 
     async def refresh(self) -> None:
-        """Read pauses and deployments (every second or so); begin what was held for every
-        workflow that is no longer paused, on each partition this worker owns."""
-        defined = {name for name, wf in self.workflows.items() if wf.paused}
+        """Read the pauses (every second or so); begin what was held for every workflow
+        that is no longer paused (by Postgres, or by a deployment that unpaused its
+        definition), on each partition this worker owns."""
         await self.refresh_pauses()
-        await self.refresh_deployments()
-        resumed = self.resumed | (defined - {n for n, wf in self.workflows.items() if wf.paused})
-        self.resumed = set()
+        resumed, self.resumed = self.resumed, set()
         paused = self.paused_now()
         for name in sorted(resumed - paused):
             await self.release_everywhere(name)
@@ -294,23 +301,32 @@ class Runner:
                 )
         return found
 
-    async def refresh_deployments(self) -> None:
-        """Take up versions deployed since (``rflow deploy``): new runs start with them."""
-        deployed = await self.runtime.database.run(versions.current, what="deployments")
-        for name, version in deployed.items():
-            if name not in self.workflows or self.versions.get(name) == version:
-                continue
-            stored = self.definitions.get(version)
-            if stored is None:
-                found = await self.runtime.database.run(
-                    lambda conn, version=version: versions.definition(conn, version),
-                    what="workflow version",
-                )
-                if found is None:
-                    continue
-                stored = self.definitions[version] = Workflow.model_validate(found[1])
-            self.workflows[name], self.versions[name] = stored, version
-            log.info("workflow %s: new runs start with version %s", name, version)
+    def take(self, deployment: Deployment) -> None:
+        """Take up ``deployment`` (the runtime's new current one, swapped in the same
+        step): new runs start with its versions; runs in flight keep theirs."""
+        project = deployment.project
+        workflows = dict(project.workflows) if project else {}
+        defined = {name for name, wf in self.workflows.items() if wf.paused}
+        self.resumed |= defined - {name for name, wf in workflows.items() if wf.paused}
+        for name in self.workflows.keys() - workflows.keys():
+            self.removed[name] = deployment.label
+            log.info("workflow %s removed by %s: its firings are refused", name, deployment.label)
+        for name, workflow in workflows.items():
+            self.removed.pop(name, None)
+            version = deployment.versions[name]
+            self.definitions.setdefault(version, workflow)
+            if self.versions.get(name) not in (None, version):
+                log.info("workflow %s: new runs start with version %s", name, version)
+        self.workflows, self.config = workflows, project.config if project else Config()
+        self.versions = {**self.versions, **deployment.versions}
+        self.deployment = deployment
+
+    def unknown(self, name: str) -> str:
+        """Why a firing of workflow ``name``, which this worker does not run, is refused."""
+        removed = self.removed.get(name)
+        if removed is not None:
+            return f"workflow {name!r} was removed by {removed}"
+        return f"unknown workflow {name!r} (not in {self.deployment.label}, which this worker runs)"
 
     async def pause_of(self, name: str) -> str | None:
         """Why ``name`` is paused, or ``None``. The refreshed copy of the pauses answers
@@ -433,7 +449,10 @@ class Runner:
         """The workflow, record and matrix combination of run ``rid`` of firing ``gate``."""
         entry = self.triggers[gate]
         record = accepted_record(entry)
-        workflow = self.workflows[record.workflow]
+        # A firing accepted before a deploy removed its workflow still runs, on its last version.
+        workflow = (
+            self.workflows.get(record.workflow) or self.definitions[self.versions[record.workflow]]
+        )
         combo = next(combo for combo, run in self.runs_of(workflow, record) if run == rid)
         return workflow, record, combo
 
@@ -522,7 +541,8 @@ class Runner:
             return
         version = self.versions[record.workflow]
         if version not in self.uses_state:
-            self.uses_state[version] = _reads_state(workflow)
+            # The definition of the version pinned, should a deploy land while this awaited.
+            self.uses_state[version] = _reads_state(self.definitions.get(version, workflow))
         if self.uses_state[version]:
             # Reading durable state is I/O: fetch it off the partition, then start.
             self.effects.spawn(self._start_with_state(start, record.partition_key), f"start {rid}")
@@ -729,7 +749,7 @@ class Runner:
         await self.effects.carry_out(new_state, effects, partition, journal=False)
         for effect in effects:
             if isinstance(effect, Settle):
-                if workflow.circuit_breaker is not None:
+                if new_state.workflow in self.breakers.guarded:  # the current deployment's
                     self.effects.spawn(
                         self.breakers.settled(new_state.workflow, new_state.run_id, effect.status),
                         f"circuit breaker of {new_state.workflow}",

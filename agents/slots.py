@@ -19,6 +19,8 @@ class RunSlots:
         self.free = asyncio.Semaphore(size)
         self.users: dict[str, int] = {}
         self.granted: dict[str, asyncio.Event] = {}
+        self.owed = 0
+        """Slots to keep when given back, after a :meth:`resize` to fewer."""
 
     @asynccontextmanager
     async def hold(self, run_id: str) -> AsyncIterator[None]:
@@ -41,7 +43,23 @@ class RunSlots:
             if self.users[run_id] == 0:
                 del self.users[run_id]
                 if self.granted.pop(run_id).is_set():
-                    self.free.release()
+                    if self.owed:
+                        self.owed -= 1
+                    else:
+                        self.free.release()
+
+    def resize(self, size: int) -> None:
+        """Allow ``size`` runs at once from now on (``config.max_concurrent_runs`` was
+        deployed anew). A smaller size takes effect as runs give their slots back."""
+        grow = size - self.size
+        if grow < 0:
+            self.owed -= grow
+        else:
+            paid = min(grow, self.owed)
+            self.owed -= paid
+            for _ in range(grow - paid):
+                self.free.release()
+        self.size = size
 
     @property
     def executing(self) -> int:

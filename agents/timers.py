@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rflow.agents import breakers
 from rflow.agents.effects import EffectRunner
 from rflow.engine import TimerFired, WaitResolved
-from rflow.engine.keys import deployable
-from rflow.storage import runs, timers, versions, waits
+from rflow.storage import runs, timers, waits
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -85,29 +84,15 @@ def attach(app: RflowApp, effects: EffectRunner, runner: Any = None) -> None:
 
         @app.timer(interval=PAUSE_REFRESH_INTERVAL, name="rflow.pauses")
         async def refresh_pauses() -> None:
-            """Which workflows are paused (operator, on_failure: halt), for admission, and
-            which versions are deployed, for new runs; firings held by a lifted pause start."""
+            """Which workflows are paused (operator, on_failure: halt), for admission;
+            firings held by a lifted pause start."""
             await runner.refresh()
-
-        @app.task
-        async def deploy_project() -> None:
-            """A worker deploys the workflows it was started with (as `rflow deploy` does)."""
-            project = runtime.project
-            if project is None or not project.workflows:
-                return
-            changed = await runtime.database.run(
-                lambda conn: versions.deploy(conn, deployable(project.workflows)),
-                what="deploy",
-            )
-            for name, (previous, version) in changed.items():
-                log.info("deployed workflow %s version %s (was %s)", name, version, previous)
-
-    if runner is not None and runner.breakers.guarded:
 
         @app.timer(interval=breakers.TICK_INTERVAL, name="rflow.breakers")
         async def tick_breakers() -> None:
             """Open circuits go half-open after a quiet window (every worker may do it:
-            each change is atomic in Postgres)."""
+            each change is atomic in Postgres). The workflows with a breaker are the
+            current deployment's: a deploy may add or remove one."""
             await runner.breakers.tick()
 
     @app.timer(interval=RETENTION_INTERVAL, name="rflow.retention")

@@ -20,6 +20,7 @@ ON CONFLICT (workflow) DO UPDATE SET version = EXCLUDED.version, deployed_at = n
 WHERE d.version <> EXCLUDED.version
 RETURNING (SELECT version FROM workflow_deployments WHERE workflow = %s)
 """
+_RETIRE = "DELETE FROM workflow_deployments WHERE workflow <> ALL(%s) RETURNING workflow, version"
 _CURRENT = "SELECT workflow, version FROM workflow_deployments"
 _DEFINITION = "SELECT workflow, definition FROM workflow_versions WHERE version = %s"
 
@@ -42,6 +43,13 @@ async def deploy(
                 if row is not None:
                     changed[workflow] = (row[0], version)
     return changed
+
+
+async def retire(conn: psycopg.AsyncConnection, keep: list[str]) -> dict[str, str]:
+    """Undeploy every workflow not in ``keep``; returns ``{workflow: its last version}``."""
+    with translated():
+        cur = await conn.execute(_RETIRE, (keep,))
+        return dict(await cur.fetchall())
 
 
 async def current(conn: psycopg.AsyncConnection) -> dict[str, str]:

@@ -64,14 +64,16 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return error(exc.status, f"{exc.reason}: {request.method} {request.path}", headers)
 
 
-def authenticator(principals: Principals, public: Callable[[str], bool]) -> Any:
-    """The aiohttp middleware that asks every non-public route for a principal's bearer
-    token, and leaves the principal it names on the request (``request[PRINCIPAL]``)."""
+def authenticator(current: Callable[[], Principals], public: Callable[[str], bool]) -> Any:
+    """The aiohttp middleware that asks every non-public route for the bearer token of one
+    of the ``current`` principals (the current deployment's), and leaves the principal it
+    names on the request (``request[PRINCIPAL]``)."""
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
         if public(request.path):
             return await handler(request)
+        principals = current()
         challenge = {"WWW-Authenticate": 'Bearer realm="rflow"'}
         if not principals:
             return error(
@@ -95,7 +97,6 @@ def authenticator(principals: Principals, public: Callable[[str], bool]) -> Any:
 def attach(app: RflowApp, control: Control) -> None:
     """Mount the API routes on ``app``'s web server."""
     runtime = app.rflow
-    project = runtime.project
     database = runtime.database
     assert database is not None, "attach the database before the API"
 
@@ -137,12 +138,18 @@ def attach(app: RflowApp, control: Control) -> None:
     def db(work: Callable[[Any], Awaitable[Any]], what: str) -> Awaitable[Any]:
         return database.run(work, what=what)
 
+    def deployment() -> dict[str, Any]:
+        if runtime.deployments is not None:
+            return runtime.deployments.status()
+        return {"id": runtime.deployment.id, "failed": None}
+
     @app.page("/healthz", name="rflow.healthz")
     async def healthz(self: View, request: Request) -> Response:
-        """200 while the worker runs; ``ready`` says whether it holds its partitions."""
+        """200 while the worker runs; ``ready`` says whether it holds its partitions,
+        ``deployment`` which deployment it runs (and the newest that failed to load)."""
         recovered = app.tables.recovery.completed.is_set()
         ready = recovered and not app.rebalancing and not app.in_recovery
-        return self.json({"status": "ok", "ready": ready})
+        return self.json({"status": "ok", "ready": ready, "deployment": deployment()})
 
     @app.page("/metrics", name="rflow.metrics")
     async def metrics(self: View, request: Request) -> Response:
@@ -288,11 +295,12 @@ def attach(app: RflowApp, control: Control) -> None:
     @app.page("/api/workflows", name="rflow.api.workflows")
     async def list_workflows(self: View, request: Request) -> Response:
         """The project's workflows: trigger kind, the version new runs start with (the
-        deployed one) and pause state."""
+        deployed one) and pause state; the deployment this worker runs."""
 
         async def work() -> dict[str, Any]:
             paused = await db(controls.paused, "workflow controls")
-            deployed = runtime.runner.versions if runtime.runner is not None else {}
+            current = runtime.deployment
+            project = current.project
             found = []
             for name, definition in (project.workflows if project else {}).items():
                 by, reason = paused.get(name, (None, None))
@@ -300,19 +308,20 @@ def attach(app: RflowApp, control: Control) -> None:
                     {
                         "workflow": name,
                         "trigger": type(definition.trigger).kind,
-                        "version": deployed.get(name) or workflow_version(definition),
+                        "version": current.versions.get(name) or workflow_version(definition),
                         "paused": bool(definition.paused) or name in paused,
                         "paused_by": "definition" if definition.paused else by,
                         "reason": reason,
                     }
                 )
-            return {"workflows": found}
+            return {"workflows": found, "deployment": deployment()}
 
         return await answer(work)
 
     def workflow_action(name: str, act: Callable[[Any, str, dict[str, Any]], Awaitable[Any]]):
         async def post(self: View, request: Request, workflow: str) -> Response:
             async def work() -> Any:
+                project = runtime.project
                 if project is None or workflow not in project.workflows:
                     raise ControlError(f"no workflow {workflow!r} in this project", 404)
                 fields = await read(request)
@@ -343,6 +352,7 @@ def attach(app: RflowApp, control: Control) -> None:
         """Each cap of each budget in its rolling window, in raw units."""
 
         async def work() -> dict[str, Any]:
+            project = runtime.project
             declared = project.budgets if project else {}
             rows = (
                 await db(lambda conn: budgets.usage(conn, declared), "budgets") if declared else []

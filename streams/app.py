@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +20,9 @@ from faust.transport.producer import ProducerBuffer
 from mode.utils.queues import ThrowableQueue
 
 from rflow.codecs import tables as table_codec
-from rflow.lang import Project, load_project
-from rflow.principals import Principals
+from rflow.deployment import Deployment
+from rflow.lang import ConfigError, Project, read_source
+from rflow.principals import Principals, TokenConflict
 from rflow.settings import Settings, environ
 from rflow.streams import tables, views
 from rflow.streams.control import Control
@@ -44,21 +45,81 @@ class Topics:
     dlq: faust.TopicT
 
 
+CATCH_UP_TIMEOUT = 10.0
+"""Seconds :meth:`Runtime.catch_up` may take before the caller decides without it."""
+
+
 @dataclass
 class Runtime:
-    """What rflow's agents need besides Faust: settings, topics, tables, the database."""
+    """What rflow's agents need besides Faust: settings, topics, tables, the database, and
+    the deployment the worker runs now."""
 
     settings: Settings
     catalog: Catalog
-    project: Project | None = None
+    deployment: Deployment = field(default_factory=lambda: Deployment.of(None))
+    """The current deployment: replaced whole by :meth:`take`, never changed in place."""
     env: dict[str, str] = field(default_factory=dict)
     topics: Topics | None = None
     tables: tables.Tables | None = None
     database: Database | None = None
     runner: Any = None
     metrics: Any = None
-    webhook_paths: set[str] = field(default_factory=set)
-    """Webhook paths declared outside ``/hooks/``: public, like every webhook."""
+    deployments: Any = None
+    """The :class:`~rflow.streams.deployments.Deployments` that publishes and follows."""
+    webhooks: Any = None
+    """The :class:`~rflow.ingress.WebhookIngress` of the web server."""
+    on_deployment: list[Callable[[Deployment], None]] = field(default_factory=list)
+    """Called in :meth:`take`, in order, by the components that keep what they derive
+    from the project (the runner's workflows and versions, the run slots)."""
+
+    @property
+    def project(self) -> Project | None:
+        """The current deployment's project: read it at use, never keep it."""
+        return self.deployment.project
+
+    def current_project(self) -> Project | None:
+        """:attr:`project`, as a function (:data:`rflow.deployment.ProjectAt`)."""
+        return self.deployment.project
+
+    @property
+    def webhook_paths(self) -> Collection[str]:
+        """The paths of the current webhook triggers: public, like every webhook."""
+        return self.webhooks.routes.keys() if self.webhooks is not None else ()
+
+    def take(self, deployment: Deployment) -> None:
+        """Make ``deployment`` the current one. Nothing awaits in between, so no event is
+        decided with the new project by one component and the old one by another."""
+        self.deployment = deployment
+        for hook in self.on_deployment:
+            try:
+                hook(deployment)
+            except Exception:  # one component's failure must not keep the others behind
+                log.exception("taking up %s failed in %r", deployment.label, hook)
+
+    def checks_behind(self) -> str | None:
+        """Why this worker cannot check a send or an HTTP call now, or ``None``: it could
+        not load the newest deployment, whose permissions, budgets and breakers may be
+        tighter than the ones it runs. Those checks fail closed until it can."""
+        failed = self.deployments.failed if self.deployments is not None else None
+        if failed is None:
+            return None
+        return (
+            f"this worker could not load deployment {failed[0]}, the newest, and runs "
+            f"{self.deployment.label}: it checks no send or http call against older "
+            "permissions, budgets and breakers (see rflow deployments)"
+        )
+
+    async def catch_up(self) -> None:
+        """Take up a newer deployment now, if there is one (a workflow was not found):
+        another worker may have taken it up first and let a firing of it through. Gives
+        up after :data:`CATCH_UP_TIMEOUT` (Postgres away), leaving the caller to refuse."""
+        if self.deployments is None:
+            return
+        try:
+            async with asyncio.timeout(CATCH_UP_TIMEOUT):
+                await self.deployments.refresh()
+        except TimeoutError:
+            log.warning("no newer deployment could be looked up within %ss", CATCH_UP_TIMEOUT)
 
 
 class RflowTopic(faust.Topic):
@@ -377,15 +438,21 @@ class RflowApp(faust.App):
 def create_app(settings: Settings | None = None, project: Project | None = None) -> RflowApp:
     """Build the app with every agent, table and page attached.
 
-    The workflows come from ``project``, else from ``settings.project_path``; a worker
-    without workflows still runs the pipeline (records for unknown workflows are
-    dead-lettered). Two principals with the same token raise
-    :class:`~rflow.principals.TokenConflict`.
+    The workflows come from ``project``, else from ``settings.project_path`` (whose
+    source the worker deploys as it starts); then the worker follows the newest
+    deployment (:mod:`rflow.streams.deployments`). A worker without workflows still runs
+    the pipeline (records for workflows it does not run are dead-lettered). Two
+    principals with the same token raise :class:`~rflow.principals.TokenConflict`; the
+    API authenticates the principals of the current deployment.
     """
     settings = settings or Settings.from_env()
     env = environ()
+    source = None
     if project is None and settings.project_path is not None:
-        project = load_project(settings.project_path, env)
+        source, report = read_source(settings.project_path, env)
+        if report.project is None or not report.ok:
+            raise ConfigError(report.diagnostics)
+        project = report.project
     catalog = Catalog.from_settings(settings)
     codec = table_codec.register()
     partitions = catalog.spec("rflow.triggers").partitions
@@ -397,6 +464,22 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     principals = Principals.of(project, env, settings.api_token)
     for name, variable in principals.unset:
         log.warning("principal %s cannot authenticate: %s is not set", name, variable)
+    known: dict[int, Principals] = {id(project): principals}
+
+    def current_principals() -> Principals:
+        """The principals of the project this worker runs now (a deploy may change them)."""
+        project_now = runtime.current_project()
+        found = known.get(id(project_now))
+        if found is None:
+            try:
+                found = Principals.of(project_now, env, settings.api_token)
+            except TokenConflict as exc:  # refused when deployed; keep who could sign in
+                log.error("the deployed principals are not taken up: %s", exc)
+                found = known[next(iter(known))]
+            known.clear()
+            known[id(project_now)] = found
+        return found
+
     app = RflowApp(
         settings.app_id,
         broker=[f"kafka://{host}" for host in settings.kafka_brokers.split(",")],
@@ -417,10 +500,16 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
         stream_buffer_maxsize=1024,
         Topic=RflowTopic,
         web_application_options={
-            "middlewares": [api.json_errors, api.authenticator(principals, public)]
+            "middlewares": [
+                api.json_errors,
+                api.authenticator(current_principals, public),
+                ingress_views.declared_paths(lambda: runtime.webhooks),
+            ]
         },
     )
-    app.rflow = runtime = Runtime(settings, catalog, project, env)
+    app.rflow = runtime = Runtime(
+        settings, catalog, Deployment.of(project, digest=source.digest if source else None), env
+    )
     runtime.topics = Topics(
         triggers=app.declared_topic("rflow.triggers"),
         runs=app.declared_topic("rflow.runs"),
@@ -440,8 +529,10 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     app.add_dependency(ChainIngressService(app))
 
     from rflow import agents
-    from rflow.streams import metrics
+    from rflow.streams import deployments, metrics
 
+    runtime.deployments = deployments.Deployments(runtime, source)
+    deployments.attach(app, runtime.deployments)
     runtime.metrics = metrics.attach(app)
     agents.attach(app)
     views.attach(app)
@@ -451,7 +542,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     async def operate(work):
         return await database.run(work, what="operator action")
 
-    api.attach(app, Control(operate, producer, project))
+    api.attach(app, Control(operate, producer, runtime.current_project))
     return app
 
 

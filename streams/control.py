@@ -18,6 +18,7 @@ import psycopg
 from rflow import approvals, storage
 from rflow.approvals import Decision
 from rflow.codecs import MAX_RECORD_BYTES, Record, RetryRecord, RunEvent, TriggerRecord, encode
+from rflow.deployment import ProjectAt, project_reader
 from rflow.engine import CancelRequested, RunState, StepRecord, WaitResolved, rerun
 from rflow.engine.keys import retry_run_id
 from rflow.lang import Project
@@ -55,11 +56,16 @@ class Control:
         self,
         database: Callable[[Work[Any]], Awaitable[Any]],
         producer: Sender,
-        project: Project | None = None,
+        project: Project | ProjectAt | None = None,
     ) -> None:
         self.database = database
         self.producer = producer
-        self.project = project
+        self._project = project_reader(project)
+
+    @property
+    def project(self) -> Project | None:
+        """The current project (a worker's changes with every deploy)."""
+        return self._project()
 
     async def decide(
         self,
@@ -142,13 +148,18 @@ class Control:
         if run["status"] != "failed":
             raise ControlError(f"run {run_id} is {run['status']}: only a failed run can be retried")
 
-        async def load(conn: psycopg.AsyncConnection) -> tuple[Any, Any, dict[str, Any]]:
+        async def load(conn: psycopg.AsyncConnection) -> tuple[Any, Any, dict[str, Any], bool]:
             final = await runs.final_state(conn, run_id)
             stored = await versions.definition(conn, run["version"])
             state = await workflow_state.load(conn, run["workflow"])
-            return final, stored, state
+            deployed = run["workflow"] in await versions.current(conn)
+            return final, stored, state, deployed
 
-        final, stored, state = await self.database(load)
+        final, stored, state, deployed = await self.database(load)
+        if not deployed:
+            raise ControlError(
+                f"workflow {run['workflow']} is not deployed any more: its runs cannot be retried"
+            )
         if final is None:
             raise ControlError(f"run {run_id} kept no final state to continue from", 409)
         if stored is None:

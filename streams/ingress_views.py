@@ -1,7 +1,8 @@
 """The HTTP ingress on the worker's web server: webhooks and manual runs.
 
 - ``POST /hooks/...`` and every other declared webhook path: :class:`WebhookIngress`
-  (the request path is matched against the triggers' ``path`` exactly);
+  (the request path is matched against the current project's triggers' ``path``
+  exactly, so a deploy adds and removes webhooks without a restart);
 - ``POST /api/workflows/{name}/runs``: :class:`ManualIngress`, the body being the inputs.
 
 The worker has one ingress producer, started on the first request and stopped with the
@@ -11,8 +12,7 @@ app, and keeps idempotency claims in Postgres through the app's :class:`Database
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
@@ -22,13 +22,13 @@ from aiohttp import web as aiohttp_web
 from faust.web import Request, Response, View
 from mode import Service
 
-from rflow.codecs import TriggerRecord
+from rflow.codecs import TriggerRecord, json
 from rflow.ingress import DEFAULT_MAX_BODY_BYTES, ManualIngress, Reply, WebhookIngress
 from rflow.ingress.wait_hooks import WaitHooks
 from rflow.settings import Settings
 from rflow.storage import Unavailable, waits, webhooks
 from rflow.streams.database import Database
-from rflow.streams.producer import ProduceError, Producer
+from rflow.streams.producer import LazyProducer
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -54,37 +54,18 @@ class IngressProducer(Service):
 
     def __init__(self, settings: Settings, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._ingress_settings = settings
-        self._kafka: Producer | None = None
-        self._kafka_exit = AsyncExitStack()
-        self._kafka_lock = asyncio.Lock()
-        self._kafka_closed = False
+        self._kafka = LazyProducer(settings)
 
     async def trigger(self, record: TriggerRecord) -> tuple[int, int]:
         """Produce ``record`` to the triggers topic, acknowledged by all in-sync replicas."""
-        return await (await self._running_producer()).trigger(record)
+        return await self._kafka.trigger(record)
 
     async def send(self, topic: str, key: str, record: Any) -> tuple[int, int]:
         """Produce ``record`` to declared topic ``topic``, acknowledged by all in-sync replicas."""
-        return await (await self._running_producer()).send(topic, key, record)
-
-    async def _running_producer(self) -> Producer:
-        if self._kafka is None:
-            async with self._kafka_lock:
-                if self._kafka_closed:
-                    # A request racing the shutdown must not start a producer nobody stops.
-                    raise ProduceError("the worker is stopping")
-                if self._kafka is None:
-                    self._kafka = await self._kafka_exit.enter_async_context(
-                        Producer(self._ingress_settings)
-                    )
-        return self._kafka
+        return await self._kafka.send(topic, key, record)
 
     async def on_stop(self) -> None:
-        async with self._kafka_lock:
-            self._kafka_closed = True
-            await self._kafka_exit.aclose()
-            self._kafka = None
+        await self._kafka.close()
 
 
 class PostgresDeliveries:
@@ -167,6 +148,30 @@ async def read_body(request: aiohttp_web.Request, limit: int) -> bytes:
     return bytes(body)
 
 
+class Webhooks:
+    """The web server's webhook endpoints: trigger paths of the current project, and the
+    paths of runs parked in a webhook wait."""
+
+    def __init__(self, hooks: WebhookIngress, waits: WaitHooks) -> None:
+        self.hooks = hooks
+        self.waits = waits
+
+    @property
+    def routes(self) -> dict[str, Any]:
+        """The current webhook triggers, by path."""
+        return self.hooks.routes
+
+    async def answer(self, request: aiohttp_web.Request) -> Reply:
+        """Answer one POST to a webhook path."""
+        body = await read_body(request, self.hooks.max_body_bytes)
+        if request.path not in self.hooks.routes:
+            # No trigger here: a run parked in wait_for may be waiting for this request.
+            answered = await self.waits.handle(request.path, request.headers, body)
+            if answered is not None:
+                return answered
+        return await self.hooks.handle(request.path, request.headers, body, request.query)
+
+
 def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> IngressProducer:
     """Mount the webhook and manual-run endpoints on ``app``'s web server; returns the
     producer they share (the API's operator actions use it too)."""
@@ -174,7 +179,7 @@ def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> In
     assert runtime.database is not None, "attach the database before the ingress"
     producer = app.add_dependency(IngressProducer(runtime.settings))
     hooks = WebhookIngress(
-        runtime.project,
+        runtime.current_project,
         runtime.env,
         producer,
         PostgresDeliveries(runtime.database),
@@ -184,17 +189,19 @@ def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> In
 
     def paused(name: str) -> str | None:
         runner = runtime.runner
-        workflow = runtime.project.workflows.get(name) if runtime.project else None
+        project = runtime.current_project()
+        workflow = project.workflows.get(name) if project else None
         if workflow is not None and workflow.paused:
             return "in its definition"
         return runner.paused.get(name) if runner is not None else None
 
     runs = ManualIngress(
-        runtime.project, producer, _now, max_body_bytes=max_body_bytes, paused=paused
+        runtime.current_project, producer, _now, max_body_bytes=max_body_bytes, paused=paused
     )
     wait_hooks = WaitHooks(
         PostgresWaits(runtime.database), producer, runtime.env, _now, max_body_bytes=max_body_bytes
     )
+    runtime.webhooks = endpoints = Webhooks(hooks, wait_hooks)
 
     def respond(view: View, reply: Reply) -> Response:
         return view.json(reply.body, status=reply.status, headers=dict(reply.headers))
@@ -207,28 +214,43 @@ def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> In
             body = await read_body(request, runs.max_body_bytes)
             return respond(self, await runs.handle(name, request.headers, body))
 
+    @app.page(WEBHOOK_PREFIX + "{tail:.*}", name="rflow.webhooks")
     class WebhookView(View):
         """Deliver a webhook to the workflow whose trigger declares this path."""
 
         async def post(self, request: Request, **_match: str) -> Response:
-            body = await read_body(request, hooks.max_body_bytes)
-            if request.path not in hooks.routes:
-                # No trigger here: a run parked in wait_for may be waiting for this request.
-                answered = await wait_hooks.handle(request.path, request.headers, body)
-                if answered is not None:
-                    return respond(self, answered)
-            reply = await hooks.handle(request.path, request.headers, body, request.query)
-            return respond(self, reply)
+            return respond(self, await endpoints.answer(request))
 
-    app.page(WEBHOOK_PREFIX + "{tail:.*}", name="rflow.webhooks")(WebhookView)
-    for i, path in enumerate(sorted(hooks.routes)):
-        if not path.startswith(WEBHOOK_PREFIX):
-            exact = type(f"WebhookView{i}", (WebhookView,), {})
-            app.page(path, name=f"rflow.webhooks.{i}")(exact)
-    runtime.webhook_paths.update(hooks.routes)
     return producer
 
 
-def is_webhook(path: str, declared: set[str]) -> bool:
+def declared_paths(current: Callable[[], Webhooks | None]) -> Any:
+    """The aiohttp middleware that answers POSTs to the webhook paths a project declares
+    outside ``/hooks/``. It looks them up in the current project on every request: a
+    deploy adds and removes them, which routes mounted when the server started could not."""
+
+    @aiohttp_web.middleware
+    async def route(request: aiohttp_web.Request, handler: Any) -> aiohttp_web.StreamResponse:
+        endpoints = current()
+        path = request.path
+        if (
+            endpoints is None
+            or request.method != "POST"
+            or path.startswith(WEBHOOK_PREFIX)
+            or path not in endpoints.routes
+        ):
+            return await handler(request)
+        reply = await endpoints.answer(request)
+        return aiohttp_web.Response(
+            body=json.dumps(reply.body),
+            status=reply.status,
+            content_type="application/json",
+            headers=dict(reply.headers),
+        )
+
+    return route
+
+
+def is_webhook(path: str, declared: Collection[str]) -> bool:
     """Whether ``path`` is a webhook endpoint (they authenticate requests their own way)."""
     return path.startswith(WEBHOOK_PREFIX) or path in declared

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 from aiokafka import AIOKafkaProducer
@@ -95,6 +96,50 @@ class Producer:
     async def trigger(self, record: TriggerRecord | TriggerRetracted) -> tuple[int, int]:
         """Produce a firing (or its retraction) to the triggers topic, keyed by its group."""
         return await self.send("rflow.triggers", record.partition_key, record)
+
+
+class LazyProducer:
+    """A :class:`Producer` started on first use and stopped by :meth:`close` (or leaving
+    ``async with``): a process that never produces holds no producer, and a failed
+    start (Kafka away) is tried again by the next record."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._producer: Producer | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    async def __aenter__(self) -> LazyProducer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def send(self, topic: str, key: str, record: Record) -> tuple[int, int]:
+        """:meth:`Producer.send`, starting the producer first if need be."""
+        return await (await self._started()).send(topic, key, record)
+
+    async def trigger(self, record: TriggerRecord | TriggerRetracted) -> tuple[int, int]:
+        """:meth:`Producer.trigger`, starting the producer first if need be."""
+        return await (await self._started()).trigger(record)
+
+    async def _started(self) -> Producer:
+        if self._producer is None:
+            async with self._lock:
+                if self._closed:
+                    # A record racing the shutdown must not start a producer nobody stops.
+                    raise ProduceError("the producer is closed: the process is stopping")
+                if self._producer is None:
+                    self._producer = await Producer(self.settings).__aenter__()
+        return self._producer
+
+    async def close(self) -> None:
+        """Stop the producer if it was started; later records are refused."""
+        async with self._lock:
+            self._closed = True
+            if self._producer is not None:
+                await self._producer.__aexit__(None, None, None)
+                self._producer = None
 
 
 async def produce_trigger(settings: Settings, record: TriggerRecord) -> tuple[int, int]:

@@ -1,10 +1,12 @@
-"""``rflow deploy``: validate a project and publish its workflows as new versions."""
+"""``rflow deploy``: validate a project and publish it to every worker; ``rflow
+deployments``: which deployment each worker runs."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -12,46 +14,155 @@ from rflow.cli import main
 from rflow.cli.common import table, with_database
 from rflow.settings import environ
 
+STALE_AFTER = 30.0
+"""Seconds without a report after which a worker is shown as gone."""
+
 
 @main.command()
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True)
 def deploy(path: Path, as_json: bool) -> None:
-    """Validate the workflows at PATH, then publish each as an immutable version.
+    """Validate the project at PATH, then publish it as the new deployment.
 
-    New runs start with the deployed version within a second on every worker; a run in
-    flight keeps the version it started with. Publishing an unchanged workflow changes
-    nothing. Exits 1 (publishing nothing) when PATH has errors.
+    Every worker takes it up within seconds, without a restart: new workflows start
+    firing, removed ones stop (their firings are refused), changed ones start new runs
+    with their new version while a run in flight keeps its own; every send is checked
+    against the new permissions, budgets and breakers. Publishing the deployed project
+    again changes nothing. Exits 1, publishing nothing, when PATH has errors.
     """
+    from rflow.deployment import Changes
     from rflow.engine.keys import deployable
-    from rflow.lang import validate_path
-    from rflow.storage import versions
+    from rflow.lang import read_source
+    from rflow.storage import deployments
 
-    report = validate_path(str(path), environ())
-    if not report.ok:
+    source, report = read_source(path, environ())
+    if report.project is None or not report.ok:
         for diagnostic in report.errors:
             click.echo(str(diagnostic), err=True)
         raise SystemExit(1)
     definitions = deployable(report.project.workflows)
-    changed = asyncio.run(with_database(lambda conn: versions.deploy(conn, definitions)))
-    rows = [
+    published = asyncio.run(
+        with_database(
+            lambda conn: deployments.publish(
+                conn, digest=source.digest, source=source.document(), definitions=definitions
+            )
+        )
+    )
+    before = published.before
+    after = {name: version for name, (version, _) in definitions.items()}
+    changes = Changes.between(before, after)
+    rows: list[dict[str, Any]] = [
         {
             "workflow": name,
             "version": version,
-            "previous": changed[name][0] if name in changed else version,
-            "changed": name in changed,
+            "previous": before.get(name),
+            "changed": before.get(name) != version,
         }
-        for name, (version, _) in sorted(definitions.items())
+        for name, version in sorted(after.items())
     ]
+    rows += [
+        {"workflow": name, "version": None, "previous": before[name], "changed": True}
+        for name in changes.removed
+    ]
+    summary = (
+        f"deployment {published.id}: {changes.summary()}"
+        if published.created
+        else f"deployment {published.id} is this project already: nothing new to take up"
+    )
+    check = (
+        "workers take it up within seconds; see which deployment each one runs with "
+        "`rflow deployments` (or GET /healthz on a worker)"
+    )
     if as_json:
         click.echo(json.dumps(rows, indent=2))
+        click.echo(f"{summary}; {check}", err=True)
+        return
+    lines = [[row["workflow"], row["version"] or "-", _deployed(row)] for row in rows]
+    click.echo(table(lines, ["WORKFLOW", "VERSION", "DEPLOYED"]))
+    click.echo(f"\n{summary}")
+    if published.created:
+        click.echo(check[0].upper() + check[1:] + ".")
+
+
+def _deployed(row: dict[str, Any]) -> str:
+    if row["version"] is None:
+        return f"removed (was {row['previous']})"
+    if not row["changed"]:
+        return "unchanged"
+    if row["previous"] is None:
+        return "added"
+    return f"changed (was {row['previous']})"
+
+
+@main.command("deployments")
+@click.option("--limit", default=5, show_default=True, help="How many deployments to list.")
+@click.option("--json", "as_json", is_flag=True)
+def list_deployments(limit: int, as_json: bool) -> None:
+    """The newest deployments, and which one each worker runs (and any it could not load)."""
+    from rflow.storage import deployments
+
+    async def read(conn: Any) -> tuple[Any, Any]:
+        return await deployments.recent(conn, limit), await deployments.workers(conn)
+
+    recent, workers = asyncio.run(with_database(read))
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "deployments": [
+                        {
+                            "id": d.id,
+                            "deployed_at": d.deployed_at.isoformat(),
+                            "digest": d.digest,
+                            "workflows": d.versions,
+                        }
+                        for d in recent
+                    ],
+                    "workers": [
+                        {
+                            "worker": w.worker,
+                            "app_id": w.app_id,
+                            "deployment": w.deployment,
+                            "failed": w.failed,
+                            "error": w.error,
+                            "seen_at": w.seen_at.isoformat(),
+                            "gone": w.seen_ago > STALE_AFTER,
+                        }
+                        for w in workers
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    if not recent:
+        click.echo(
+            "no deployment yet: `rflow deploy PATH` publishes one (a worker started "
+            "with a project does too)"
+        )
+    else:
+        lines = [
+            [d.id, d.deployed_at.strftime("%Y-%m-%d %H:%M:%S"), ", ".join(sorted(d.versions))]
+            for d in recent
+        ]
+        click.echo(table(lines, ["DEPLOYMENT", "DEPLOYED", "WORKFLOWS"]))
+    if not workers:
+        click.echo("\nno worker has reported yet")
         return
     lines = [
         [
-            row["workflow"],
-            row["version"],
-            f"new (was {row['previous'] or 'none'})" if row["changed"] else "unchanged",
+            w.worker,
+            w.app_id,
+            w.deployment if w.deployment is not None else "-",
+            f"{w.seen_ago:.0f}s ago" + (" (gone)" if w.seen_ago > STALE_AFTER else ""),
+            f"deployment {w.failed} does not load here: {_one_line(w.error)}"
+            if w.failed is not None
+            else "",
         ]
-        for row in rows
+        for w in workers
     ]
-    click.echo(table(lines, ["WORKFLOW", "VERSION", "DEPLOYED"]))
+    click.echo("\n" + table(lines, ["WORKER", "APP", "RUNS", "SEEN", "PROBLEM"]))
+
+
+def _one_line(text: str | None) -> str:
+    return "; ".join(line.strip() for line in (text or "").splitlines() if line.strip())

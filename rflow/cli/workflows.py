@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -22,18 +23,36 @@ def workflow() -> None:
 @project_option
 @click.option("--json", "as_json", is_flag=True)
 def list_workflows(project: Path | None, as_json: bool) -> None:
-    """Each workflow of the project, its trigger and whether it is paused."""
-    from rflow.lang import ConfigError, load_project
-    from rflow.storage import controls
+    """Each workflow of the project, its trigger and whether it is paused.
+
+    The project is PATH (--project, $RFLOW_PROJECT), else the newest deployment.
+    """
+    from rflow.lang import ConfigError, ProjectSource, load_project
+    from rflow.storage import controls, deployments
 
     path = project or Settings.from_env().project_path
-    if path is None:
-        fail("no project: give --project or set RFLOW_PROJECT")
-    try:
-        loaded = load_project(path, environ())
-    except ConfigError as exc:
-        fail(f"{path} has {len(exc.diagnostics)} problems; run rflow validate {path}")
-    paused = asyncio.run(with_database(controls.paused))
+
+    async def read(conn: Any) -> tuple[Any, Any]:
+        latest = await deployments.latest_id(conn)
+        stored = await deployments.get(conn, latest) if latest is not None else None
+        return await controls.paused(conn), stored
+
+    paused, stored = asyncio.run(with_database(read))
+    if path is not None:
+        try:
+            loaded = load_project(path, environ())
+        except ConfigError as exc:
+            fail(f"{path} has {len(exc.diagnostics)} problems; run rflow validate {path}")
+    elif stored is not None:
+        report = ProjectSource.from_document(stored.source).validate(environ())
+        if report.project is None or not report.ok:
+            fail(
+                f"deployment {stored.id} does not load with this environment "
+                f"({len(report.errors)} errors); give the project with --project"
+            )
+        loaded = report.project
+    else:
+        fail("no project: give --project or set RFLOW_PROJECT (nothing is deployed yet)")
     rows = []
     for name, definition in loaded.workflows.items():
         trigger = type(definition.trigger).kind
@@ -48,6 +67,12 @@ def list_workflows(project: Path | None, as_json: bool) -> None:
         return
     lines = [[row["workflow"], row["trigger"], row["state"]] for row in rows]
     click.echo(table(lines, ["WORKFLOW", "TRIGGER", "STATE"]))
+    if stored is not None:
+        listed = f"the project at {path}" if path is not None else f"deployment {stored.id}"
+        click.echo(
+            f"\nlisted: {listed}; newest deployment: {stored.id}; which deployment each "
+            "worker runs: rflow deployments"
+        )
 
 
 async def _known(conn, name: str) -> None:

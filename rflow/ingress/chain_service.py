@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from rflow import storage
+from rflow.deployment import ProjectAt, project_reader
 from rflow.ingress.chain import ChainFollower, TriggerSink
 from rflow.ingress.chain_state import ChainStore, PostgresChainStore
-from rflow.ingress.listeners import event_networks
+from rflow.ingress.listeners import event_networks, following
 from rflow.ingress.service import IngressService
 from rflow.lang import Project
 from rflow.settings import Settings
 from rflow.storage import StorageError
 from rflow.storage import chain as chain_store
-from rflow.streams.producer import Producer
 
 if TYPE_CHECKING:
     from rflow.streams.app import Runtime
@@ -39,6 +39,12 @@ class ChainIngress:
     """Follows every network of ``project`` that has event triggers, while it holds the
     network's lock; :meth:`run` until cancelled.
 
+    ``project`` is a project, or a function answering the current one (a worker's, which
+    a deploy changes): a network a deployment starts listening to is followed, one it no
+    longer listens to is let go, and one whose listeners changed is followed anew, from
+    its stored cursor (so no block is skipped or fired twice). ``refresh`` is how often,
+    in seconds, the project is looked at.
+
     ``store`` keeps the followers' state (:class:`PostgresChainStore` in a worker); the
     locks take connections of their own, from ``settings``.
 
@@ -49,37 +55,69 @@ class ChainIngress:
     def __init__(
         self,
         settings: Settings,
-        project: Project,
+        project: Project | ProjectAt | None,
         producer: TriggerSink,
         store: ChainStore,
         *,
         env: Mapping[str, str] | None = None,
         lock_retry: float = 3.0,
         lock_check: float = 2.0,
+        refresh: float = 1.0,
         follower_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.settings = settings
-        self.project = project
+        self.current = project_reader(project)
         self.producer = producer
         self.store = store
         self.env = env
         self.lock_retry = lock_retry
         self.lock_check = lock_check
+        self.refresh = refresh
         self.follower_options = dict(follower_options or {})
-        self.networks = event_networks(project)
         self.followers: dict[str, ChainFollower] = {}
         """The networks this process follows now (it holds their locks)."""
 
-    async def run(self) -> None:
-        """Contend for every network's lock and follow those won, until cancelled."""
-        if self.networks:
-            await asyncio.gather(*(self._network(name) for name in self.networks))
+    @property
+    def networks(self) -> list[str]:
+        """The networks the current project listens to."""
+        project = self.current()
+        return event_networks(project) if project is not None else []
 
-    async def _network(self, network: str) -> None:
+    async def run(self) -> None:
+        """Contend for every network's lock and follow those won, until cancelled; take up
+        what each deploy changes."""
+        running: dict[str, tuple[Any, asyncio.Task[None]]] = {}
+        try:
+            while True:
+                project = self.current()
+                wanted = {
+                    network: following(project, network)
+                    for network in (event_networks(project) if project is not None else [])
+                }
+                for network, (basis, task) in list(running.items()):
+                    if wanted.get(network) == basis:
+                        continue
+                    del running[network]
+                    await _stopped(task)
+                    log.info("the listeners on %s changed with a deploy", network)
+                for network, basis in wanted.items():
+                    if network not in running:
+                        assert project is not None
+                        task = asyncio.create_task(
+                            self._network(network, project), name=f"rflow.chain-ingress {network}"
+                        )
+                        task.add_done_callback(_log_failure)
+                        running[network] = (basis, task)
+                await asyncio.sleep(self.refresh)
+        finally:
+            for _, task in running.values():
+                await _stopped(task)
+
+    async def _network(self, network: str, project: Project) -> None:
         try:
             follower = ChainFollower(
                 self.settings,
-                self.project,
+                project,
                 self.producer,
                 self.store,
                 network,
@@ -127,9 +165,20 @@ class ChainIngress:
                 await task
 
 
+async def _stopped(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait until it has stopped (its lock connection closed)."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s stopped: %r", task.get_name(), task.exception())
+
+
 class ChainIngressService(IngressService):
-    """Runs :class:`ChainIngress` for the workflows of a Faust app's project (nothing when
-    no workflow has an event trigger or an event wait)."""
+    """Runs :class:`ChainIngress` for the event triggers and event waits of a Faust app's
+    current project."""
 
     what = "chain ingress"
 
@@ -137,13 +186,10 @@ class ChainIngressService(IngressService):
     def ingress(self) -> ChainIngress | None:
         return self.loop_runner  # type: ignore[return-value]
 
-    def needed(self, project: Project | None) -> bool:
-        return project is not None and bool(event_networks(project))
-
-    def build(self, runtime: Runtime, producer: Producer) -> ChainIngress:
+    def build(self, runtime: Runtime, producer: TriggerSink) -> ChainIngress:
         return ChainIngress(
             runtime.settings,
-            runtime.project,
+            lambda: runtime.project,
             producer,
             PostgresChainStore(runtime.database),
             env=runtime.env,

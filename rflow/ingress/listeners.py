@@ -190,6 +190,19 @@ def _event_specs(
     return found
 
 
+def following(project: Project, network: str) -> tuple[Any, ...]:
+    """Everything the listeners on ``network`` are built from: the network, the event
+    triggers and waits on it (with their workflows), and their contracts. Two projects
+    with equal answers listen to ``network`` alike."""
+    specs = _event_specs(project, network)
+    contracts = sorted({spec.contract for _, _, _, spec in specs})
+    return (
+        project.networks.get(network),
+        tuple(specs),
+        tuple((name, project.contracts.get(name)) for name in contracts),
+    )
+
+
 def event_networks(project: Project) -> list[str]:
     """The networks some workflow listens to (event triggers and event waits), in order."""
     return sorted({network for network in project.networks if _event_specs(project, network)})

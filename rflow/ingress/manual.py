@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from rflow.codecs import TriggerRecord
+from rflow.deployment import ProjectAt, project_reader
 from rflow.engine.keys import firing_runs
 from rflow.failures import RflowError
 from rflow.ingress.request import (
@@ -126,7 +127,7 @@ class ManualIngress:
 
     def __init__(
         self,
-        project: Project | None,
+        project: Project | ProjectAt | None,
         producer: TriggerProducer,
         clock: Callable[[], datetime],
         *,
@@ -136,7 +137,7 @@ class ManualIngress:
     ) -> None:
         self.max_body_bytes = max_body_bytes
         self._paused = paused
-        self._project = project
+        self._project = project_reader(project)
         self._producer = producer
         self._clock = clock
         self._new_id = new_id
@@ -154,7 +155,7 @@ class ManualIngress:
                 f"the {IDEMPOTENCY_HEADER} header is longer than {MAX_IDEMPOTENCY_KEY} characters",
             )
         try:
-            workflow = manual_workflow(self._project, name)
+            workflow = manual_workflow(self._project(), name)
             inputs = _inputs(body)
             record = manual_record(name, workflow, inputs, run_id=run_id, received_at=self._clock())
         except BodyError as exc:

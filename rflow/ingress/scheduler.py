@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rflow.codecs import TriggerRecord
+from rflow.deployment import Derived, ProjectAt, project_reader
 from rflow.failures import RflowError
 from rflow.ingress import schedule
 from rflow.ingress.service import IngressService
@@ -30,7 +31,7 @@ from rflow.lang import Project, Workflow
 from rflow.lang.model.triggers import ScheduleSpec, ScheduleTrigger
 from rflow.settings import Settings
 from rflow.storage import StorageError, schedules
-from rflow.streams.producer import ProduceError, Producer
+from rflow.streams.producer import ProduceError
 from rflow.triggering import trigger_record
 
 if TYPE_CHECKING:
@@ -54,6 +55,10 @@ _RETRY_DELAYS = (1, 2, 4, 8, 16, 30)
 def utc_now() -> datetime:
     """The wall clock, in UTC: the default clock of a :class:`Scheduler`."""
     return datetime.now(UTC)
+
+
+def _scheduled_workflows(project: Project | None) -> dict[str, Workflow]:
+    return {name: project.workflows[name] for name in scheduled(project)} if project else {}
 
 
 def scheduled(project: Project | None) -> dict[str, ScheduleSpec]:
@@ -118,6 +123,8 @@ class _Known:
 
     wake: datetime | None
     """Nothing can be due before this instant (``None``: the schedule never fires again)."""
+    spec: ScheduleSpec
+    """The schedule this was worked out for (a deploy may change it)."""
     failures: int = 0
 
 
@@ -125,26 +132,33 @@ class Scheduler:
     """Fires the schedule-triggered workflows of ``project`` through ``producer``.
 
     ``store`` holds the cursors (:class:`PostgresCursors`); ``clock`` gives the current
-    instant (aware), and tests pass one they step. ``settings`` are the process's. The
-    project is fixed for the scheduler's life: a changed definition means a new one.
+    instant (aware), and tests pass one they step. ``settings`` are the process's.
+    ``project`` is a project, or a function answering the current one (a worker's, which
+    a deploy changes): every tick fires the schedules of the project it answers then, so
+    a deployed schedule starts firing and a removed one stops, each within a tick. A
+    schedule seen for the first time, or again after its removal, fires from now on
+    (:func:`~rflow.ingress.schedule.due`).
     """
 
     def __init__(
         self,
         settings: Settings,
-        project: Project | None,
+        project: Project | ProjectAt | None,
         producer: TriggerSink,
         store: CursorStore,
         clock: Clock = utc_now,
     ) -> None:
         self.settings = settings
-        self.workflows: dict[str, Workflow] = (
-            {name: project.workflows[name] for name in scheduled(project)} if project else {}
-        )
+        self._workflows = Derived(project_reader(project), _scheduled_workflows)
         self.producer = producer
         self.store = store
         self.clock = clock
         self._known: dict[str, _Known] = {}
+
+    @property
+    def workflows(self) -> dict[str, Workflow]:
+        """The schedule-triggered workflows of the current project, by name."""
+        return self._workflows()
 
     async def tick(self, now: datetime) -> list[TriggerRecord]:
         """One pass at ``now``: produce every due firing, move the cursors; returns the
@@ -154,11 +168,16 @@ class Scheduler:
         backoff), when the policy of :func:`~rflow.ingress.schedule.due` applies again.
         """
         produced: list[TriggerRecord] = []
-        for name, workflow in self.workflows.items():
+        workflows = self.workflows
+        for name in self._known.keys() - workflows.keys():
+            del self._known[name]  # removed by a deploy: it fires no more
+        for name, workflow in workflows.items():
+            spec = workflow.trigger.schedule
             known = self._known.get(name)
+            if known is not None and known.spec != spec:
+                known = None  # the deploy changed it: work out its next fire again
             if known is not None and (known.wake is None or now < known.wake):
                 continue
-            spec = workflow.trigger.schedule
             try:
                 cursor = await self._handle(name, workflow, spec, now, produced)
             except (ProduceError, StorageError) as exc:
@@ -171,10 +190,10 @@ class Scheduler:
                     delay,
                     exc,
                 )
-                self._known[name] = _Known(now + timedelta(seconds=delay), failures)
+                self._known[name] = _Known(now + timedelta(seconds=delay), spec, failures)
                 continue
             wake = now if cursor is None else schedule.next_fire(spec.cron, spec.timezone, cursor)
-            self._known[name] = _Known(wake)
+            self._known[name] = _Known(wake, spec)
         return produced
 
     async def _handle(
@@ -217,10 +236,12 @@ class Scheduler:
     async def run(self) -> None:
         """Tick until cancelled, sleeping until the next fire time (at most
         :data:`MAX_SLEEP` seconds) between ticks."""
-        if not self.workflows:
-            return
-        log.info("scheduler started for %s", ", ".join(sorted(self.workflows)))
+        following: set[str] = set()
         while True:
+            names = set(self.workflows)
+            if names != following:
+                log.info("scheduler fires %s", ", ".join(sorted(names)) or "no schedule")
+                following = names
             await self.tick(self.clock())
             wake = self.next_wake()
             delay = MAX_SLEEP
@@ -230,8 +251,7 @@ class Scheduler:
 
 
 class SchedulerService(IngressService):
-    """Runs a :class:`Scheduler` for the workflows of a Faust app's project (nothing when
-    the project has no schedule)."""
+    """Runs a :class:`Scheduler` for the schedules of a Faust app's current project."""
 
     what = "the scheduler"
 
@@ -243,13 +263,10 @@ class SchedulerService(IngressService):
     def scheduler(self) -> Scheduler | None:
         return self.loop_runner  # type: ignore[return-value]
 
-    def needed(self, project: Project | None) -> bool:
-        return scheduled(project)
-
-    def build(self, runtime: Runtime, producer: Producer) -> Scheduler:
+    def build(self, runtime: Runtime, producer: TriggerSink) -> Scheduler:
         return Scheduler(
             runtime.settings,
-            runtime.project,
+            lambda: runtime.project,
             producer,
             PostgresCursors(runtime.database),
             clock=self.clock,

@@ -1,5 +1,5 @@
-"""The shape every worker-side ingress loop shares: started with the app, only when the
-project needs it, with its own acknowledged producer."""
+"""The shape every worker-side ingress loop shares: started with the app, with its own
+acknowledged producer, started the first time it has a record to produce."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mode import Service
 
-from rflow.streams.producer import Producer
+from rflow.streams.producer import LazyProducer
 
 if TYPE_CHECKING:
-    from rflow.lang import Project
     from rflow.streams.app import RflowApp, Runtime
 
 
@@ -19,11 +18,13 @@ class Loop(Protocol):
 
 
 class IngressService(Service):
-    """Runs one ingress :class:`Loop` for the workflows of a Faust app's project.
+    """Runs one ingress :class:`Loop` for the workflows of a Faust app's current project.
 
-    Add it to the app after its database (``app.add_dependency``). It does nothing when
-    :meth:`needed` says the project has no use for it. Its producer outlives its task:
-    mode cancels the task before it closes the service's async contexts.
+    Add it to the app after its database (``app.add_dependency``). The loop runs on
+    every worker, whatever the project it started with: a deploy may give it work (a
+    schedule, an event trigger) at any time. Its producer starts when the loop first
+    produces, so a worker without such triggers holds none, and outlives the loop's
+    task: mode cancels the task before it closes the service's async contexts.
     """
 
     what = "ingress"
@@ -33,21 +34,15 @@ class IngressService(Service):
         self.app = app
         self.loop_runner: Loop | None = None
 
-    def needed(self, project: Project | None) -> bool:
-        """Whether ``project`` has anything for this ingress to do."""
-        raise NotImplementedError
-
-    def build(self, runtime: Runtime, producer: Producer) -> Loop:
-        """The loop to run, given the app's runtime and a started producer."""
+    def build(self, runtime: Runtime, producer: LazyProducer) -> Loop:
+        """The loop to run, given the app's runtime and its producer."""
         raise NotImplementedError
 
     async def on_start(self) -> None:
         runtime = self.app.rflow
-        if not self.needed(runtime.project):
-            return
         if runtime.database is None:
             raise RuntimeError(f"{self.what} needs the app's database: add it first")
-        producer = await self.add_async_context(Producer(runtime.settings))
+        producer = await self.add_async_context(LazyProducer(runtime.settings))
         self.loop_runner = self.build(runtime, producer)
 
     @Service.task

@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from rflow.codecs import TriggerRecord
+from rflow.deployment import Derived, ProjectAt, project_reader
 from rflow.failures import RflowError
 from rflow.ingress import jsonpath
 from rflow.ingress.auth import auth_header, authenticate
@@ -110,6 +111,19 @@ def webhook_routes(project: Project | None) -> dict[str, Route]:
     return routes
 
 
+def _checked_routes(project: Project | None) -> dict[str, Route]:
+    routes = webhook_routes(project)
+    for route in routes.values():
+        # A path outside the dialect is the operator's error: say so now, in the log,
+        # and answer that webhook's requests with 500 rather than stop the worker.
+        try:
+            if route.spec.event_type_field:
+                jsonpath.parse(route.spec.event_type_field)
+        except jsonpath.JsonPathError as exc:
+            log.error("webhook of workflow %r: event_type_field: %s", route.name, exc)
+    return routes
+
+
 def event_type_of(doc: Any, field: str) -> str:
     """The event type at ``field`` in ``doc``: a string, or an integer as its digits.
 
@@ -131,7 +145,7 @@ class WebhookIngress:
 
     def __init__(
         self,
-        project: Project | None,
+        project: Project | ProjectAt | None,
         env: Mapping[str, str],
         producer: TriggerProducer,
         deliveries: Deliveries,
@@ -140,27 +154,24 @@ class WebhookIngress:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         new_id: Callable[[], uuid.UUID] = uuid.uuid4,
     ) -> None:
-        self.routes = webhook_routes(project)
+        self._routes = Derived(project_reader(project), _checked_routes)
         self.max_body_bytes = max_body_bytes
         self._env = env
         self._producer = producer
         self._deliveries = deliveries
         self._clock = clock
         self._new_id = new_id
-        for route in self.routes.values():
-            # A path outside the dialect is the operator's error: say so now, in the log,
-            # and answer that webhook's requests with 500 rather than stop the worker.
-            try:
-                if route.spec.event_type_field:
-                    jsonpath.parse(route.spec.event_type_field)
-            except jsonpath.JsonPathError as exc:
-                log.error("webhook of workflow %r: event_type_field: %s", route.name, exc)
+
+    @property
+    def routes(self) -> dict[str, Route]:
+        """The webhook triggers of the current project, by path (a deploy changes them)."""
+        return self._routes()
 
     async def handle(
         self, path: str, headers: Mapping[str, str], body: bytes, query: Mapping[str, str]
     ) -> Reply:
         """Answer one POST to ``path``."""
-        route = self.routes.get(path)
+        route = self.routes.get(path)  # read once: a deploy may change the routes meanwhile
         if route is None:
             return refuse(404, f"no webhook at {path}")
         headers = lower_keys(headers)

@@ -13,7 +13,9 @@ environment explicitly (the CLI passes :func:`rflow.settings.environ`):
     workflows found. Raises ``FileNotFoundError`` only when ``path`` does not exist.
 
 ``validate_text(text, env, file)`` and ``validate_sources([(file, text), ...], env)``
-do the same for YAML held in memory.
+do the same for YAML held in memory. ``read_source(path, env)`` also returns the
+project's :class:`ProjectSource` (its YAML and ABI files as text, what a deployment
+stores), which validates again anywhere with ``source.validate(env)``.
 
 A :class:`Diagnostic` is an error or a warning with a message worded for a person, the
 file, 1-based line and column, and the dotted data path it is about. Warnings (an
@@ -42,6 +44,7 @@ from rflow.lang.loader import (
 )
 from rflow.lang.model import Project, Step, Workflow
 from rflow.lang.schema import project_schema, schema_text
+from rflow.lang.source import ProjectSource, read_source
 from rflow.lang.units import (
     UnitError,
     format_amount,
@@ -56,6 +59,7 @@ __all__ = [
     "Diagnostic",
     "Location",
     "Project",
+    "ProjectSource",
     "Severity",
     "Step",
     "UnitError",
@@ -70,6 +74,7 @@ __all__ = [
     "parse_token_amount",
     "project_files",
     "project_schema",
+    "read_source",
     "schema_text",
     "validate_path",
     "validate_sources",

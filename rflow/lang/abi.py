@@ -159,11 +159,17 @@ class Abi:
         return cls(events, functions)
 
 
-def read_abi_file(path: Path) -> Abi:
-    """Read a JSON ABI, or a build artifact with an ``abi`` key (Foundry, Hardhat)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+def abi_entries(text: str) -> list[Any]:
+    """The entries of a JSON ABI, or of a build artifact's ``abi`` key (Foundry, Hardhat);
+    ``ValueError`` (``json.JSONDecodeError`` included) when ``text`` holds neither."""
+    data = json.loads(text)
     if isinstance(data, dict):
         data = data.get("abi")
     if not isinstance(data, list):
         raise ValueError("expected a JSON list of ABI entries, or an object with an 'abi' list")
-    return Abi.from_entries(data)
+    return data
+
+
+def read_abi_file(path: Path) -> Abi:
+    """Read a JSON ABI, or a build artifact with an ``abi`` key (Foundry, Hardhat)."""
+    return Abi.from_entries(abi_entries(path.read_text(encoding="utf-8")))

@@ -16,9 +16,10 @@ from typing import Any
 
 from rflow.failures import FailureKind, RflowError
 from rflow.hosts import check_url
-from rflow.lang.abi import Abi, SignatureError, parse_signature, read_abi_file
+from rflow.lang.abi import Abi, SignatureError, abi_entries, parse_signature
 from rflow.lang.diagnostics import DataPath, Diagnostic
 from rflow.lang.envsubst import EnvSubstitutionError, substitute
+from rflow.lang.files import DiskFiles, Files, FileTooLarge
 from rflow.lang.messages import did_you_mean
 from rflow.lang.model.actions import COMMANDS
 from rflow.lang.model.chain import Call, Read, SendTransaction
@@ -127,12 +128,22 @@ _KIND = {
 class Checker:
     """Applies the cross-reference rules to a :class:`ProjectView`."""
 
-    def __init__(self, view: ProjectView, source: SourceMap, env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        view: ProjectView,
+        source: SourceMap,
+        env: Mapping[str, str],
+        files: Files | None = None,
+    ) -> None:
         self.view = view
         self.source = source
         self.env = env
+        self.files = files if files is not None else DiskFiles()
+        """Where ABI files are read from (the disk, or a stored deployment)."""
         self.diagnostics: list[Diagnostic] = []
         self.abis: dict[str, Abi] = {}
+        self.abi_files: dict[str, list[Any]] = {}
+        """Contract name -> the entries of the ABI file it names, as read."""
         self.webhook_paths: dict[str, tuple[str, DataPath]] = {}
         self.event_args: dict[str, tuple[str, ...]] = {}
         """Workflow name -> the argument names of its trigger event, when its ABI is known."""
@@ -232,13 +243,14 @@ class Checker:
         base = Path(declared_in.file).parent if declared_in else Path()
         file = base / contract.abi
         try:
-            if file.stat().st_size > MAX_FILE_BYTES:
-                self._error(
-                    path,
-                    f"ABI file {str(file)!r} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB",
-                )
-                return
-            self.abis[name] = read_abi_file(file)
+            entries = abi_entries(self.files.read_text(file))
+            self.abis[name] = Abi.from_entries(entries)
+            self.abi_files[name] = entries
+        except FileTooLarge:
+            self._error(
+                path,
+                f"ABI file {str(file)!r} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB",
+            )
         except FileNotFoundError:
             self._error(path, f"ABI file not found: {str(file)!r}")
         except (OSError, UnicodeDecodeError) as exc:

@@ -25,6 +25,7 @@ from rflow.lang.diagnostics import (
     ValidationReport,
     sort_diagnostics,
 )
+from rflow.lang.files import Files
 from rflow.lang.messages import Translator
 from rflow.lang.model.common import Name
 from rflow.lang.model.project import SECTIONS, Project
@@ -91,29 +92,42 @@ def _read(path: Path) -> tuple[str | None, Diagnostic | None]:
         return None, Diagnostic.at(start, f"cannot read the file: {exc.strerror or exc}")
 
 
-def validate_path(path: str | Path, env: Mapping[str, str]) -> ValidationReport:
-    """Validate the project in a YAML file or a folder of them.
+def read_files(path: str | Path) -> tuple[list[tuple[str, str]], list[Diagnostic]]:
+    """The ``(file name, text)`` of each YAML file of the project at ``path``, in load
+    order, and the problems that kept any from being read (none found is one).
 
-    Raises ``FileNotFoundError`` when ``path`` does not exist; every problem with the
-    project itself is a diagnostic in the report.
+    Raises ``FileNotFoundError`` when ``path`` does not exist.
     """
     root = Path(path)
     files = project_files(root)
-    diagnostics: list[Diagnostic] = []
     if not files:
-        diagnostics.append(Diagnostic("error", f"no .yaml or .yml files in {root}", str(root)))
-        return ValidationReport(None, tuple(diagnostics))
+        return [], [Diagnostic("error", f"no .yaml or .yml files in {root}", str(root))]
     if len(files) > MAX_FILES:
-        diagnostics.append(Diagnostic("error", f"more than {MAX_FILES} YAML files", str(root)))
-        return ValidationReport(None, tuple(diagnostics))
+        return [], [Diagnostic("error", f"more than {MAX_FILES} YAML files", str(root))]
     sources: list[tuple[str, str]] = []
+    diagnostics: list[Diagnostic] = []
     for file in files:
         text, problem = _read(file)
         if problem is not None:
             diagnostics.append(problem)
         elif text is not None:
             sources.append((str(file), text))
-    report = validate_sources(sources, env)
+    return sources, diagnostics
+
+
+def validate_path(
+    path: str | Path, env: Mapping[str, str], files: Files | None = None
+) -> ValidationReport:
+    """Validate the project in a YAML file or a folder of them; ``files`` reads the ABI
+    files it names (default: from the disk).
+
+    Raises ``FileNotFoundError`` when ``path`` does not exist; every problem with the
+    project itself is a diagnostic in the report.
+    """
+    sources, diagnostics = read_files(path)
+    if not sources and diagnostics:
+        return ValidationReport(None, tuple(diagnostics))
+    report = validate_sources(sources, env, files)
     return ValidationReport(
         report.project if not diagnostics else None,
         sort_diagnostics([*diagnostics, *report.diagnostics]),
@@ -135,9 +149,14 @@ def validate_text(text: str, env: Mapping[str, str], file: str = "<string>") -> 
 
 
 def validate_sources(
-    sources: Iterable[tuple[str, str]], env: Mapping[str, str]
+    sources: Iterable[tuple[str, str]], env: Mapping[str, str], files: Files | None = None
 ) -> ValidationReport:
-    """Validate a project made of ``(file name, YAML text)`` pairs, merged in order."""
+    """Validate a project made of ``(file name, YAML text)`` pairs, merged in order;
+    ``files`` reads the ABI files it names (default: from the disk).
+
+    The ABI a contract names by file is in the valid project's model as a list of
+    entries, as if written inline: a loaded project needs no file.
+    """
     diagnostics: list[Diagnostic] = []
     data: dict[str, Any] = {}
     source = SourceMap()
@@ -156,7 +175,7 @@ def validate_sources(
             )
             continue
         diagnostics.extend(_merge(data, source, loaded.data, loaded.source))
-    project, found = _validate(data, source, env)
+    project, found = _validate(data, source, env, files)
     diagnostics.extend(found)
     workflows = data.get("workflows")
     names = tuple(n for n in workflows if isinstance(n, str)) if isinstance(workflows, dict) else ()
@@ -214,7 +233,7 @@ def _merge(
 
 
 def _validate(
-    data: dict[str, Any], source: SourceMap, env: Mapping[str, str]
+    data: dict[str, Any], source: SourceMap, env: Mapping[str, str], files: Files | None
 ) -> tuple[Project | None, list[Diagnostic]]:
     diagnostics: list[Diagnostic] = []
     for section, value in data.items():
@@ -229,8 +248,10 @@ def _validate(
         diagnostics.extend(Translator(Project, data, source).translate(exc))
         project = None
         view = _lenient(data)
-    checker = Checker(view, source, env)
+    checker = Checker(view, source, env, files)
     diagnostics.extend(checker.run())
+    if project is not None and checker.abi_files:
+        project = _with_abis(project, checker.abi_files)
     workflows = data.get("workflows")
     if isinstance(workflows, dict):
         for name, raw in workflows.items():
@@ -239,6 +260,17 @@ def _validate(
                     ReferenceChecker(name, raw, source, checker.event_args.get(name)).run()
                 )
     return project, diagnostics
+
+
+def _with_abis(project: Project, entries: Mapping[str, list[Any]]) -> Project:
+    """``project`` with the ABI of each contract that names a file given inline instead."""
+    contracts = {
+        name: contract.model_copy(update={"abi": entries[name]})
+        if isinstance(contract.abi, str) and name in entries
+        else contract
+        for name, contract in project.contracts.items()
+    }
+    return project.model_copy(update={"contracts": contracts})
 
 
 @functools.cache

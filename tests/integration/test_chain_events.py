@@ -396,6 +396,49 @@ async def test_the_service_follows_for_the_apps_project(settings, tmp_path, w3, 
     assert service.ingress is not None and service.ingress.followers == {}
 
 
+async def test_a_running_ingress_follows_what_the_current_deployment_listens_to(
+    settings, tmp_path, w3, producer, database, triggers
+):
+    account, emitter, _ = await deployed(w3)
+    listening = load_project(write_project(tmp_path, emitter), {})
+    quiet = listening.model_copy(update={"workflows": {}})  # the same network, no trigger
+    current = {"project": quiet}
+    ingress = ChainIngress(
+        settings,
+        lambda: current["project"],
+        producer,
+        PostgresChainStore(database),
+        refresh=0.1,
+        lock_retry=0.1,
+        lock_check=0.2,
+    )
+    task = asyncio.create_task(ingress.run())
+    try:
+        assert ingress.networks == []
+
+        async def following_local() -> bool:
+            follower = ingress.followers.get("local")
+            return follower is not None and follower.tracker is not None
+
+        current["project"] = listening  # a deploy adds the event-triggered workflow
+        await wait_until(following_local, timeout=30, what="the ingress to follow local")
+        receipt = await swap(w3, emitter, account, 5)
+        (record,) = await triggers.wait_for(1)
+        assert (record.workflow, record.trigger_key) == ("on-swap", key_of(receipt))
+
+        current["project"] = quiet  # and a later one removes it
+
+        async def let_go() -> bool:
+            return ingress.followers == {}
+
+        await wait_until(let_go, timeout=30, what="the ingress to stop following local")
+        await swap(w3, emitter, account, 6)
+        assert len(await triggers.caught_up()) == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_the_test_token_mints_transfers_and_logs_transfers(w3):
     account = await chain.funded_account(w3)
     token, _ = await chain.deploy(w3, "TestToken", "Test USD", "TUSD", account=account)

@@ -333,3 +333,29 @@ async def test_an_unsupported_event_type_path_is_a_server_error():
         500,
         {"error": "webhook event_type_field is not a supported JSON path"},
     )
+
+
+async def test_the_routes_are_the_current_projects_so_a_deploy_adds_and_removes_webhooks():
+    keyed_only = PROJECT.model_copy(update={"workflows": {"keyed": PROJECT.workflows["keyed"]}})
+    current = {"project": keyed_only}
+    producer = FakeProducer()
+    ingress = WebhookIngress(
+        lambda: current["project"],
+        {"HOOK_SECRET": SECRET},
+        producer,
+        MemoryDeliveries(Clock()),
+        Clock(),
+    )
+    assert set(ingress.routes) == {"/hooks/keyed"}
+    assert (await ingress.handle("/open", {}, b"{}", {})).status == 404
+
+    current["project"] = PROJECT  # deployed: /open and /hooks/withdrawals are added
+    assert set(ingress.routes) == {"/hooks/withdrawals", "/hooks/keyed", "/open"}
+    reply = await ingress.handle("/open", {}, b'{"event": {"kind": "k"}}', {})
+    assert reply.status == 202, reply.body
+    assert [r.workflow for r in producer.records] == ["open"]
+
+    current["project"] = keyed_only  # and removed again
+    reply = await ingress.handle("/open", {}, b'{"event": {"kind": "k"}}', {})
+    assert (reply.status, reply.body) == (404, {"error": "no webhook at /open"})
+    assert len(producer.records) == 1

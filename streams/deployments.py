@@ -1,0 +1,199 @@
+"""A worker's side of deployments: it publishes the project it started with, then follows
+the newest deployment.
+
+About once a second (:data:`POLL_INTERVAL`) a worker asks Postgres for the newest
+deployment id. A newer one is read, loaded with the worker's own environment in a
+thread (off the event loop), and swapped in whole by :meth:`Runtime.take`: every
+component reads the current project when it uses it, and the runner takes up the new
+workflows and versions in the same step. A deployment that does not load here (an
+environment variable it needs is not set on this worker, say) leaves the previous one
+running; the worker logs why, reports it (``deployment_workers``: ``rflow deployments``,
+``GET /healthz``, ``GET /api/workflows``) and does not try that id again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rflow.deployment import Changes, load
+from rflow.engine.keys import deployable
+from rflow.lang import ConfigError, ProjectSource
+from rflow.storage import deployments, versions
+
+if TYPE_CHECKING:
+    from rflow.streams.app import RflowApp, Runtime
+
+log = logging.getLogger(__name__)
+POLL_INTERVAL = 1.0
+"""Seconds between two looks at the newest deployment id (one cheap query)."""
+REPORT_INTERVAL = 5.0
+"""Seconds between two reports of what this worker runs (sooner when it changes)."""
+MAX_ERROR = 4000
+"""Characters of a load error kept in the report."""
+
+
+def worker_name(runtime: Runtime) -> str:
+    """How this worker is named in ``deployment_workers``: host and web port."""
+    return f"{socket.gethostname()}:{runtime.settings.web_port}"
+
+
+class Deployments:
+    """Publishes the worker's own project, follows the newest deployment, reports."""
+
+    def __init__(self, runtime: Runtime, source: ProjectSource | None = None) -> None:
+        self.runtime = runtime
+        self.source = source
+        """The source of the project this worker started with (``None``: none, or one
+        given in memory, whose versions alone are published)."""
+        self.worker = worker_name(runtime)
+        self.started_at = datetime.now(UTC)
+        self.failed: tuple[int, str] | None = None
+        """The newest deployment that did not load here, and why."""
+        self.following = False
+        """Set once the worker's own project is published: following starts then."""
+        self._lock = asyncio.Lock()
+        self._reported: tuple[Any, ...] | None = None
+        self._reported_at = 0.0
+
+    async def db(self, work: Any, what: str) -> Any:
+        return await self.runtime.database.run(work, what=what)
+
+    # --- publishing -----------------------------------------------------------------------
+
+    async def publish_own(self) -> None:
+        """Deploy the project this worker started with, as ``rflow deploy`` does."""
+        current = self.runtime.deployment
+        project = current.project
+        try:
+            if project is None:
+                return
+            definitions = deployable(project.workflows)
+            if self.source is None:
+                changed = await self.db(
+                    lambda conn: versions.deploy(conn, definitions), "deploy versions"
+                )
+                for name, (previous, version) in changed.items():
+                    log.info("deployed workflow %s version %s (was %s)", name, version, previous)
+                return
+            source = self.source
+            published = await self.db(
+                lambda conn: deployments.publish(
+                    conn, digest=source.digest, source=source.document(), definitions=definitions
+                ),
+                "deploy",
+            )
+            where = self.runtime.settings.project_path
+            if published.created:
+                changes = Changes.between(published.before, current.versions)
+                log.info(
+                    "deployed the project at %s as deployment %d: %s",
+                    where,
+                    published.id,
+                    changes.summary(),
+                )
+            else:
+                log.info("the project at %s is deployment %d already", where, published.id)
+            if self.runtime.deployment is current:
+                self.runtime.take(current.stored_as(published.id))
+        finally:
+            self.following = True
+            await self.report(force=True)
+
+    # --- following ------------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Take up the newest deployment, unless this worker runs it (or it failed here).
+
+        Called every second, and at once by a component that meets a workflow it does
+        not know (another worker may have taken up a deployment that declares it first).
+        """
+        if not self.following:
+            return
+        async with self._lock:
+            latest = await self.db(deployments.latest_id, "the newest deployment")
+            running = self.runtime.deployment.id
+            if latest is None or (running is not None and latest <= running):
+                return
+            if self.failed is not None and self.failed[0] == latest:
+                return
+            await self._take_up(latest)
+
+    async def _take_up(self, id: int) -> None:
+        stored = await self.db(lambda conn: deployments.get(conn, id), f"deployment {id}")
+        if stored is None:
+            return
+        before = self.runtime.deployment
+        try:
+            source = ProjectSource.from_document(stored.source)
+            deployment = await asyncio.to_thread(load, source, self.runtime.env, id)
+        except (ConfigError, ValueError) as exc:
+            reason = str(exc)
+            self.failed = (id, reason[:MAX_ERROR])
+            log.error(
+                "deployment %d does not load on this worker, which keeps running %s: %s",
+                id,
+                before.label,
+                reason,
+            )
+            await self.report(force=True)
+            return
+        self.runtime.take(deployment)
+        self.failed = None
+        changes = Changes.between(before.versions, deployment.versions)
+        log.info("took up deployment %d (was %s): %s", id, before.label, changes.summary())
+        await self.report(force=True)
+
+    # --- reporting ------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """What this worker runs: ``{"id": ..., "failed": {"id": ..., "error": ...}}``."""
+        failed = self.failed
+        return {
+            "id": self.runtime.deployment.id,
+            "failed": {"id": failed[0], "error": failed[1]} if failed else None,
+        }
+
+    async def report(self, *, force: bool = False) -> None:
+        """Record what this worker runs, when it changed or every :data:`REPORT_INTERVAL`."""
+        failed = self.failed
+        state = (self.runtime.deployment.id, *(failed or (None, None)))
+        now = time.monotonic()
+        if not force and state == self._reported and now - self._reported_at < REPORT_INTERVAL:
+            return
+        running, failed_id, error = state
+        await self.db(
+            lambda conn: deployments.report(
+                conn,
+                worker=self.worker,
+                app_id=self.runtime.settings.app_id,
+                deployment=running,
+                failed=failed_id,
+                error=error,
+                started_at=self.started_at,
+            ),
+            "deployment report",
+        )
+        self._reported, self._reported_at = state, now
+
+
+def attach(app: RflowApp, follower: Deployments) -> None:
+    """Declare the publishing task and the following loop on ``app``."""
+
+    @app.task
+    async def deploy_project() -> None:
+        """A worker deploys the project it was started with (as `rflow deploy` does)."""
+        await follower.publish_own()
+
+    @app.timer(interval=POLL_INTERVAL, name="rflow.deployments")
+    async def follow_deployments() -> None:
+        """Take up the newest deployment (``rflow deploy``) and report what runs here."""
+        try:
+            await follower.refresh()
+            await follower.report()
+        except Exception:  # a failed look is logged; the next one, a second later, retries
+            log.exception("following deployments failed")
