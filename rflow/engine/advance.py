@@ -438,9 +438,12 @@ class _Run:
             self.park(step, record, visit, attempt, key, context)
             return
         action = render(_dump(step.action), context)
-        self.steps[path] = record = record.model_copy(
-            update={"status": StepStatus.RUNNING, "attempt": attempt, "input": action}
-        )
+        update = {"status": StepStatus.RUNNING, "attempt": attempt, "input": action}
+        if kind == "send_transaction":
+            # The send's deadline, from this attempt's start: kept in the record, so a
+            # resumed run hands the relayer the same one.
+            update["due_at"] = self.now + step.timeout if step.timeout is not None else None
+        self.steps[path] = record = record.model_copy(update=update)
         self.effects.append(self.execute_effect(step, record))
 
     # --- effect construction (shared with resume) ---------------------------------------
@@ -456,6 +459,7 @@ class _Run:
             kind=step.kind,
             action=record.input,
             timeout=step.timeout.total_seconds() if step.timeout else None,
+            deadline=record.due_at if step.kind == "send_transaction" else None,
         )
 
     def timer_effect(self, record: StepRecord, purpose: str) -> ScheduleTimer:
@@ -551,7 +555,7 @@ class _Run:
         context: dict[str, Any],
     ) -> None:
         wait = render(_dump(step.wait_for), context)
-        timeout = step.wait_for.timeout
+        timeout = step.wait_timeout
         if timeout is None and step.wait_for.approval is not None:
             timeout = self.config.approval_timeout
         due = self.now + timeout if timeout is not None else None
@@ -568,7 +572,7 @@ class _Run:
 
     def wait_timed_out(self, step: Any, record: StepRecord) -> None:
         on_timeout = step.wait_for.on_timeout
-        timeout = step.wait_for.timeout
+        timeout = step.wait_timeout
         if on_timeout == "continue":
             self.settle(record, StepStatus.SUCCEEDED, output={"timed_out": True})
         elif on_timeout == "approve":

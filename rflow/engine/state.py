@@ -78,7 +78,8 @@ class StepRecord(Frozen):
     fanout: Fanout | None = None
     wait_id: str | None = None
     due_at: datetime | None = None
-    """When this record's pending timer (retry, delay or wait timeout) comes due."""
+    """When this record's pending timer (retry, delay or wait timeout) comes due; for a
+    send in flight, the deadline of its step's timeout."""
 
 
 class RunState(Frozen):

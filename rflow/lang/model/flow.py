@@ -78,7 +78,8 @@ class WaitFor(Model):
     webhook: WaitWebhook | None = None
     approval: Approval | None = None
     timeout: Duration | None = None
-    """How long to wait; approvals default to config.approval_timeout."""
+    """How long to wait (or give the step's timeout, not both); approvals default to
+    config.approval_timeout."""
     on_timeout: OnTimeout = "fail"
     """fail, continue, approve, reject (approvals) or goto: <step>."""
 
@@ -91,8 +92,7 @@ class WaitFor(Model):
             raise invalid(
                 f"on_timeout: {self.on_timeout} applies to an approve_reject approval only"
             )
-        if "on_timeout" in self.model_fields_set and self.timeout is None and self.approval is None:
-            raise invalid("on_timeout needs a timeout")
+        # on_timeout without any timeout is refused by the step, which may carry one.
         return self
 
 
