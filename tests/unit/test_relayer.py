@@ -137,6 +137,90 @@ def test_a_bump_pays_at_least_ten_percent_more_until_the_cap():
     assert fees.bump(first, cap=105_000) is None  # no room for an accepted replacement
 
 
+GWEI = 10**9
+CURRENT = fees.Fees(10 * GWEI, 2 * GWEI)
+
+
+def test_a_speedup_by_default_bumps_both_fees_or_meets_the_market():
+    bumped = fees.speedup(CURRENT, cap=40 * GWEI)
+    assert bumped == fees.Fees(fees.raised(10 * GWEI), fees.raised(2 * GWEI))
+    market = fees.Fees(30 * GWEI, 3 * GWEI)
+    assert fees.speedup(CURRENT, cap=40 * GWEI, market=market) == market
+    # The cap stops the max fee, as the relayer's own bumps; the tip follows it down.
+    assert fees.speedup(CURRENT, cap=11 * GWEI, market=market) == fees.Fees(11 * GWEI, 3 * GWEI)
+
+
+def test_a_speedup_takes_explicit_fees_a_node_would_take_as_a_replacement():
+    assert fees.speedup(CURRENT, cap=40 * GWEI, max_fee=20 * GWEI, tip=5 * GWEI) == fees.Fees(
+        20 * GWEI, 5 * GWEI
+    )
+    # Exactly 10 % more is what a node needs; a tip alone raises the max fee to hold it.
+    least = fees.speedup(CURRENT, cap=40 * GWEI, max_fee=11 * GWEI, tip=2_200_000_000)
+    assert least == fees.Fees(11 * GWEI, 2_200_000_000)
+    assert fees.speedup(CURRENT, cap=40 * GWEI, tip=15 * GWEI).max_fee_per_gas == 15 * GWEI
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"max_fee": 10 * GWEI},
+            "a max fee of 10 gwei is below 11 gwei: the current attempt pays 10 gwei, and a "
+            "node replaces it only for at least 10 % more",
+        ),
+        (
+            {"max_fee": 5 * GWEI},
+            "a max fee of 5 gwei is below 11 gwei",
+        ),
+        (
+            {"tip": 2_100_000_000},
+            "a tip of 2.1 gwei is below 2.2 gwei: the current attempt pays 2 gwei",
+        ),
+        (
+            {"max_fee": 12 * GWEI, "tip": 13 * GWEI},
+            "a tip of 13 gwei is above the max fee of 12 gwei",
+        ),
+        (
+            {"max_fee": 50 * GWEI},
+            "a max fee of 50 gwei is above the send's fee cap of 40 gwei (its step's "
+            "max_fee_per_gas, else four times its first fee): allow going above the cap to "
+            "pay it (--above-cap, or above_cap: true in the API)",
+        ),
+    ],
+)
+def test_a_speedup_refuses_fees_that_would_not_replace_or_pass_the_cap(options, message):
+    with pytest.raises(RflowError) as err:
+        fees.speedup(CURRENT, cap=40 * GWEI, **options)
+    assert err.value.kind is FailureKind.INVALID_INPUT
+    assert message in err.value.message
+
+
+def test_a_speedup_goes_above_the_cap_only_when_asked():
+    with pytest.raises(RflowError) as err:
+        fees.speedup(CURRENT, cap=10 * GWEI)
+    assert err.value.message == (
+        "the send's fee cap of 10 gwei leaves no room for a replacement, which needs a max fee "
+        "of 11 gwei or more: give one and allow going above the cap (--above-cap, or "
+        "above_cap: true in the API)"
+    )
+    assert fees.speedup(CURRENT, cap=10 * GWEI, above_cap=True).max_fee_per_gas == fees.raised(
+        10 * GWEI
+    )
+    assert fees.speedup(CURRENT, cap=10 * GWEI, max_fee=50 * GWEI, above_cap=True) == fees.Fees(
+        50 * GWEI, fees.raised(2 * GWEI)
+    )
+
+
+def test_a_cancel_outbids_the_send_or_meets_the_market_without_a_cap():
+    assert fees.cancelling(CURRENT, fees.Fees(GWEI, GWEI)) == fees.Fees(
+        fees.raised(10 * GWEI), fees.raised(2 * GWEI)
+    )
+    assert fees.cancelling(CURRENT, fees.Fees(90 * GWEI, 4 * GWEI)) == fees.Fees(
+        90 * GWEI, 4 * GWEI
+    )
+    assert fees.gwei(2_500_000_000) == "2.5 gwei" and fees.gwei(1) == "0.000000001 gwei"
+
+
 def test_revert_reasons_are_decoded():
     error = "0x08c379a0" + encode(["string"], ["TestToken: insufficient balance"]).hex()
     assert build.revert_reason(error) == "TestToken: insufficient balance"
