@@ -1,4 +1,4 @@
-"""The worker's HTTP API: runs, workflows and budgets, behind a bearer token.
+"""The worker's HTTP API: runs, workflows, budgets and pending sends, behind a bearer token.
 
 Every route but the webhooks (which authenticate their own way) and the health checks
 needs ``Authorization: Bearer <RFLOW_API_TOKEN>``; a worker without a token configured
@@ -20,6 +20,7 @@ from rflow.codecs import json
 from rflow.codecs.json import JSONDecodeError
 from rflow.engine import RunStatus
 from rflow.engine.keys import workflow_version
+from rflow.lang.units import UnitError, parse_amount
 from rflow.storage import InvalidValue, StorageError, budgets, controls, runs
 from rflow.streams.control import Control, ControlError
 from rflow.streams.producer import ProduceError
@@ -155,12 +156,7 @@ def attach(app: RflowApp, control: Control) -> None:
             if status is not None and status not in RUN_STATUSES:
                 known = ", ".join(sorted(RUN_STATUSES))
                 raise ControlError(f"unknown status {status!r}: one of {known}", 400)
-            try:
-                limit = int(query.get("limit", "50"))
-            except ValueError:
-                raise ControlError("limit must be an integer", 400) from None
-            if not 1 <= limit <= 1000:
-                raise ControlError("limit must be between 1 and 1000", 400)
+            limit = limit_of(query)
             rows = await db(
                 lambda conn: runs.list_runs(
                     conn, workflow=query.get("workflow"), status=status, limit=limit
@@ -191,6 +187,15 @@ def attach(app: RflowApp, control: Control) -> None:
             return {**(run or {"run_id": run_id}), "live": live}
 
         return await answer(work)
+
+    def limit_of(query: Any, default: int = 50) -> int:
+        try:
+            limit = int(query.get("limit", str(default)))
+        except ValueError:
+            raise ControlError("limit must be an integer", 400) from None
+        if not 1 <= limit <= 1000:
+            raise ControlError("limit must be between 1 and 1000", 400)
+        return limit
 
     def run_action(path: str, name: str, act: Callable[[str, dict[str, Any]], Awaitable[Any]]):
         async def post(self: View, request: Request, run_id: str) -> Response:
@@ -291,3 +296,68 @@ def attach(app: RflowApp, control: Control) -> None:
             return {"budgets": [row.document() for row in rows]}
 
         return await answer(work)
+
+    @app.page("/api/sends", name="rflow.api.sends")
+    async def list_sends(self: View, request: Request) -> Response:
+        """The sends not settled yet: ?network=N&relayer=R&limit=N."""
+
+        async def work() -> dict[str, Any]:
+            query = request.query
+            found = await control.sends.pending(
+                network=query.get("network"),
+                relayer=query.get("relayer"),
+                limit=limit_of(query, 1000),
+            )
+            return {"sends": found}
+
+        return await answer(work)
+
+    def amount(fields: dict[str, Any], name: str) -> int | None:
+        value = fields.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, int | str):
+            raise ControlError(f'{name!r} must be an amount such as "40 gwei" or wei', 400)
+        try:
+            return parse_amount(value)
+        except UnitError as exc:
+            raise ControlError(f"{name!r}: {exc}", 400) from None
+
+    def flag(fields: dict[str, Any], name: str) -> bool:
+        value = fields.get(name, False)
+        if not isinstance(value, bool):
+            raise ControlError(f"{name!r} must be true or false", 400)
+        return value
+
+    def send_action(name: str, act: Callable[[str, dict[str, Any]], Awaitable[Any]]):
+        async def post(self: View, request: Request, send_id: str) -> Response:
+            async def work() -> Any:
+                return await act(send_id, await read(request))
+
+            return await answer(work)
+
+        post.__doc__ = act.__doc__
+        view = type(f"Send{name.title()}View", (View,), {"post": post})
+        app.page(f"/api/sends/{{send_id}}/{name}", name=f"rflow.api.send.{name}")(view)
+
+    async def speedup(send_id: str, fields: dict[str, Any]) -> Any:
+        """Replace the send's transaction with one paying more, at the same nonce; body
+        ``{"max_fee": ..., "tip": ..., "above_cap": false}`` (all optional)."""
+        unknown = set(fields) - {"max_fee", "tip", "above_cap"}
+        if unknown:
+            raise ControlError(f"unknown field(s) {', '.join(sorted(unknown))}", 400)
+        return await control.sends.speedup(
+            send_id,
+            max_fee=amount(fields, "max_fee"),
+            tip=amount(fields, "tip"),
+            above_cap=flag(fields, "above_cap"),
+        )
+
+    async def cancel_send(send_id: str, fields: dict[str, Any]) -> Any:
+        """Cancel the send: a zero-value self-transfer takes its nonce."""
+        if fields:
+            raise ControlError(f"unknown field(s) {', '.join(sorted(fields))}", 400)
+        return await control.sends.cancel(send_id)
+
+    send_action("speedup", speedup)
+    send_action("cancel", cancel_send)

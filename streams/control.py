@@ -1,4 +1,5 @@
-"""Operator actions on runs: answer a wait, cancel a run, retry a dead-lettered run.
+"""Operator actions on runs: answer a wait, cancel a run, retry a dead-lettered run (and,
+through :attr:`Control.sends`, on pending sends: :mod:`rflow.streams.send_actions`).
 
 Each writes what must be durable first (the wait's answer, first answer wins), then
 produces the record keyed like the run, so its owner applies it in order. The CLI acts
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import psycopg
 
@@ -24,6 +25,9 @@ from rflow.settings import Settings
 from rflow.storage import runs, waits
 from rflow.streams.producer import Producer
 from rflow.triggering import trigger_record
+
+if TYPE_CHECKING:
+    from rflow.streams.send_actions import SendActions
 
 T = TypeVar("T")
 Work = Callable[[psycopg.AsyncConnection], Awaitable[T]]
@@ -58,6 +62,13 @@ class Control:
         self.database = database
         self.producer = producer
         self.project = project
+
+    @property
+    def sends(self) -> SendActions:
+        """The actions on pending sends, over the same database and producer."""
+        from rflow.streams.send_actions import SendActions
+
+        return SendActions(self.database, self.producer)
 
     async def answer(self, run_id: str, step: str | None, payload: dict[str, Any]) -> dict:
         """Answer the open wait of ``run_id`` (at ``step`` if given); the first answer wins."""

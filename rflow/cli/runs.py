@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, project_option, table, with_database
+from rflow.cli.common import fail, operate, project_option, table, with_database
 from rflow.settings import Settings
 
 
@@ -148,26 +147,8 @@ async def _run_with_charges(conn: Any, run_id: str) -> dict[str, Any] | None:
     return run
 
 
-def _control(
-    action: Callable[[Any], Awaitable[dict[str, Any]]], project: Any = None
-) -> dict[str, Any]:
-    """Run an operator action with a connection and a producer of the CLI's own."""
-    from rflow.storage import StorageError
-    from rflow.streams.control import ControlError, connected
-    from rflow.streams.producer import ProduceError
-
-    async def act() -> dict[str, Any]:
-        async with connected(Settings.from_env(), project) as control:
-            return await action(control)
-
-    try:
-        return asyncio.run(act())
-    except (ControlError, ProduceError, StorageError) as exc:
-        fail(str(exc))
-
-
 def _answer(run_id: str, step: str | None, payload: dict[str, Any], as_json: bool) -> None:
-    result = _control(lambda control: control.answer(run_id, step, payload))
+    result = operate(lambda control: control.answer(run_id, step, payload))
     click.echo(
         _json(result)
         if as_json
@@ -215,7 +196,7 @@ def reject(run_id: str, step: str | None, by: str | None, as_json: bool) -> None
 @click.option("--json", "as_json", is_flag=True)
 def cancel(run_id: str, reason: str, as_json: bool) -> None:
     """Cancel a run at its next step boundary (finally steps still run)."""
-    result = _control(lambda control: control.cancel(run_id, reason))
+    result = operate(lambda control: control.cancel(run_id, reason))
     click.echo(_json(result) if as_json else f"cancel requested: run {run_id}")
 
 
@@ -235,5 +216,5 @@ def retry(run_id: str, project: Path | None, as_json: bool) -> None:
         loaded = load_project(path, environ())
     except ConfigError as exc:
         fail(f"{path} has {len(exc.diagnostics)} problems; run rflow validate {path}")
-    result = _control(lambda control: control.retry(run_id), loaded)
+    result = operate(lambda control: control.retry(run_id), loaded)
     click.echo(_json(result) if as_json else f"retried {run_id} as {result['retried_as']}")
