@@ -62,6 +62,10 @@ class Lapsed(Exception):
     """An operator's request gave up waiting before it was carried out: nothing is done."""
 
 
+class _FillerTaken(Exception):
+    """The nonce has another self-transfer already: roll back what was written with it."""
+
+
 class Tracker:
     """Watches open sends until each settles, and carries out what settling means."""
 
@@ -468,9 +472,6 @@ class Tracker:
         attempt = sign_fill(signer, node, row.nonce, fees)
         key = filler_key(row)
 
-        class _Taken(Exception):
-            """The nonce has a filler already: roll back."""
-
         async def work(conn) -> bool:
             async with conn.transaction():
                 if reason is not None and not await sends.mark(
@@ -499,12 +500,14 @@ class Tracker:
                     attempt=attempt,
                 )
                 if not await sends.insert_many(conn, [filler]) and request is not None:
-                    raise _Taken
+                    existing = await sends.find(conn, key)
+                    if existing is None or existing.tx_hash != attempt.tx_hash:
+                        raise _FillerTaken  # not this one (a retry finds its own)
             return True
 
         try:
             stored = await self.relayer.db(work, f"fill nonce {row.nonce}")
-        except _Taken:
+        except _FillerTaken:
             stored = False
         if not stored:
             log.info("send %s: settled or being replaced already, not filled", row.send_key)

@@ -23,6 +23,7 @@ INSERT INTO send_controls (request_id, send_key, action, max_fee_per_gas,
                            max_priority_fee_per_gas, above_cap)
 VALUES (%(request_id)s, %(send_key)s, %(action)s, %(max_fee_per_gas)s,
         %(max_priority_fee_per_gas)s, %(above_cap)s)
+ON CONFLICT (request_id) DO NOTHING
 """
 _GET = """
 SELECT c.*, a.max_fee_per_gas AS signed_max_fee_per_gas,
@@ -30,9 +31,11 @@ SELECT c.*, a.max_fee_per_gas AS signed_max_fee_per_gas,
 FROM send_controls c LEFT JOIN send_attempts a ON a.tx_hash = c.tx_hash
 WHERE c.request_id = %s
 """
+# Claiming again with the same transaction (a retry after a lost answer) still holds.
 _CLAIM = """
-UPDATE send_controls SET status = 'signed', tx_hash = %s, answered_at = now()
-WHERE request_id = %s AND status = 'requested'
+UPDATE send_controls SET status = 'signed', tx_hash = %(tx_hash)s, answered_at = now()
+WHERE request_id = %(request_id)s
+  AND (status = 'requested' OR (status = 'signed' AND tx_hash = %(tx_hash)s))
 """
 _DONE = """
 UPDATE send_controls SET status = 'done', answer = %s, answered_at = now()
@@ -98,9 +101,9 @@ async def get(conn: psycopg.AsyncConnection, request_id: str) -> dict[str, Any] 
 
 async def claim(conn: psycopg.AsyncConnection, request_id: str, tx_hash: str) -> bool:
     """Take a ``requested`` request as carried out by the attempt ``tx_hash`` (inside the
-    transaction that stores it); False if it lapsed or was answered already."""
+    transaction that stores it); False if it lapsed or was answered otherwise already."""
     with translated():
-        cur = await conn.execute(_CLAIM, (tx_hash, request_id))
+        cur = await conn.execute(_CLAIM, {"tx_hash": tx_hash, "request_id": request_id})
     return cur.rowcount == 1
 
 

@@ -84,10 +84,12 @@ FROM sends s
 _FIND = _SELECT + " WHERE s.send_key = %s"
 _FIND_MANY = _SELECT + " WHERE s.send_key = ANY(%s)"
 _OPEN = _SELECT + " WHERE s.settled_at IS NULL AND s.network = %s AND s.relayer = ANY(%s)"
-# A send is replaced for one reason: the first to mark it wins, and a settled one is left.
+# A send is replaced for one reason: the first to mark it wins (marking it again with the
+# same reason, a retry, changes nothing), and a settled one is left.
 _MARK = """
-UPDATE sends SET error = %s, updated_at = now()
-WHERE send_key = %s AND error IS NULL AND settled_at IS NULL
+UPDATE sends SET error = %(error)s, updated_at = now()
+WHERE send_key = %(send_key)s AND settled_at IS NULL
+  AND (error IS NULL OR error = %(error)s)
 """
 _SETTLE = """
 UPDATE sends SET status = %(status)s, tx_hash = coalesce(%(tx_hash)s, tx_hash),
@@ -358,7 +360,7 @@ async def mark(conn: psycopg.AsyncConnection, send_key: str, error: dict[str, An
     """Record why an open send is being replaced (dropped, expired, cancelled) before it
     settles; False if it is settled, or being replaced already for another reason."""
     with translated():
-        cur = await conn.execute(_MARK, (Jsonb(error), send_key))
+        cur = await conn.execute(_MARK, {"error": Jsonb(error), "send_key": send_key})
     return cur.rowcount == 1
 
 
