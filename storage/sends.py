@@ -482,6 +482,16 @@ async def lookup(conn: psycopg.AsyncConnection, ident: str) -> list[SendRow]:
     return [found[key] for key in keys if key in found]
 
 
+_OPEN_OF_RUN = "SELECT send_id FROM sends WHERE run_id = %s AND settled_at IS NULL ORDER BY nonce"
+
+
+async def open_of_run(conn: psycopg.AsyncConnection, run_id: str) -> list[str]:
+    """The ids of ``run_id``'s sends not settled yet."""
+    with translated():
+        cur = await conn.execute(_OPEN_OF_RUN, (run_id,))
+        return [send_id for (send_id,) in await cur.fetchall()]
+
+
 _BY_STATUS = "SELECT status, count(*) FROM sends GROUP BY status"
 
 

@@ -22,7 +22,7 @@ from rflow.engine import CancelRequested, WaitResolved
 from rflow.engine.keys import run_id as run_id_of
 from rflow.lang import Project
 from rflow.settings import Settings
-from rflow.storage import runs, waits
+from rflow.storage import runs, sends, waits
 from rflow.streams.producer import Producer
 from rflow.triggering import trigger_record
 
@@ -101,14 +101,17 @@ class Control:
         return {"run_id": run_id, "step": wait["path"], "answer": payload}
 
     async def cancel(self, run_id: str, reason: str) -> dict[str, Any]:
-        """Ask the run to stop at its next step boundary (a send in flight is never cut off)."""
+        """Ask the run to stop at its next step boundary (a send in flight is never cut off:
+        ``pending_sends`` names the run's unsettled sends, which ``rflow sends cancel``
+        stops sooner)."""
         run = await self._run(run_id)
         if run["settled_at"] is not None:
             raise ControlError(f"run {run_id} is already {run['status']}")
         key = run["group_key"] if run["group_key"] is not None else run["trigger_key"]
         event = CancelRequested(run_id=run_id, reason=reason)
         await self.producer.send("rflow.runs", key, RunEvent(event=event))
-        return {"run_id": run_id, "cancel_requested": reason}
+        pending = await self.database(lambda conn: sends.open_of_run(conn, run_id))
+        return {"run_id": run_id, "cancel_requested": reason, "pending_sends": pending}
 
     async def retry(self, run_id: str) -> dict[str, Any]:
         """Fire a dead-lettered run's trigger again, as a new run linked to the old one.

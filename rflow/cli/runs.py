@@ -197,7 +197,15 @@ def reject(run_id: str, step: str | None, by: str | None, as_json: bool) -> None
 def cancel(run_id: str, reason: str, as_json: bool) -> None:
     """Cancel a run at its next step boundary (finally steps still run)."""
     result = operate(lambda control: control.cancel(run_id, reason))
-    click.echo(_json(result) if as_json else f"cancel requested: run {run_id}")
+    if as_json:
+        click.echo(_json(result))
+        return
+    click.echo(f"cancel requested: run {run_id}")
+    for send_id in result["pending_sends"]:
+        click.echo(
+            f"its send {send_id} is pending: the run stops once it settles; "
+            f"`rflow sends cancel {send_id}` stops it sooner"
+        )
 
 
 @runs.command()

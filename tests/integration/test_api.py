@@ -154,7 +154,10 @@ async def test_runs_are_listed_shown_approved_and_cancelled(settings, worker):
     sleepy = await fire(settings, worker.project_path, "sleepy", "manual:sleepy:1", {})
     await wait_until(lambda: _status_is(worker, sleepy, "running"), what="sleepy to start")
     status, cancelled = await call(worker, "POST", f"/api/runs/{sleepy}/cancel", {"reason": "no"})
-    assert (status, cancelled) == (200, {"run_id": sleepy, "cancel_requested": "no"})
+    assert (status, cancelled) == (
+        200,
+        {"run_id": sleepy, "cancel_requested": "no", "pending_sends": []},
+    )
     assert (await settled_run(settings, sleepy))["status"] == "cancelled"
     status, late = await call(worker, "POST", f"/api/runs/{sleepy}/cancel")
     assert (status, late["error"]) == (409, f"run {sleepy} is already cancelled")

@@ -171,6 +171,14 @@ async def test_a_cancel_mines_a_self_transfer_releases_the_budget_and_pays_nobod
     async with contextlib.AsyncExitStack() as stack:
         node = await stuck(stack, tmp_path, worker_factory)
         row = node.row
+        # Cancelling the run waits for its send; it says so, and names the send to cancel.
+        stop = await rflow(settings, "runs", "cancel", node.rid)
+        assert stop.returncode == 0, stop.stderr
+        assert stop.stdout.splitlines() == [
+            f"cancel requested: run {node.rid}",
+            f"its send {row.send_id} is pending: the run stops once it settles; "
+            f"`rflow sends cancel {row.send_id}` stops it sooner",
+        ]
         cancelled = await rflow(settings, "sends", "cancel", row.tx_hash)
         assert cancelled.returncode == 0, (cancelled.stderr, node.worker.tail())
         assert "cancel signed as transaction 0x" in cancelled.stdout
