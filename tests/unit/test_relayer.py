@@ -10,7 +10,9 @@ from eth_utils import function_signature_to_4byte_selector
 from rflow.failures import FailureKind, RflowError
 from rflow.lang import load_project
 from rflow.relayer import build, fees
+from rflow.relayer.controls import refusal
 from rflow.relayer.signing import signer
+from rflow.storage.sends import Attempt, SendRow, filler_key, send_id
 
 TOKEN = "0x" + "11" * 20
 TO = "0x" + "22" * 20
@@ -228,3 +230,57 @@ def test_revert_reasons_are_decoded():
     assert build.revert_reason(panic) == "panic 0x11"
     assert build.revert_reason("0xdeadbeef") == "custom error 0xdeadbeef"
     assert build.revert_reason(None) is None
+
+
+def stored_send(**changes) -> SendRow:
+    attempt = Attempt("0x" + "ab" * 32, 7, 10 * GWEI, 2 * GWEI, b"raw")
+    fields = {
+        "send_key": "pay:manual:1:pay",
+        "purpose": "step",
+        "run_id": "r1",
+        "workflow": "pay",
+        "reply": None,
+        "network": "local",
+        "relayer": "payout",
+        "address": "0x" + "cd" * 20,
+        "nonce": 7,
+        "to_address": TO,
+        "value": 0,
+        "data": b"",
+        "gas_limit": 21_000,
+        "fee_cap": 40 * GWEI,
+        "status": "pending",
+        "tx_hash": attempt.tx_hash,
+        "block_number": None,
+        "block_hash": None,
+        "gas_used": None,
+        "effective_gas_price": None,
+        "error": None,
+        "attempts": (attempt,),
+    }
+    return SendRow(**{**fields, **changes})
+
+
+def test_an_operator_may_speed_up_or_cancel_only_a_send_still_in_play():
+    assert refusal(stored_send(), "speedup") is None
+    assert refusal(stored_send(), "cancel") is None
+    assert refusal(None, "cancel") == "no such send"
+    assert refusal(stored_send(status="reverted"), "speedup") == (
+        "the send has settled (reverted): there is nothing to speed up"
+    )
+    filler = stored_send(purpose="fill", send_key="fill:local:0xcd:7")
+    assert refusal(filler, "speedup") is None
+    assert "the self-transfer that takes another send's nonce" in refusal(filler, "cancel")
+    replaced = stored_send(error={"kind": "timeout", "message": "the step's timeout ran out"})
+    replacement = send_id(filler_key("local", "0x" + "cd" * 20, 7))
+    for action in ("speedup", "cancel"):
+        assert refusal(replaced, action) == (
+            "the send is being replaced already (timeout: the step's timeout ran out); "
+            f"speed up its replacement {replacement} instead"
+        )
+
+
+def test_a_send_id_is_short_stable_and_of_the_key():
+    assert send_id("pay:manual:1:pay") == send_id("pay:manual:1:pay")
+    assert send_id("pay:manual:1:pay") != send_id("pay:manual:2:pay")
+    assert len(send_id("k")) == 13 and send_id("k").startswith("s")
