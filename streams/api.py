@@ -197,16 +197,21 @@ def attach(app: RflowApp, control: Control) -> None:
             raise ControlError("limit must be between 1 and 1000", 400)
         return limit
 
-    def run_action(path: str, name: str, act: Callable[[str, dict[str, Any]], Awaitable[Any]]):
-        async def post(self: View, request: Request, run_id: str) -> Response:
+    def action(
+        path: str, what: str, name: str, act: Callable[[str, dict[str, Any]], Awaitable[Any]]
+    ) -> None:
+        """Mount ``POST path``, whose one path parameter and JSON body go to ``act``."""
+
+        async def post(self: View, request: Request, **params: str) -> Response:
             async def work() -> Any:
-                return await act(run_id, await read(request))
+                [ident] = params.values()
+                return await act(ident, await read(request))
 
             return await answer(work)
 
         post.__doc__ = act.__doc__
-        view = type(f"Run{name.title()}View", (View,), {"post": post})
-        app.page(path, name=f"rflow.api.run.{name}")(view)
+        view = type(f"{what.title()}{name.title()}View", (View,), {"post": post})
+        app.page(path, name=f"rflow.api.{what}.{name}")(view)
 
     async def cancel(run_id: str, fields: dict[str, Any]) -> Any:
         """Cancel the run at its next step boundary; body ``{"reason": ...}`` (optional)."""
@@ -227,10 +232,10 @@ def attach(app: RflowApp, control: Control) -> None:
         act.__doc__ = f"{decision.title()} a run waiting for a human decision."
         return act
 
-    run_action("/api/runs/{run_id}/cancel", "cancel", cancel)
-    run_action("/api/runs/{run_id}/retry", "retry", retry)
-    run_action("/api/runs/{run_id}/approve", "approve", decide("approve"))
-    run_action("/api/runs/{run_id}/reject", "reject", decide("reject"))
+    action("/api/runs/{run_id}/cancel", "run", "cancel", cancel)
+    action("/api/runs/{run_id}/retry", "run", "retry", retry)
+    action("/api/runs/{run_id}/approve", "run", "approve", decide("approve"))
+    action("/api/runs/{run_id}/reject", "run", "reject", decide("reject"))
 
     @app.page("/api/workflows", name="rflow.api.workflows")
     async def list_workflows(self: View, request: Request) -> Response:
@@ -329,17 +334,6 @@ def attach(app: RflowApp, control: Control) -> None:
             raise ControlError(f"{name!r} must be true or false", 400)
         return value
 
-    def send_action(name: str, act: Callable[[str, dict[str, Any]], Awaitable[Any]]):
-        async def post(self: View, request: Request, send_id: str) -> Response:
-            async def work() -> Any:
-                return await act(send_id, await read(request))
-
-            return await answer(work)
-
-        post.__doc__ = act.__doc__
-        view = type(f"Send{name.title()}View", (View,), {"post": post})
-        app.page(f"/api/sends/{{send_id}}/{name}", name=f"rflow.api.send.{name}")(view)
-
     async def speedup(send_id: str, fields: dict[str, Any]) -> Any:
         """Replace the send's transaction with one paying more, at the same nonce; body
         ``{"max_fee": ..., "tip": ..., "above_cap": false}`` (all optional)."""
@@ -359,5 +353,5 @@ def attach(app: RflowApp, control: Control) -> None:
             raise ControlError(f"unknown field(s) {', '.join(sorted(fields))}", 400)
         return await control.sends.cancel(send_id)
 
-    send_action("speedup", speedup)
-    send_action("cancel", cancel_send)
+    action("/api/sends/{send_id}/speedup", "send", "speedup", speedup)
+    action("/api/sends/{send_id}/cancel", "send", "cancel", cancel_send)

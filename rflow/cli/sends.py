@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import click
 
 from rflow.cli import main
-from rflow.cli.common import operate, table
+from rflow.cli.common import operate, table, with_database
 
 WAIT_HELP = "Seconds to wait for the worker that owns the send's relayer to carry it out."
 
@@ -55,8 +56,13 @@ def list_sends(network: str | None, relayer: str | None, as_json: bool) -> None:
     their latest transaction (max fee / tip), their age and how many transactions each has
     signed (bumps and speed-ups included)."""
     from rflow.relayer.fees import gwei
+    from rflow.storage import sends as store
+    from rflow.streams.send_actions import pending_document
 
-    rows = operate(lambda control: control.sends.pending(network=network, relayer=relayer))
+    found = asyncio.run(
+        with_database(lambda conn: store.pending(conn, network=network, relayer=relayer))
+    )
+    rows = [pending_document(row) for row in found]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

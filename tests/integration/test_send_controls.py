@@ -95,7 +95,11 @@ async def test_sends_ls_and_a_speedup_mine_the_new_fees_and_spend_once(
     async with contextlib.AsyncExitStack() as stack:
         node = await stuck(stack, tmp_path, worker_factory)
         row = node.row
-        assert await usage(settings, node.project) == (7, 0)  # spent at hand-off
+
+        async def spent_at_hand_off() -> bool:  # moved from reserved just after the broadcast
+            return await usage(settings, node.project) == (7, 0)
+
+        await wait_until(spent_at_hand_off, what="the reservation to be spent")
 
         listed = await rflow(settings, "sends", "ls", "--json")
         assert listed.returncode == 0, listed.stderr
