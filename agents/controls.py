@@ -37,25 +37,28 @@ class Controls:
         self.relayer = relayer
         self.tracker = tracker
 
-    async def carry_out(self, record: SendControl) -> None:
+    async def carry_out(self, record: SendControl) -> str | None:
         """Carry out ``record``'s request, or refuse it with the reason; a request that is
-        no longer ``requested`` (answered, lapsed, or a repeated delivery) is left alone."""
+        no longer ``requested`` (answered, lapsed, or a repeated delivery) is left alone.
+        Returns why the record itself is bad (for the dead-letter path), else ``None``."""
         request = await self._db(lambda conn: send_controls.get(conn, record.request_id))
         if request is None:
-            log.warning("send request %s has no row: ignored", record.request_id)
-            return
+            return f"send request {record.request_id} has no row in send_controls"
         if request["status"] != "requested":
             log.info("send request %s is %s already", record.request_id, request["status"])
-            return
+            return None
         if (request["send_key"], request["action"]) != (record.send_key, record.action):
             await self._refuse(record, "the request's record does not match its row")
-            return
+            return (
+                f"send request {record.request_id} asks to {record.action} {record.send_key}, "
+                f"its row to {request['action']} {request['send_key']}"
+            )
         async with self.tracker.lock:
             row = await self._db(lambda conn: sends.find(conn, record.send_key))
             why = refusal(row, record.action)
             if why is not None:
                 await self._refuse(record, why)
-                return
+                return None
             try:
                 if record.action == "speedup":
                     await self._speedup(row, request)
@@ -65,6 +68,7 @@ class Controls:
                 log.info("send request %s lapsed before it was carried out", record.request_id)
             except RflowError as exc:  # fees a node would not take, or past the cap
                 await self._refuse(record, exc.message)
+        return None
 
     async def _speedup(self, row: SendRow, request: dict[str, Any]) -> None:
         node = await self.relayer.node(row.network)

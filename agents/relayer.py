@@ -530,12 +530,12 @@ def attach(app: RflowApp) -> Relayer:
             # comes after the batch's new sends.
             for message, control in controls:
                 try:
-                    await relayer.controls.carry_out(control)
+                    bad = await relayer.controls.carry_out(control)
                 except Exception as exc:
                     log.exception("send request %s failed", control.request_id)
-                    await send_dead_letter(
-                        app, message, f"the relayer failed: {type(exc).__name__}: {exc}"
-                    )
+                    bad = f"the relayer failed: {type(exc).__name__}: {exc}"
+                if bad is not None:
+                    await send_dead_letter(app, message, bad)
 
     async def on_rebalance_complete(sender: Any = None, **kwargs: Any) -> None:
         topic = runtime.catalog.full_name("rflow.sends")
