@@ -16,16 +16,17 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rflow.codecs import SendRequest
 from rflow.failures import FailureKind, RflowError, StepError
 from rflow.ingress.rpc import RpcError, RpcUnavailable
-from rflow.relayer.fees import Fees, bump, raised
+from rflow.relayer.fees import Fees, bump, cancelling, raised
 from rflow.relayer.node import Broadcast, Node
 from rflow.relayer.signing import Signer
 from rflow.secrets import placeholders
-from rflow.storage import budgets, sends
+from rflow.storage import budgets, send_controls, sends
 from rflow.storage.sends import Attempt, SendRow
 
 if TYPE_CHECKING:
@@ -58,6 +59,14 @@ class Watched:
     """A receipt of it was seen (not yet confirmed): gone again means a reorg."""
 
 
+class Lapsed(Exception):
+    """An operator's request gave up waiting before it was carried out: nothing is done."""
+
+
+class _FillerTaken(Exception):
+    """The nonce has another self-transfer already: roll back what was written with it."""
+
+
 class Tracker:
     """Watches open sends until each settles, and carries out what settling means."""
 
@@ -66,6 +75,9 @@ class Tracker:
         self.settings = relayer.settings
         self.watched: dict[str, Watched] = {}
         self.owned: set[tuple[str, str]] = set()
+        self.lock = asyncio.Lock()
+        """Held by each round and by each operator's request: one of them at a time decides
+        what a send needs next."""
         self._wake = asyncio.Event()
         self._stopped = False
         self._loaded_at = 0.0
@@ -81,11 +93,12 @@ class Tracker:
 
     async def own(self, owned: set[tuple[str, str]]) -> None:
         """The relayers this worker owns now: forget the others, load the new ones."""
-        self.owned = owned
-        for key, watched in list(self.watched.items()):
-            if (watched.row.network, watched.row.relayer) not in owned:
-                del self.watched[key]
-        await self.load()
+        async with self.lock:
+            self.owned = owned
+            for key, watched in list(self.watched.items()):
+                if (watched.row.network, watched.row.relayer) not in owned:
+                    del self.watched[key]
+            await self.load()
 
     async def load(self) -> None:
         """Watch every open send of the owned relayers (rebroadcast what was never seen)."""
@@ -117,9 +130,10 @@ class Tracker:
                     async with asyncio.timeout(RELOAD_INTERVAL):
                         await self._wake.wait()
             try:
-                if time.monotonic() - self._loaded_at > RELOAD_INTERVAL and self.owned:
-                    await self.load()
-                await self.round()
+                async with self.lock:
+                    if time.monotonic() - self._loaded_at > RELOAD_INTERVAL and self.owned:
+                        await self.load()
+                    await self.round()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -275,6 +289,20 @@ class Tracker:
         if watched.nonce_low:
             await self.nonce_taken(watched)
             return
+        deadline = row.deadline
+        if (
+            row.purpose == "step"
+            and row.error is None
+            and deadline is not None
+            and datetime.now(UTC) >= deadline
+        ):
+            message = (
+                f"the step's timeout ran out at {deadline:%Y-%m-%d %H:%M:%S} UTC with transaction "
+                f"{row.tx_hash} unmined: a zero-value self-transfer takes its nonce {row.nonce}"
+            )
+            fees = cancelling(fees_of(row.latest), await self.market(node))
+            await self.fill(row, StepError(kind=FailureKind.TIMEOUT, message=message), fees=fees)
+            return
         if not watched.accepted:
             if now >= watched.retry_at:
                 await self.rebroadcast(watched, now)
@@ -292,8 +320,10 @@ class Tracker:
         if row.purpose == "step" and row.error is None and expired:
             await self.fill(row, StepError(kind=FailureKind.EXPIRED, message=_expired(row)))
             return
+        if row.purpose == "step" and row.error is not None:
+            return  # being replaced: its self-transfer is bumped, a bump of it would compete
         if now - watched.broadcast_at > self.settings.send_bump_after:
-            fees = bump(_fees(row.latest), row.fee_cap)
+            fees = bump(fees_of(row.latest), row.fee_cap)
             if fees is None:
                 watched.broadcast_at = now  # at the cap: wait another period
                 return
@@ -314,24 +344,25 @@ class Tracker:
             )
             await self.rebroadcast(watched, now)
 
-    async def rebroadcast(self, watched: Watched, now: float) -> None:
+    async def rebroadcast(self, watched: Watched, now: float) -> str:
+        """Broadcast the send's latest attempt; what the node answered, for a person."""
         node = await self.relayer.node(watched.row.network)
         try:
             outcome = await node.broadcast(watched.row.latest.raw)
         except RpcUnavailable as exc:
             log.warning("rebroadcast of %s failed: %s", watched.row.send_key, exc)
             watched.retry_at = now + 1.0
-            return
+            return f"the node did not answer ({exc}); it is broadcast again until it does"
         except RflowError as exc:
             if watched.accepted or watched.row.purpose != "step":
                 log.warning("rebroadcast of %s refused: %s", watched.row.send_key, exc)
                 watched.retry_at = now + 1.0
                 watched.accepted = False
-                return
+                return f"{exc.message}; it is broadcast again every second"
             # Refused before the node ever took it: it never went out.
             self.watched.pop(watched.row.send_key, None)
             await self.refused(watched.row, exc.as_data())
-            return
+            return f"{exc.message}: the send failed, it never went out"
         if outcome in (Broadcast.ACCEPTED, Broadcast.KNOWN):
             if not watched.accepted and watched.row.purpose == "step":
                 key = watched.row.send_key
@@ -339,11 +370,21 @@ class Tracker:
             watched.accepted = True
             watched.broadcast_at = now
             watched.missing = 0
-        elif outcome is Broadcast.NONCE_TOO_LOW:
+            return "accepted by the node"
+        if outcome is Broadcast.NONCE_TOO_LOW:
             watched.nonce_low = True
-        else:
-            watched.accepted = False
-            watched.retry_at = now + 1.0
+            return "nonce too low: a transaction mined already used the nonce"
+        watched.accepted = False
+        watched.retry_at = now + 1.0
+        return "not taken for now (underpriced, or the node is busy); broadcast again every second"
+
+    async def market(self, node: Node) -> Fees:
+        """The fees the network asks for now; nothing (zero) when the node cannot say."""
+        try:
+            return await node.fees(cap=None, tip=None)
+        except RflowError as exc:
+            log.warning("no fee suggestion from the node: %s", exc)
+            return Fees(0, 0)
 
     async def vanished(self, watched: Watched) -> None:
         """The node no longer knows the send's latest transaction, and none is mined."""
@@ -409,20 +450,40 @@ class Tracker:
         watched.accepted = False
         watched.retry_at = 0.0
 
-    async def fill(self, row: SendRow, reason: StepError | None) -> None:
+    async def fill(
+        self,
+        row: SendRow,
+        reason: StepError | None,
+        *,
+        fees: Fees | None = None,
+        request: str | None = None,
+    ) -> Attempt | None:
         """Take ``row``'s nonce with a zero-value self-transfer, paying enough to replace
-        it; ``row`` settles with ``reason`` once the nonce is used and it is not mined."""
+        it (``fees``, else 12.5 % more than its latest attempt); ``row`` settles with
+        ``reason`` once the nonce is used and it is not mined.
+
+        The filler is stored before anything is broadcast, with ``reason`` and, for an
+        operator's cancel, the claim of the ``request`` (:class:`Lapsed` if it gave up).
+        Returns the filler's attempt; ``None`` when nothing was stored: the send settled,
+        or is being replaced already, or its nonce has a filler."""
         node = await self.relayer.node(row.network)
         signer = self.relayer.signer(row.relayer)
         latest = row.latest
-        fees = Fees(raised(latest.max_fee_per_gas), raised(latest.max_priority_fee_per_gas))
+        if fees is None:
+            fees = Fees(raised(latest.max_fee_per_gas), raised(latest.max_priority_fee_per_gas))
         attempt = sign_fill(signer, node, row.nonce, fees)
-        key = f"fill:{row.network}:{row.address}:{row.nonce}"
+        key = filler_key(row)
 
-        async def work(conn) -> None:
+        async def work(conn) -> bool:
             async with conn.transaction():
-                if reason is not None:
-                    await sends.mark(conn, row.send_key, reason.model_dump(mode="json"))
+                if reason is not None and not await sends.mark(
+                    conn, row.send_key, reason.model_dump(mode="json")
+                ):
+                    return False
+                if request is not None and not await send_controls.claim(
+                    conn, request, attempt.tx_hash
+                ):
+                    raise Lapsed(request)
                 filler = sends.NewSend(
                     send_key=key,
                     purpose="fill",
@@ -440,9 +501,21 @@ class Tracker:
                     fee_cap=max(fees.max_fee_per_gas * 4, row.fee_cap),
                     attempt=attempt,
                 )
-                await sends.insert_many(conn, [filler])
+                if not await sends.insert_many(conn, [filler]) and request is not None:
+                    existing = await sends.find(conn, key)
+                    if existing is None or existing.tx_hash != attempt.tx_hash:
+                        raise _FillerTaken  # not this one (a retry finds its own)
+            return True
 
-        await self.relayer.db(work, f"fill nonce {row.nonce}")
+        try:
+            stored = await self.relayer.db(work, f"fill nonce {row.nonce}")
+        except _FillerTaken:
+            stored = False
+        if not stored:
+            log.info("send %s: settled or being replaced already, not filled", row.send_key)
+            if row.send_key in self.watched:
+                self.watched[row.send_key].row = await self._reload(row.send_key) or row
+            return None
         log.warning(
             "send %s: filling nonce %d with a self-transfer (%s)",
             row.send_key,
@@ -454,6 +527,7 @@ class Tracker:
         filler = await self._reload(key)
         if filler is not None and not filler.settled:
             self.watch(filler, accepted=False)
+        return attempt
 
     async def _reload(self, send_key: str) -> SendRow | None:
         return await self.relayer.db(lambda conn: sends.find(conn, send_key), "find send")
@@ -463,13 +537,20 @@ def sign_fill(signer: Signer, node: Node, nonce: int, fees: Fees) -> Attempt:
     return sign(signer, node, nonce, signer.address, 0, b"", FILL_GAS, fees)
 
 
-def _fees(attempt: Attempt) -> Fees:
+def filler_key(row: SendRow) -> str:
+    """The send key of the self-transfer that fills ``row``'s nonce."""
+    return sends.filler_key(row.network, row.address, row.nonce)
+
+
+def fees_of(attempt: Attempt) -> Fees:
     return Fees(attempt.max_fee_per_gas, attempt.max_priority_fee_per_gas)
 
 
 def _status_of(error: StepError) -> str:
     if error.kind in (FailureKind.DROPPED, FailureKind.EXPIRED):
         return str(error.kind)
+    if error.kind in (FailureKind.CANCELLED, FailureKind.TIMEOUT):
+        return "cancelled"  # replaced on purpose, by an operator or at the step's deadline
     return "failed"
 
 

@@ -6,8 +6,9 @@ transaction that checks the gas breakers, reserves the value against every attac
 in-scope budget, allocates the nonce and stores the signed transaction under the
 send's idempotency key. Only after that COMMIT is anything broadcast. A key that
 already has a row is never signed again: an open send is rebroadcast as stored, a
-settled one answers with its stored result. Receipts, bumps, drops and nonce gaps are
-the tracker's (:mod:`rflow.agents.receipts`).
+settled one answers with its stored result. Receipts, bumps, drops, nonce gaps and the
+deadlines of step timeouts are the tracker's (:mod:`rflow.agents.receipts`); operators'
+speed-ups and cancels, which travel on the same topic, are :mod:`rflow.agents.controls`'.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rflow.agents.controls import Controls
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import partition_of
 from rflow.agents.receipts import Tracker, reply_of, result_of, sign
 from rflow.budgets import Charge, GasBreaker, charges
-from rflow.codecs import DecodeError, SendRequest, decode
+from rflow.codecs import DecodeError, SendControl, SendRequest, decode
 from rflow.engine import StepResult
 from rflow.failures import FailureKind, RflowError, StepError
 from rflow.ingress.rpc import JsonRpc, RpcUnavailable, endpoints
@@ -95,6 +98,7 @@ class _Ready:
             gas_limit=self.gas,
             fee_cap=self.fee_cap,
             attempt=attempt,
+            deadline=execute.deadline,
         )
 
 
@@ -120,6 +124,7 @@ class Relayer:
         self.tracker = Tracker(self)
         self.assigned: frozenset[int] = frozenset()
         """The sends partitions this worker holds (since the last rebalance)."""
+        self.controls = Controls(self, self.tracker)
 
     # --- resources ----------------------------------------------------------------------
 
@@ -196,6 +201,8 @@ class Relayer:
         broadcast (one request per network) the new ones. Returns the sends that failed
         unexpectedly, each with its exception; every other send has its answer or is
         followed by the tracker."""
+        if not requests:  # a batch of operators' requests only, or of dead letters
+            return []
         firsts: dict[str, SendRequest] = {}
         for request in requests:  # a key twice in one batch: the first delivery answers
             firsts.setdefault(request.execute.key, request)
@@ -294,6 +301,13 @@ class Relayer:
         behind = self.runtime.checks_behind()
         if behind is not None:
             raise RflowError(FailureKind.PERMISSION_DENIED, behind)
+        deadline = execute.deadline
+        if deadline is not None and datetime.now(UTC) >= deadline:
+            raise RflowError(
+                FailureKind.TIMEOUT,
+                f"the step's timeout ran out at {deadline:%Y-%m-%d %H:%M:%S} UTC before the "
+                "relayer took the send: nothing was signed",
+            )
         project = self.project
         if execute.workflow not in project.workflows:
             # Its permissions, budgets and breakers went with it: nothing allows the send.
@@ -537,14 +551,21 @@ def attach(app: RflowApp) -> Relayer:
 
     @app.agent(runtime.topics.sends, name="rflow.relayer", concurrency=1)
     async def relay(stream):
-        """Sign, store and broadcast sends a batch at a time, in order per relayer."""
+        """Sign, store and broadcast sends a batch at a time, in order per relayer, and
+        carry out operators' speed-ups and cancels of them."""
         async for events in stream.take_events(BATCH, within=WITHIN):
             taken = []
+            controls = []
             for event in events:
                 try:
-                    taken.append((event.message, decode(event.value, SendRequest)))
+                    record = decode(event.value, (SendRequest, SendControl))
                 except DecodeError as exc:
                     await send_dead_letter(app, event.message, exc.reason)
+                    continue
+                if isinstance(record, SendControl):
+                    controls.append((event.message, record))
+                else:
+                    taken.append((event.message, record))
             try:
                 failed = await relayer.handle_many([request for _, request in taken])
             except Exception as exc:
@@ -576,6 +597,16 @@ def attach(app: RflowApp) -> Relayer:
                 await send_dead_letter(
                     app, message, secrets.scrub(f"the relayer failed: {type(exc).__name__}: {exc}")
                 )
+            # An operator's request acts on a send stored before it was asked for, so it
+            # comes after the batch's new sends.
+            for message, control in controls:
+                try:
+                    bad = await relayer.controls.carry_out(control)
+                except Exception as exc:
+                    log.exception("send request %s failed", control.request_id)
+                    bad = f"the relayer failed: {type(exc).__name__}: {exc}"
+                if bad is not None:
+                    await send_dead_letter(app, message, bad)
 
     async def on_rebalance_complete(sender: Any = None, **kwargs: Any) -> None:
         topic = runtime.catalog.full_name("rflow.sends")

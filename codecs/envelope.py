@@ -28,8 +28,12 @@ def encode(record: Record) -> bytes:
     return json.dumps(record.model_dump(mode="json"))
 
 
-def decode(data: bytes | None, expect: type[R] | None = None) -> R | Record:
-    """Read one record; anything unreadable raises :class:`DecodeError` with the reason."""
+def decode(
+    data: bytes | None, expect: type[R] | tuple[type[Record], ...] | None = None
+) -> R | Record:
+    """Read one record; anything unreadable raises :class:`DecodeError` with the reason.
+
+    ``expect``: the record type (or types) the reader takes; any other kind is refused."""
     if data is None:
         raise DecodeError("empty record (no value)")
     if len(data) > MAX_RECORD_BYTES:
@@ -55,9 +59,11 @@ def decode(data: bytes | None, expect: type[R] | None = None) -> R | Record:
     except ValidationError as exc:
         raise DecodeError(f"invalid {kind!r} record: {_describe(exc)}") from None
     if expect is not None and not isinstance(record, expect):
-        raise DecodeError(
-            f"expected a {expect.model_fields['kind'].default!r} record, got {kind!r}"
+        kinds = " or ".join(
+            repr(tp.model_fields["kind"].default)
+            for tp in (expect if isinstance(expect, tuple) else (expect,))
         )
+        raise DecodeError(f"expected a {kinds} record, got {kind!r}")
     return record
 
 

@@ -124,18 +124,50 @@ class SendRequest(Record):
     """A send step for the relayer (on the sends topic, keyed ``network:relayer``).
 
     ``execute`` is the engine's effect, with the step's idempotency key; ``reply_key``
-    is the Kafka key of the run's events, where the step's result goes back.
+    is the Kafka key of the run's events, where the step's result goes back. Version 2
+    carries the deadline of the step's timeout (``execute.deadline``); version 1 (still
+    read) had none.
     """
 
     kind: Literal["send"] = "send"
-    v: Literal[1] = 1
+    v: Literal[1, 2] = 2
     execute: Execute
     reply_key: str = Field(min_length=1, max_length=512)
+
+    @model_validator(mode="after")
+    def _deadline_from_version_2(self) -> SendRequest:
+        if self.v == 1 and self.execute.deadline is not None:
+            raise ValueError("a version 1 send carries no deadline: it is new in version 2")
+        return self
 
     @property
     def partition_key(self) -> str:
         """The Kafka key: one relayer's sends on one partition, in order."""
         return f"{self.execute.action['network']}:{self.execute.action['relayer']}"
+
+
+class SendControl(Record):
+    """An operator's speed-up or cancel of a pending send, for the relayer that owns its
+    signer (on the sends topic, keyed ``network:relayer`` like the send).
+
+    What was asked (fees, going above the cap) and what became of it are in the request's
+    row in Postgres (``send_controls``), written before this record is produced: the
+    relayer carries out a request only while that row still says ``requested``.
+    """
+
+    kind: Literal["send_control"] = "send_control"
+    v: Literal[1] = 1
+    request_id: str = Field(min_length=1, max_length=64)
+    send_key: str = Field(min_length=1, max_length=2048)
+    network: str = Field(min_length=1, max_length=200)
+    relayer: str = Field(min_length=1, max_length=200)
+    action: Literal["speedup", "cancel"]
+    requested_at: datetime
+
+    @property
+    def partition_key(self) -> str:
+        """The Kafka key: the sends of the signer it controls, on their partition."""
+        return f"{self.network}:{self.relayer}"
 
 
 JournalEntry = Annotated[Journal | Settle, Field(discriminator="type")]
@@ -177,6 +209,7 @@ AnyRecord = Annotated[
     | RunEvent
     | RunJournal
     | SendRequest
+    | SendControl
     | DeadLetter,
     Field(discriminator="kind"),
 ]
@@ -187,6 +220,7 @@ KNOWN_VERSIONS: dict[str, frozenset[int]] = {
     "retry": frozenset({1}),
     "run_event": frozenset({1}),
     "run_journal": frozenset({1, 2}),
-    "send": frozenset({1}),
+    "send": frozenset({1, 2}),
+    "send_control": frozenset({1}),
     "dead_letter": frozenset({1}),
 }

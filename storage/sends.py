@@ -8,8 +8,10 @@ never be mined (its nonce was taken by another transaction).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -19,7 +21,9 @@ from psycopg.types.json import Jsonb
 from rflow.storage.columns import columns
 from rflow.storage.errors import translated
 
-SETTLED = ("succeeded", "reverted", "dropped", "expired", "failed")
+SETTLED = ("succeeded", "reverted", "dropped", "expired", "cancelled", "failed")
+STATUSES = ("pending", *SETTLED)
+"""Every status a send can have, the open one first."""
 
 _NEXT_NONCE = """
 UPDATE relayer_nonces SET next_nonce = next_nonce + %(count)s
@@ -44,10 +48,12 @@ WHERE network = %s AND address = %s AND next_nonce = %s + 1
 _INSERT_MANY = """
 WITH stored AS (
     INSERT INTO sends (send_key, purpose, run_id, workflow, reply, network, relayer, address,
-                       nonce, to_address, value, data, gas_limit, fee_cap, tx_hash, error)
+                       nonce, to_address, value, data, gas_limit, fee_cap, tx_hash, error,
+                       send_id, deadline)
     SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::text[],
                          %b::text[], %b::text[], %b::bigint[], %b::text[], %b::numeric[],
-                         %b::bytea[], %b::bigint[], %b::numeric[], %b::text[], %b::jsonb[])
+                         %b::bytea[], %b::bigint[], %b::numeric[], %b::text[], %b::jsonb[],
+                         %b::text[], %b::timestamptz[])
     ON CONFLICT (send_key) DO NOTHING
     RETURNING send_key
 ), attempts AS (
@@ -78,7 +84,13 @@ FROM sends s
 _FIND = _SELECT + " WHERE s.send_key = %s"
 _FIND_MANY = _SELECT + " WHERE s.send_key = ANY(%s)"
 _OPEN = _SELECT + " WHERE s.settled_at IS NULL AND s.network = %s AND s.relayer = ANY(%s)"
-_MARK = "UPDATE sends SET error = %s, updated_at = now() WHERE send_key = %s"
+# A send is replaced for one reason: the first to mark it wins (marking it again with the
+# same reason, a retry, changes nothing), and a settled one is left.
+_MARK = """
+UPDATE sends SET error = %(error)s, updated_at = now()
+WHERE send_key = %(send_key)s AND settled_at IS NULL
+  AND (error IS NULL OR error = %(error)s)
+"""
 _SETTLE = """
 UPDATE sends SET status = %(status)s, tx_hash = coalesce(%(tx_hash)s, tx_hash),
     block_number = %(block_number)s, block_hash = %(block_hash)s, gas_used = %(gas_used)s,
@@ -145,6 +157,9 @@ class SendRow(_Send):
     effective_gas_price: int | None
     error: dict[str, Any] | None
     attempts: tuple[Attempt, ...] = field(default=())
+    send_id: str = ""
+    deadline: datetime | None = None
+    """When the step's timeout runs out: a send still unmined then is cancelled."""
 
     @property
     def settled(self) -> bool:
@@ -194,7 +209,20 @@ def _row(found: dict[str, Any]) -> SendRow:
         effective_gas_price=optional("effective_gas_price"),
         error=found["error"],
         attempts=attempts,
+        send_id=found["send_id"],
+        deadline=found["deadline"],
     )
+
+
+def filler_key(network: str, address: str, nonce: int) -> str:
+    """The send key of the zero-value self-transfer that fills ``address``'s ``nonce``."""
+    return f"fill:{network}:{address.lower()}:{nonce}"
+
+
+def send_id(send_key: str) -> str:
+    """The short id of a send, for people to type: ``s`` and the first 12 hex digits of the
+    sha256 of its key (migration 0016 gives rows stored before it the same)."""
+    return "s" + hashlib.sha256(send_key.encode()).hexdigest()[:12]
 
 
 async def next_nonce(
@@ -233,6 +261,7 @@ class NewSend(_Send):
 
     attempt: Attempt
     error: dict[str, Any] | None = None
+    deadline: datetime | None = None
 
     def row(self) -> tuple[Any, ...]:
         """The ``sends`` row, in the column order of :data:`_INSERT_MANY`."""
@@ -253,6 +282,8 @@ class NewSend(_Send):
             self.fee_cap,
             self.attempt.tx_hash,
             Jsonb(self.error) if self.error is not None else None,
+            send_id(self.send_key),
+            self.deadline,
         )
 
 
@@ -270,7 +301,7 @@ async def insert_many(conn: psycopg.AsyncConnection, new: Sequence[NewSend]) -> 
     sends = [send.row() for send in new]
     attempts = [_attempt_params(send.send_key, send.attempt) for send in new]
     with translated():
-        cur = await conn.execute(_INSERT_MANY, [*columns(sends, 16), *columns(attempts, 6)])
+        cur = await conn.execute(_INSERT_MANY, [*columns(sends, 18), *columns(attempts, 6)])
         return {key for (key,) in await cur.fetchall()}
 
 
@@ -325,10 +356,12 @@ async def open_sends(
             return [_row(found) for found in await cur.fetchall()]
 
 
-async def mark(conn: psycopg.AsyncConnection, send_key: str, error: dict[str, Any]) -> None:
-    """Record why an open send is being replaced (dropped, expired) before it settles."""
+async def mark(conn: psycopg.AsyncConnection, send_key: str, error: dict[str, Any]) -> bool:
+    """Record why an open send is being replaced (dropped, expired, cancelled) before it
+    settles; False if it is settled, or being replaced already for another reason."""
     with translated():
-        await conn.execute(_MARK, (Jsonb(error), send_key))
+        cur = await conn.execute(_MARK, {"error": Jsonb(error), "send_key": send_key})
+    return cur.rowcount == 1
 
 
 async def settle(
@@ -390,6 +423,73 @@ async def of_run(conn: psycopg.AsyncConnection, run_id: str) -> list[dict[str, A
             if row[name] is not None:
                 row[name] = int(row[name])
     return rows
+
+
+_PENDING = """
+SELECT s.send_id, s.send_key, s.purpose, s.network, s.relayer, s.address, s.nonce, s.tx_hash,
+       a.max_fee_per_gas, a.max_priority_fee_per_gas, s.fee_cap, s.deadline, s.error,
+       s.created_at, extract(epoch FROM now() - s.created_at)::float8 AS age,
+       (SELECT count(*) FROM send_attempts c WHERE c.send_key = s.send_key) AS attempts,
+       coalesce(s.run_id, r.run_id) AS run_id,
+       coalesce(s.reply, r.reply) ->> 'path' AS step,
+       r.send_id AS replaces
+FROM sends s
+JOIN send_attempts a ON a.tx_hash = s.tx_hash
+LEFT JOIN sends r ON s.purpose = 'fill' AND r.purpose = 'step' AND r.network = s.network
+    AND r.address = s.address AND r.nonce = s.nonce
+WHERE s.settled_at IS NULL
+  AND (%(network)s::text IS NULL OR s.network = %(network)s::text)
+  AND (%(relayer)s::text IS NULL OR s.relayer = %(relayer)s::text)
+ORDER BY s.network, s.relayer, s.nonce, s.purpose DESC
+LIMIT %(limit)s
+"""
+# A send by its short id, its key, or the hash of any of its signed attempts.
+_LOOKUP = """
+SELECT send_key FROM sends WHERE send_id = %(id)s OR send_key = %(id)s
+UNION
+SELECT send_key FROM send_attempts WHERE tx_hash = lower(%(id)s)
+"""
+
+
+async def pending(
+    conn: psycopg.AsyncConnection,
+    *,
+    network: str | None = None,
+    relayer: str | None = None,
+    limit: int = 1000,
+) -> list[dict[str, Any]]:
+    """The unsettled sends in nonce order per signer, for ``rflow sends ls``: each with its
+    latest attempt's fees, how many attempts it has, its age in seconds, and its run and
+    step (a filler names the step send it replaces, as ``replaces``)."""
+    params = {"network": network, "relayer": relayer, "limit": limit}
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_PENDING, params)
+            rows = await cur.fetchall()
+    for row in rows:
+        for name in ("nonce", "max_fee_per_gas", "max_priority_fee_per_gas", "fee_cap"):
+            row[name] = int(row[name])
+    return rows
+
+
+async def lookup(conn: psycopg.AsyncConnection, ident: str) -> list[SendRow]:
+    """The sends ``ident`` names: by short id, send key, or the hash of any attempt (more
+    than one only when a short id is shared)."""
+    with translated():
+        cur = await conn.execute(_LOOKUP, {"id": ident})
+        keys = [key for (key,) in await cur.fetchall()]
+    found = await find_many(conn, keys)
+    return [found[key] for key in keys if key in found]
+
+
+_OPEN_OF_RUN = "SELECT send_id FROM sends WHERE run_id = %s AND settled_at IS NULL ORDER BY nonce"
+
+
+async def open_of_run(conn: psycopg.AsyncConnection, run_id: str) -> list[str]:
+    """The ids of ``run_id``'s sends not settled yet."""
+    with translated():
+        cur = await conn.execute(_OPEN_OF_RUN, (run_id,))
+        return [send_id for (send_id,) in await cur.fetchall()]
 
 
 _BY_STATUS = "SELECT status, count(*) FROM sends GROUP BY status"

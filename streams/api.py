@@ -1,4 +1,4 @@
-"""The worker's HTTP API: runs, approvals, workflows and budgets, behind bearer tokens.
+"""The worker's HTTP API: runs, approvals, workflows, budgets and pending sends, behind bearer tokens.
 
 Every route but the webhooks (which authenticate their own way) and the health checks
 needs ``Authorization: Bearer <token>``, the token of a principal: ``operator``'s
@@ -22,6 +22,7 @@ from rflow.codecs import json
 from rflow.codecs.json import JSONDecodeError
 from rflow.engine import RunStatus
 from rflow.engine.keys import workflow_version
+from rflow.lang.units import UnitError, parse_amount
 from rflow.principals import Principals
 from rflow.storage import InvalidValue, StorageError, budgets, controls, runs, waits
 from rflow.streams.control import Control, ControlError
@@ -176,12 +177,7 @@ def attach(app: RflowApp, control: Control) -> None:
             if status is not None and status not in RUN_STATUSES:
                 known = ", ".join(sorted(RUN_STATUSES))
                 raise ControlError(f"unknown status {status!r}: one of {known}", 400)
-            try:
-                limit = int(query.get("limit", "50"))
-            except ValueError:
-                raise ControlError("limit must be an integer", 400) from None
-            if not 1 <= limit <= 1000:
-                raise ControlError("limit must be between 1 and 1000", 400)
+            limit = limit_of(query)
             rows = await db(
                 lambda conn: runs.list_runs(
                     conn, workflow=query.get("workflow"), status=status, limit=limit
@@ -213,18 +209,34 @@ def attach(app: RflowApp, control: Control) -> None:
 
         return await answer(work)
 
-    def run_action(
-        path: str, name: str, act: Callable[[str, dict[str, Any], str], Awaitable[Any]]
+    def limit_of(query: Any, default: int = 50) -> int:
+        try:
+            limit = int(query.get("limit", str(default)))
+        except ValueError:
+            raise ControlError("limit must be an integer", 400) from None
+        if not 1 <= limit <= 1000:
+            raise ControlError("limit must be between 1 and 1000", 400)
+        return limit
+
+    def action(
+        path: str,
+        what: str,
+        name: str,
+        act: Callable[[str, dict[str, Any], str], Awaitable[Any]],
     ) -> None:
-        async def post(self: View, request: Request, run_id: str) -> Response:
+        """Mount ``POST path``, whose one path parameter, JSON body and authenticated
+        principal go to ``act``."""
+
+        async def post(self: View, request: Request, **params: str) -> Response:
             async def work() -> Any:
-                return await act(run_id, await read(request), request[PRINCIPAL])
+                [ident] = params.values()
+                return await act(ident, await read(request), request[PRINCIPAL])
 
             return await answer(work)
 
         post.__doc__ = act.__doc__
-        view = type(f"Run{name.title()}View", (View,), {"post": post})
-        app.page(path, name=f"rflow.api.run.{name}")(view)
+        view = type(f"{what.title()}{name.title()}View", (View,), {"post": post})
+        app.page(path, name=f"rflow.api.{what}.{name}")(view)
 
     async def cancel(run_id: str, fields: dict[str, Any], principal: str) -> Any:
         """Cancel the run at its next step boundary; body ``{"reason": ...}`` (optional)."""
@@ -260,10 +272,10 @@ def attach(app: RflowApp, control: Control) -> None:
         act.__doc__ = f"{decision.title()} a run waiting for a human decision."
         return act
 
-    run_action("/api/runs/{run_id}/cancel", "cancel", cancel)
-    run_action("/api/runs/{run_id}/retry", "retry", retry)
-    run_action("/api/runs/{run_id}/approve", "approve", decide("approve"))
-    run_action("/api/runs/{run_id}/reject", "reject", decide("reject"))
+    action("/api/runs/{run_id}/cancel", "run", "cancel", cancel)
+    action("/api/runs/{run_id}/retry", "run", "retry", retry)
+    action("/api/runs/{run_id}/approve", "run", "approve", decide("approve"))
+    action("/api/runs/{run_id}/reject", "run", "reject", decide("reject"))
 
     @app.page("/api/approvals", name="rflow.api.approvals")
     async def list_approvals(self: View, request: Request) -> Response:
@@ -271,12 +283,7 @@ def attach(app: RflowApp, control: Control) -> None:
 
         async def work() -> dict[str, Any]:
             query = request.query
-            try:
-                limit = int(query.get("limit", "100"))
-            except ValueError:
-                raise ControlError("limit must be an integer", 400) from None
-            if not 1 <= limit <= 1000:
-                raise ControlError("limit must be between 1 and 1000", 400)
+            limit = limit_of(query, 100)
             mine = query.get("mine", "").lower() in ("1", "true", "yes")
             rows = await db(
                 lambda conn: waits.pending_approvals(
@@ -360,3 +367,57 @@ def attach(app: RflowApp, control: Control) -> None:
             return {"budgets": [row.document() for row in rows]}
 
         return await answer(work)
+
+    @app.page("/api/sends", name="rflow.api.sends")
+    async def list_sends(self: View, request: Request) -> Response:
+        """The sends not settled yet: ?network=N&relayer=R&limit=N."""
+
+        async def work() -> dict[str, Any]:
+            query = request.query
+            found = await control.sends.pending(
+                network=query.get("network"),
+                relayer=query.get("relayer"),
+                limit=limit_of(query, 1000),
+            )
+            return {"sends": found}
+
+        return await answer(work)
+
+    def amount(fields: dict[str, Any], name: str) -> int | None:
+        value = fields.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, int | str):
+            raise ControlError(f'{name!r} must be an amount such as "40 gwei" or wei', 400)
+        try:
+            return parse_amount(value)
+        except UnitError as exc:
+            raise ControlError(f"{name!r}: {exc}", 400) from None
+
+    def flag(fields: dict[str, Any], name: str) -> bool:
+        value = fields.get(name, False)
+        if not isinstance(value, bool):
+            raise ControlError(f"{name!r} must be true or false", 400)
+        return value
+
+    async def speedup(send_id: str, fields: dict[str, Any], principal: str) -> Any:
+        """Replace the send's transaction with one paying more, at the same nonce; body
+        ``{"max_fee": ..., "tip": ..., "above_cap": false}`` (all optional)."""
+        unknown = set(fields) - {"max_fee", "tip", "above_cap"}
+        if unknown:
+            raise ControlError(f"unknown field(s) {', '.join(sorted(unknown))}", 400)
+        return await control.sends.speedup(
+            send_id,
+            max_fee=amount(fields, "max_fee"),
+            tip=amount(fields, "tip"),
+            above_cap=flag(fields, "above_cap"),
+        )
+
+    async def cancel_send(send_id: str, fields: dict[str, Any], principal: str) -> Any:
+        """Cancel the send: a zero-value self-transfer takes its nonce."""
+        if fields:
+            raise ControlError(f"unknown field(s) {', '.join(sorted(fields))}", 400)
+        return await control.sends.cancel(send_id)
+
+    action("/api/sends/{send_id}/speedup", "send", "speedup", speedup)
+    action("/api/sends/{send_id}/cancel", "send", "cancel", cancel_send)

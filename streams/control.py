@@ -1,4 +1,5 @@
-"""Operator actions on runs: answer an approval, cancel a run, retry a dead-lettered run.
+"""Operator actions on runs: answer an approval, cancel a run, retry a failed run (and,
+through :attr:`Control.sends`, on pending sends: :mod:`rflow.streams.send_actions`).
 
 Each writes what must be durable first (the wait's answer, first answer wins), then
 produces the record keyed like the run, so its owner applies it in order. The CLI acts
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import psycopg
 
@@ -24,8 +25,11 @@ from rflow.engine.keys import retry_run_id
 from rflow.lang import Project
 from rflow.lang.model import Workflow
 from rflow.settings import Settings
-from rflow.storage import runs, versions, waits, workflow_state
+from rflow.storage import runs, sends, versions, waits, workflow_state
 from rflow.streams.producer import Producer
+
+if TYPE_CHECKING:
+    from rflow.streams.send_actions import SendActions
 
 T = TypeVar("T")
 Work = Callable[[psycopg.AsyncConnection], Awaitable[T]]
@@ -66,6 +70,13 @@ class Control:
     def project(self) -> Project | None:
         """The current project (a worker's changes with every deploy)."""
         return self._project()
+
+    @property
+    def sends(self) -> SendActions:
+        """The actions on pending sends, over the same database and producer."""
+        from rflow.streams.send_actions import SendActions
+
+        return SendActions(self.database, self.producer)
 
     async def decide(
         self,
@@ -116,14 +127,17 @@ class Control:
         return {"run_id": run_id, "step": wait["path"], "answer": payload}
 
     async def cancel(self, run_id: str, reason: str) -> dict[str, Any]:
-        """Ask the run to stop at its next step boundary (a send in flight is never cut off)."""
+        """Ask the run to stop at its next step boundary (a send in flight is never cut off:
+        ``pending_sends`` names the run's unsettled sends, which ``rflow sends cancel``
+        stops sooner)."""
         run = await self._run(run_id)
         if run["settled_at"] is not None:
             raise ControlError(f"run {run_id} is already {run['status']}")
         key = run["group_key"] if run["group_key"] is not None else run["trigger_key"]
         event = CancelRequested(run_id=run_id, reason=reason)
         await self.producer.send("rflow.runs", key, RunEvent(event=event))
-        return {"run_id": run_id, "cancel_requested": reason}
+        pending = await self.database(lambda conn: sends.open_of_run(conn, run_id))
+        return {"run_id": run_id, "cancel_requested": reason, "pending_sends": pending}
 
     async def retry(
         self, run_id: str, from_step: str | None = None, confirm: bool = False

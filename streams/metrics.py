@@ -181,7 +181,7 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
         current = found[name].state if name in found else "closed"
         for state in CIRCUIT_STATES:
             metrics.circuit.labels(name, state).set(1 if state == current else 0)
-    for status in ("pending", "succeeded", "reverted", "dropped", "expired", "failed"):
+    for status in sends.STATUSES:
         metrics.sends.labels(status).set(by_status.get(status, 0))
     for row in spent:
         metrics.gas_spent.labels(row.network, row.relayer).set(row.gas_cost)

@@ -35,6 +35,25 @@ async def with_database(work: Callable[[Any], Awaitable[T]], settings: Settings 
         return await work(conn)
 
 
+def operate(action: Callable[[Any], Awaitable[T]], project: Project | None = None) -> T:
+    """Run an operator action (:class:`rflow.streams.control.Control`) with a connection
+    and a producer of the CLI's own; a refusal is printed and exits 1."""
+    import asyncio
+
+    from rflow.storage import StorageError
+    from rflow.streams.control import ControlError, connected
+    from rflow.streams.producer import ProduceError
+
+    async def act() -> T:
+        async with connected(Settings.from_env(), project) as control:
+            return await action(control)
+
+    try:
+        return asyncio.run(act())
+    except (ControlError, ProduceError, StorageError) as exc:
+        fail(str(exc))
+
+
 def project_or_warn(path: Path | None, unchecked: str) -> Project | None:
     """The project at ``path``; without one, a warning saying what goes ``unchecked``.
 

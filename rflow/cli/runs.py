@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ import click
 
 from rflow.cli import main
 from rflow.cli.approvals import approve_command, reject_command
-from rflow.cli.common import fail, project_option, table, with_database
+from rflow.cli.common import fail, operate, project_option, table, with_database
 from rflow.engine.state import RunStatus
 from rflow.settings import Settings
 
@@ -198,24 +197,6 @@ async def _run_with_charges(conn: Any, run_id: str) -> dict[str, Any] | None:
     return run
 
 
-def _control(
-    action: Callable[[Any], Awaitable[dict[str, Any]]], project: Any = None
-) -> dict[str, Any]:
-    """Run an operator action with a connection and a producer of the CLI's own."""
-    from rflow.storage import StorageError
-    from rflow.streams.control import ControlError, connected
-    from rflow.streams.producer import ProduceError
-
-    async def act() -> dict[str, Any]:
-        async with connected(Settings.from_env(), project) as control:
-            return await action(control)
-
-    try:
-        return asyncio.run(act())
-    except (ControlError, ProduceError, StorageError) as exc:
-        fail(str(exc))
-
-
 approve_command(runs)
 reject_command(runs)
 
@@ -226,8 +207,16 @@ reject_command(runs)
 @click.option("--json", "as_json", is_flag=True)
 def cancel(run_id: str, reason: str, as_json: bool) -> None:
     """Cancel a run at its next step boundary (finally steps still run)."""
-    result = _control(lambda control: control.cancel(run_id, reason))
-    click.echo(_json(result) if as_json else f"cancel requested: run {run_id}")
+    result = operate(lambda control: control.cancel(run_id, reason))
+    if as_json:
+        click.echo(_json(result))
+        return
+    click.echo(f"cancel requested: run {run_id}")
+    for send_id in result["pending_sends"]:
+        click.echo(
+            f"its send {send_id} is pending: the run stops once it settles; "
+            f"`rflow sends cancel {send_id}` stops it sooner"
+        )
 
 
 @runs.command()
@@ -251,7 +240,7 @@ def retry(
 
     (--project is not needed: the run's own pinned version is read from the database.)
     """
-    result = _control(lambda control: control.retry(run_id, from_step, confirm=yes))
+    result = operate(lambda control: control.retry(run_id, from_step, confirm=yes))
     if as_json:
         click.echo(_json(result))
         return

@@ -555,9 +555,12 @@ class _Run:
             return
         rendering = render_input if kind in EFFECT_KINDS else render
         action = rendering(_dump(step.action), context)
-        self.steps[path] = record = record.model_copy(
-            update={"status": StepStatus.RUNNING, "attempt": attempt, "input": action}
-        )
+        update = {"status": StepStatus.RUNNING, "attempt": attempt, "input": action}
+        if kind == "send_transaction":
+            # The send's deadline, from this attempt's start: kept in the record, so a
+            # resumed run hands the relayer the same one.
+            update["due_at"] = self.now + step.timeout if step.timeout is not None else None
+        self.steps[path] = record = record.model_copy(update=update)
         self.effects.append(self.execute_effect(step, record))
 
     # --- effect construction (shared with resume) ---------------------------------------
@@ -573,6 +576,7 @@ class _Run:
             kind=step.kind,
             action=record.input,
             timeout=step.timeout.total_seconds() if step.timeout else None,
+            deadline=record.due_at if step.kind == "send_transaction" else None,
         )
 
     def timer_effect(self, record: StepRecord, purpose: str) -> ScheduleTimer:
@@ -707,7 +711,7 @@ class _Run:
             approval["context_fields"] = [
                 {"name": name, "value": value} for name, value in approval["context_fields"].items()
             ]
-        timeout = step.wait_for.timeout
+        timeout = step.wait_timeout
         if timeout is None and step.wait_for.approval is not None:
             timeout = self.config.approval_timeout
         due = self.now + timeout if timeout is not None else None
@@ -732,7 +736,7 @@ class _Run:
                 return
             on_timeout = on_timeout.escalate.then
         self.unpark(record)
-        timeout = step.wait_for.timeout
+        timeout = step.wait_timeout
         if on_timeout == "continue":
             self.settle(
                 record, StepStatus.SUCCEEDED, output=self.answered(record, {"timed_out": True})

@@ -15,6 +15,8 @@ class Execute(Frozen):
     """Run one action (an HTTP call, a read, a send, a state change...) and report back.
 
     ``key`` is the idempotency key the action must be deduplicated by where it lands.
+    ``deadline`` (sends only): when the step's timeout, counted from this attempt's start,
+    runs out; the relayer cancels a send still unmined then.
     """
 
     type: Literal["execute"] = "execute"
@@ -27,6 +29,7 @@ class Execute(Frozen):
     kind: str
     action: Any
     timeout: float | None = None
+    deadline: datetime | None = None
 
 
 class ScheduleTimer(Frozen):

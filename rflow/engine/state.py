@@ -97,7 +97,8 @@ class StepRecord(Frozen):
     fanout: Fanout | None = None
     wait_id: str | None = None
     due_at: datetime | None = None
-    """When this record's pending timer (retry, delay or wait timeout) comes due."""
+    """When this record's pending timer (retry, delay or wait timeout) comes due; for a
+    send in flight, the deadline of its step's timeout."""
     escalation: Escalated | None = None
     """Set when an approval's ``on_timeout: escalate`` extended its deadline."""
 

@@ -99,6 +99,9 @@ async def test_every_route_but_health_and_webhooks_needs_the_token(worker):
         ("POST", "/api/runs/r1/reject"),
         ("GET", "/api/approvals"),
         ("GET", "/api/workflows"),
+        ("GET", "/api/sends"),
+        ("POST", "/api/sends/s1/speedup"),
+        ("POST", "/api/sends/s1/cancel"),
         ("POST", "/api/workflows/gated/pause"),
         ("POST", "/api/workflows/gated/resume"),
         ("POST", "/api/workflows/gated/runs"),
@@ -159,7 +162,10 @@ async def test_runs_are_listed_shown_approved_and_cancelled(settings, worker):
     sleepy = await fire(settings, worker.project_path, "sleepy", "manual:sleepy:1", {})
     await wait_until(lambda: _status_is(worker, sleepy, "waiting"), what="sleepy to start")
     status, cancelled = await call(worker, "POST", f"/api/runs/{sleepy}/cancel", {"reason": "no"})
-    assert (status, cancelled) == (200, {"run_id": sleepy, "cancel_requested": "no"})
+    assert (status, cancelled) == (
+        200,
+        {"run_id": sleepy, "cancel_requested": "no", "pending_sends": []},
+    )
     assert (await settled_run(settings, sleepy))["status"] == "cancelled"
     status, late = await call(worker, "POST", f"/api/runs/{sleepy}/cancel")
     assert (status, late["error"]) == (409, f"run {sleepy} is already cancelled")

@@ -80,6 +80,12 @@ async def test_every_operation_answers_fuzzed_requests_as_documented(
     await worker.wait_ready()
     made = await asyncio.to_thread(fuzz, worker.url, worker.auth)
     assert sum(made.values()) >= 100, made
+    sends = {
+        "GET /api/sends",
+        "POST /api/sends/{send_id}/speedup",
+        "POST /api/sends/{send_id}/cancel",
+    }
+    assert all(made.get(operation) for operation in sends), made
     assert worker.proc.poll() is None, worker.tail()
     rid = await fire(settings, project, "picky", "manual:picky:after-fuzz", {})
     assert (await settled_run(settings, rid))["status"] == "failed"

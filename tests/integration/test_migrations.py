@@ -129,3 +129,25 @@ async def test_a_step_entry_before_its_run_entry_does_not_stall_the_projection(s
     await runs.project(conn, [started])
     run = await runs.get_run(conn, "r1")
     assert [s["output"] for s in run["steps"]] == [1]
+
+
+async def test_sends_stored_before_0016_get_the_same_short_id_as_new_ones(settings, conn):
+    from rflow.storage import sends
+
+    schema = settings.database_schema
+    keys = ["pay:manual:1:pay", "wf:caf\u00e9 \u2603:step[3]", "fill:local:0xab:7"]
+    async with conn.transaction():
+        await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        await conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema)))
+        for migration in storage.available():
+            if migration.version == 16:
+                for nonce, key in enumerate(keys):
+                    await conn.execute(
+                        "INSERT INTO sends (send_key, network, relayer, address, nonce, "
+                        "to_address, value, data, gas_limit, fee_cap, tx_hash) "
+                        "VALUES (%s, 'local', 'r', '0xab', %s, '0xcd', 0, '', 21000, 1, %s)",
+                        (key, nonce, f"0x{nonce:064x}"),
+                    )
+            await conn.execute(migration.sql)
+        cur = await conn.execute("SELECT send_key, send_id FROM sends")
+        assert dict(await cur.fetchall()) == {key: sends.send_id(key) for key in keys}

@@ -10,7 +10,9 @@ from eth_utils import function_signature_to_4byte_selector
 from rflow.failures import FailureKind, RflowError
 from rflow.lang import load_project
 from rflow.relayer import build, fees
+from rflow.relayer.controls import refusal
 from rflow.relayer.signing import signer
+from rflow.storage.sends import Attempt, SendRow, filler_key, send_id
 
 TOKEN = "0x" + "11" * 20
 TO = "0x" + "22" * 20
@@ -150,6 +152,90 @@ def test_a_bump_pays_at_least_ten_percent_more_until_the_cap():
     assert fees.bump(first, cap=105_000) is None  # no room for an accepted replacement
 
 
+GWEI = 10**9
+CURRENT = fees.Fees(10 * GWEI, 2 * GWEI)
+
+
+def test_a_speedup_by_default_bumps_both_fees_or_meets_the_market():
+    bumped = fees.speedup(CURRENT, cap=40 * GWEI)
+    assert bumped == fees.Fees(fees.raised(10 * GWEI), fees.raised(2 * GWEI))
+    market = fees.Fees(30 * GWEI, 3 * GWEI)
+    assert fees.speedup(CURRENT, cap=40 * GWEI, market=market) == market
+    # The cap stops the max fee, as the relayer's own bumps; the tip follows it down.
+    assert fees.speedup(CURRENT, cap=11 * GWEI, market=market) == fees.Fees(11 * GWEI, 3 * GWEI)
+
+
+def test_a_speedup_takes_explicit_fees_a_node_would_take_as_a_replacement():
+    assert fees.speedup(CURRENT, cap=40 * GWEI, max_fee=20 * GWEI, tip=5 * GWEI) == fees.Fees(
+        20 * GWEI, 5 * GWEI
+    )
+    # Exactly 10 % more is what a node needs; a tip alone raises the max fee to hold it.
+    least = fees.speedup(CURRENT, cap=40 * GWEI, max_fee=11 * GWEI, tip=2_200_000_000)
+    assert least == fees.Fees(11 * GWEI, 2_200_000_000)
+    assert fees.speedup(CURRENT, cap=40 * GWEI, tip=15 * GWEI).max_fee_per_gas == 15 * GWEI
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"max_fee": 10 * GWEI},
+            "a max fee of 10 gwei is below 11 gwei: the current attempt pays 10 gwei, and a "
+            "node replaces it only for at least 10 % more",
+        ),
+        (
+            {"max_fee": 5 * GWEI},
+            "a max fee of 5 gwei is below 11 gwei",
+        ),
+        (
+            {"tip": 2_100_000_000},
+            "a tip of 2.1 gwei is below 2.2 gwei: the current attempt pays 2 gwei",
+        ),
+        (
+            {"max_fee": 12 * GWEI, "tip": 13 * GWEI},
+            "a tip of 13 gwei is above the max fee of 12 gwei",
+        ),
+        (
+            {"max_fee": 50 * GWEI},
+            "a max fee of 50 gwei is above the send's fee cap of 40 gwei (its step's "
+            "max_fee_per_gas, else four times its first fee): allow going above the cap to "
+            "pay it (--above-cap, or above_cap: true in the API)",
+        ),
+    ],
+)
+def test_a_speedup_refuses_fees_that_would_not_replace_or_pass_the_cap(options, message):
+    with pytest.raises(RflowError) as err:
+        fees.speedup(CURRENT, cap=40 * GWEI, **options)
+    assert err.value.kind is FailureKind.INVALID_INPUT
+    assert message in err.value.message
+
+
+def test_a_speedup_goes_above_the_cap_only_when_asked():
+    with pytest.raises(RflowError) as err:
+        fees.speedup(CURRENT, cap=10 * GWEI)
+    assert err.value.message == (
+        "the send's fee cap of 10 gwei leaves no room for a replacement, which needs a max fee "
+        "of 11 gwei or more: give one and allow going above the cap (--above-cap, or "
+        "above_cap: true in the API)"
+    )
+    assert fees.speedup(CURRENT, cap=10 * GWEI, above_cap=True).max_fee_per_gas == fees.raised(
+        10 * GWEI
+    )
+    assert fees.speedup(CURRENT, cap=10 * GWEI, max_fee=50 * GWEI, above_cap=True) == fees.Fees(
+        50 * GWEI, fees.raised(2 * GWEI)
+    )
+
+
+def test_a_cancel_outbids_the_send_or_meets_the_market_without_a_cap():
+    assert fees.cancelling(CURRENT, fees.Fees(GWEI, GWEI)) == fees.Fees(
+        fees.raised(10 * GWEI), fees.raised(2 * GWEI)
+    )
+    assert fees.cancelling(CURRENT, fees.Fees(90 * GWEI, 4 * GWEI)) == fees.Fees(
+        90 * GWEI, 4 * GWEI
+    )
+    assert fees.gwei(2_500_000_000) == "2.5 gwei" and fees.gwei(1) == "0.000000001 gwei"
+
+
 def test_revert_reasons_are_decoded():
     error = "0x08c379a0" + encode(["string"], ["TestToken: insufficient balance"]).hex()
     assert build.revert_reason(error) == "TestToken: insufficient balance"
@@ -157,3 +243,57 @@ def test_revert_reasons_are_decoded():
     assert build.revert_reason(panic) == "panic 0x11"
     assert build.revert_reason("0xdeadbeef") == "custom error 0xdeadbeef"
     assert build.revert_reason(None) is None
+
+
+def stored_send(**changes) -> SendRow:
+    attempt = Attempt("0x" + "ab" * 32, 7, 10 * GWEI, 2 * GWEI, b"raw")
+    fields = {
+        "send_key": "pay:manual:1:pay",
+        "purpose": "step",
+        "run_id": "r1",
+        "workflow": "pay",
+        "reply": None,
+        "network": "local",
+        "relayer": "payout",
+        "address": "0x" + "cd" * 20,
+        "nonce": 7,
+        "to_address": TO,
+        "value": 0,
+        "data": b"",
+        "gas_limit": 21_000,
+        "fee_cap": 40 * GWEI,
+        "status": "pending",
+        "tx_hash": attempt.tx_hash,
+        "block_number": None,
+        "block_hash": None,
+        "gas_used": None,
+        "effective_gas_price": None,
+        "error": None,
+        "attempts": (attempt,),
+    }
+    return SendRow(**{**fields, **changes})
+
+
+def test_an_operator_may_speed_up_or_cancel_only_a_send_still_in_play():
+    assert refusal(stored_send(), "speedup") is None
+    assert refusal(stored_send(), "cancel") is None
+    assert refusal(None, "cancel") == "no such send"
+    assert refusal(stored_send(status="reverted"), "speedup") == (
+        "the send has settled (reverted): there is nothing to speed up"
+    )
+    filler = stored_send(purpose="fill", send_key="fill:local:0xcd:7")
+    assert refusal(filler, "speedup") is None
+    assert "the self-transfer that takes another send's nonce" in refusal(filler, "cancel")
+    replaced = stored_send(error={"kind": "timeout", "message": "the step's timeout ran out"})
+    replacement = send_id(filler_key("local", "0x" + "cd" * 20, 7))
+    for action in ("speedup", "cancel"):
+        assert refusal(replaced, action) == (
+            "the send is being replaced already (timeout: the step's timeout ran out); "
+            f"speed up its replacement {replacement} instead"
+        )
+
+
+def test_a_send_id_is_short_stable_and_of_the_key():
+    assert send_id("pay:manual:1:pay") == send_id("pay:manual:1:pay")
+    assert send_id("pay:manual:1:pay") != send_id("pay:manual:2:pay")
+    assert len(send_id("k")) == 13 and send_id("k").startswith("s")

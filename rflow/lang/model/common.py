@@ -12,9 +12,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     PlainSerializer,
+    ValidationError,
     WithJsonSchema,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from rflow.lang.envsubst import has_placeholder
 from rflow.lang.timespec import parse_cron, parse_timezone
@@ -47,6 +48,16 @@ class Model(BaseModel):
 def invalid(message: str) -> PydanticCustomError:
     """A validation error whose message is exactly ``message`` (braces and all)."""
     return PydanticCustomError("rflow", "{message}", {"message": message})
+
+
+def invalid_at(model: BaseModel, loc: tuple[str, ...], message: str) -> ValidationError:
+    """A validation error of ``model`` located at its field ``loc`` (a model validator's
+    own errors point at the whole model; this one points at the field that is wrong)."""
+    value: Any = model
+    for part in loc:
+        value = getattr(value, part, None)
+    details = InitErrorDetails(type=invalid(message), loc=loc, input=value)
+    return ValidationError.from_exception_data(type(model).__name__, [details])
 
 
 def describe(value: Any) -> str:

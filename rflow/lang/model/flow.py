@@ -233,7 +233,8 @@ class WaitFor(Model):
     webhook: WaitWebhook | None = None
     approval: Approval | None = None
     timeout: Duration | None = None
-    """How long to wait; approvals default to config.approval_timeout."""
+    """How long to wait (or give the step's timeout, not both); approvals default to
+    config.approval_timeout."""
     on_timeout: OnTimeout = "fail"
     """fail, continue, approve, reject (approvals), goto: <step>, or escalate: {channel,
     extend, then} (approvals)."""
@@ -255,8 +256,7 @@ class WaitFor(Model):
             then = self.on_timeout.escalate.then
             if then in ("approve", "reject") and not binary:
                 raise invalid(f"escalate.then: {then} applies to an approve_reject approval only")
-        if "on_timeout" in self.model_fields_set and self.timeout is None and self.approval is None:
-            raise invalid("on_timeout needs a timeout")
+        # on_timeout without any timeout is refused by the step, which may carry one.
         if "on_reject" in self.model_fields_set and self.approval is None:
             raise invalid("on_reject applies to an approval only")
         return self

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag, WithJsonSchema, model_validator
 
-from rflow.lang.model.actions import Command, Delay, HttpCall, Notify
+from rflow.lang.model.actions import COMMANDS, Command, Delay, HttpCall, Notify
 from rflow.lang.model.chain import Query, Read, SendTransaction
 from rflow.lang.model.common import (
     Condition,
@@ -17,6 +17,7 @@ from rflow.lang.model.common import (
     by_key,
     has_expression,
     invalid,
+    invalid_at,
 )
 from rflow.lang.model.flow import Choose, ListChange, StateValues, WaitFor
 
@@ -102,7 +103,10 @@ class StepBase(Model):
     """Run the step only when this holds (per item inside foreach); else it is skipped."""
     retry: Retry | None = None
     timeout: Duration | None = None
-    """Fail with kind timeout after this long (per attempt)."""
+    """How long one attempt may take: an action fails with kind timeout; a send_transaction
+    still unmined is cancelled (a zero-value self-transfer at its nonce) and fails timeout
+    once that is mined; a wait_for fires its on_timeout. Not on steps that never wait
+    (choose, delay, the log, assert and fail commands)."""
     continue_on_error: bool = False
     """A failure becomes data (steps.<id>.status and .error) and the run continues."""
     foreach: Foreach | None = None
@@ -119,6 +123,16 @@ class StepBase(Model):
             verb = "applies" if len(orphans) == 1 else "apply"
             raise invalid(f"{' and '.join(orphans)} only {verb} to a foreach step")
         return self
+
+    @model_validator(mode="after")
+    def _timeout_honoured(self) -> StepBase:
+        if self.timeout is not None and (why := self.no_timeout()) is not None:
+            raise invalid_at(self, ("timeout",), why)
+        return self
+
+    def no_timeout(self) -> str | None:
+        """Why a step ``timeout`` cannot be honoured on this step, or ``None`` if it can."""
+        return None
 
     @property
     def action(self) -> Any:
@@ -158,6 +172,14 @@ class CommandStep(StepBase):
     kind: ClassVar[str] = "command"
     command: Command
 
+    def no_timeout(self) -> str | None:
+        if self.command.name in COMMANDS:
+            return (
+                f"the {self.command.name} command runs inline and settles at once: "
+                "a timeout cannot apply to it (remove it)"
+            )
+        return None
+
 
 class HttpCallStep(StepBase):
     """A step that makes an HTTP request."""
@@ -179,6 +201,12 @@ class DelayStep(StepBase):
     kind: ClassVar[str] = "delay"
     delay: Delay
 
+    def no_timeout(self) -> str | None:
+        return (
+            "a delay always waits its full time: a timeout cannot cut it short "
+            "(shorten the delay instead)"
+        )
+
 
 class WaitForStep(StepBase):
     """A step that parks the run until an event, a webhook or a decision."""
@@ -186,12 +214,42 @@ class WaitForStep(StepBase):
     kind: ClassVar[str] = "wait_for"
     wait_for: WaitFor
 
+    @model_validator(mode="after")
+    def _one_timeout(self) -> WaitForStep:
+        wait = self.wait_for
+        if self.timeout is not None and wait.timeout is not None:
+            raise invalid_at(
+                self,
+                ("timeout",),
+                "this wait has a timeout already (wait_for.timeout): give it once, here or there",
+            )
+        if (
+            "on_timeout" in wait.model_fields_set
+            and self.wait_timeout is None
+            and wait.approval is None
+        ):
+            raise invalid_at(
+                self,
+                ("wait_for", "on_timeout"),
+                "on_timeout needs a timeout (the step's timeout or wait_for.timeout)",
+            )
+        return self
+
+    @property
+    def wait_timeout(self) -> timedelta | None:
+        """How long the wait lasts before its ``on_timeout``: ``wait_for.timeout`` or the
+        step's ``timeout`` (an approval without either takes ``config.approval_timeout``)."""
+        return self.wait_for.timeout or self.timeout
+
 
 class ChooseStep(StepBase):
     """A step that jumps to another step when a test holds."""
 
     kind: ClassVar[str] = "choose"
     choose: Choose
+
+    def no_timeout(self) -> str | None:
+        return "a choose step decides at once and never waits: a timeout cannot apply (remove it)"
 
 
 class StateSetStep(StepBase):

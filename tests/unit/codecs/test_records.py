@@ -15,12 +15,14 @@ from rflow.codecs import (
     DeadLetter,
     DecodeError,
     RunJournal,
+    SendControl,
+    SendRequest,
     TriggerRecord,
     decode,
     encode,
 )
 from rflow.codecs import json as rjson
-from rflow.engine import Journal
+from rflow.engine import Execute, Journal
 
 WHEN = datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)
 
@@ -64,7 +66,8 @@ def test_encoding_is_stable():
         (b'"text"', "expected a JSON object, got str"),
         (
             b"{}",
-            "unknown record kind None; known: dead_letter, retry, run_event, run_journal, send, trigger, trigger_retracted",
+            "unknown record kind None; known: dead_letter, retry, run_event, run_journal, send, "
+            "send_control, trigger, trigger_retracted",
         ),
         (
             b'{"kind": "trigger"}',
@@ -184,3 +187,50 @@ def test_a_decisions_journal_is_one_record_unless_that_would_be_large():
     apart = journal_records(big)
     assert [decode(value, RunJournal).journal for value in apart] == [[big[0]], [big[1]]]
     assert all(len(value) < MAX_RECORD_BYTES for value in apart)
+
+
+def send_request(**execute) -> SendRequest:
+    fields = {
+        "run_id": "r1",
+        "workflow": "w",
+        "path": "pay",
+        "visit": 1,
+        "attempt": 1,
+        "key": "w:k:pay",
+        "kind": "send_transaction",
+        "action": {"network": "local", "relayer": "payout"},
+        **execute,
+    }
+    return SendRequest(execute=Execute(**fields), reply_key="k")
+
+
+def test_a_send_carries_its_deadline_from_version_2_and_version_1_is_still_read():
+    record = send_request(deadline=WHEN)
+    assert record.v == 2
+    assert decode(encode(record), SendRequest).execute.deadline == WHEN
+    old = json.loads(encode(send_request()))
+    old["v"] = 1
+    assert decode(json.dumps(old).encode(), SendRequest).execute.deadline is None
+    old["execute"]["deadline"] = WHEN.isoformat()
+    with pytest.raises(DecodeError, match="a version 1 send carries no deadline"):
+        decode(json.dumps(old).encode())
+
+
+def test_a_send_control_is_keyed_like_the_sends_it_controls():
+    control = SendControl(
+        request_id="q1",
+        send_key="w:k:pay",
+        network="local",
+        relayer="payout",
+        action="cancel",
+        requested_at=WHEN,
+    )
+    assert control.partition_key == send_request().partition_key == "local:payout"
+    assert decode(encode(control), (SendRequest, SendControl)) == control
+    letter = DeadLetter(
+        topic="t", partition=0, offset=1, key=None, reason="r", raw="", failed_at=WHEN
+    )
+    with pytest.raises(
+        DecodeError, match="expected a 'send' or 'send_control' record, got 'dead_letter'"
+    ):
+        decode(encode(letter), (SendRequest, SendControl))

@@ -642,8 +642,60 @@ def test_wait_for_rules() -> None:
         "needs at least two distinct choices",
         "wf.yaml:7:28: error: workflows.w.steps[2].wait_for: on_timeout: approve applies to an "
         "approve_reject approval only",
-        "wf.yaml:8:28: error: workflows.w.steps[3].wait_for: on_timeout needs a timeout",
+        "wf.yaml:8:71: error: workflows.w.steps[3].wait_for.on_timeout: on_timeout needs a "
+        "timeout (the step's timeout or wait_for.timeout)",
     ]
+
+
+def test_a_step_timeout_is_refused_where_it_cannot_be_honoured() -> None:
+    assert findings(
+        """\
+        workflows:
+          w:
+            trigger: { manual: {} }
+            steps:
+              - { id: a, timeout: 5s, choose: { branches: [{ when: "${{ true }}", goto: b }] } }
+              - { id: b, timeout: 5s, delay: { duration: 1m } }
+              - { id: c, timeout: 5s, command: { name: log, args: { message: hi } } }
+              - { id: d, timeout: 5s, command: { name: assert, args: { that: "${{ true }}" } } }
+              - { id: e, timeout: 5s, command: { name: fail, args: { message: no } } }
+              - { id: f, timeout: 5s, wait_for: { webhook: { path: /hooks/f }, timeout: 1h } }
+            finally:
+              - { id: g, timeout: 5s, delay: { until: "2030-01-01T00:00:00Z" } }
+        """
+    ) == [
+        "wf.yaml:5:27: error: workflows.w.steps[0].timeout: a choose step decides at once and "
+        "never waits: a timeout cannot apply (remove it)",
+        "wf.yaml:6:27: error: workflows.w.steps[1].timeout: a delay always waits its full time: "
+        "a timeout cannot cut it short (shorten the delay instead)",
+        "wf.yaml:7:27: error: workflows.w.steps[2].timeout: the log command runs inline and "
+        "settles at once: a timeout cannot apply to it (remove it)",
+        "wf.yaml:8:27: error: workflows.w.steps[3].timeout: the assert command runs inline and "
+        "settles at once: a timeout cannot apply to it (remove it)",
+        "wf.yaml:9:27: error: workflows.w.steps[4].timeout: the fail command runs inline and "
+        "settles at once: a timeout cannot apply to it (remove it)",
+        "wf.yaml:10:27: error: workflows.w.steps[5].timeout: this wait has a timeout already "
+        "(wait_for.timeout): give it once, here or there",
+        "wf.yaml:12:27: error: workflows.w.finally[0].timeout: a delay always waits its full "
+        "time: a timeout cannot cut it short (shorten the delay instead)",
+    ]
+
+
+def test_a_step_timeout_is_taken_where_it_is_honoured() -> None:
+    found = findings(
+        """\
+        workflows:
+          w:
+            trigger: { manual: {} }
+            steps:
+              - { id: a, timeout: 5s, wait_for: { webhook: { path: /hooks/a }, on_timeout: continue } }
+              - { id: b, timeout: 5s, wait_for: { approval: { prompt: ok }, on_timeout: approve } }
+              - { id: c, timeout: 5s, http_call: { url: "http://x.test/" } }
+              - { id: d, timeout: 5s, state_set: { seen: true } }
+              - { id: e, timeout: 5s, foreach: [1, 2], http_call: { url: "http://x.test/" } }
+        """
+    )
+    assert found == []
 
 
 def test_foreach_options_need_foreach() -> None:
