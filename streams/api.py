@@ -239,8 +239,9 @@ def attach(app: RflowApp, control: Control) -> None:
         app.page(path, name=f"rflow.api.{what}.{name}")(view)
 
     async def cancel(run_id: str, fields: dict[str, Any], principal: str) -> Any:
-        """Cancel the run at its next step boundary; body ``{"reason": ...}`` (optional)."""
-        return await control.cancel(run_id, text(fields, "reason", "cancelled by an operator"))
+        """Cancel the run at its next step boundary; body ``{"reason": ...}`` (optional;
+        by default it names the principal who asked)."""
+        return await control.cancel(run_id, text(fields, "reason", f"cancelled by {principal}"))
 
     async def retry(run_id: str, fields: dict[str, Any], principal: str) -> Any:
         """Continue a failed run as a new run linked to it; body ``{"from": STEP, "yes":
