@@ -178,6 +178,7 @@ def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> In
     runtime = app.rflow
     assert runtime.database is not None, "attach the database before the ingress"
     producer = app.add_dependency(IngressProducer(runtime.settings))
+
     def paused(name: str) -> str | None:
         runner = runtime.runner
         project = runtime.current_project()
