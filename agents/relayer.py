@@ -206,31 +206,36 @@ class Relayer:
         firsts: dict[str, SendRequest] = {}
         for request in requests:  # a key twice in one batch: the first delivery answers
             firsts.setdefault(request.execute.key, request)
-        existing = await self.db(lambda conn: sends.find_many(conn, list(firsts)), "find sends")
+        attempts = [(key, request.execute.attempt) for key, request in firsts.items()]
+
+        async def find(conn: Any) -> tuple[dict[str, SendRow], dict[tuple[str, int], Any]]:
+            return await sends.find_many(conn, list(firsts)), await sends.refusals(conn, attempts)
+
+        existing, kept = await self.db(find, "find sends")
         replies: list[tuple[dict[str, Any], Any, StepError | None]] = []
         fresh: list[SendRequest] = []
         for key, request in firsts.items():
             row = existing.get(key)
-            if row is None:
-                fresh.append(request)
-            elif row.settled:
+            refusal = kept.get((key, request.execute.attempt))
+            if row is not None and row.settled:
                 replies.append((reply_of(request), *result_of(row)))
-            else:
+            elif row is not None:
                 self.tracker.watch(row, accepted=False)
+            elif refusal is not None:
+                # Refused before: the same answer, never a second look (the budget may
+                # have room now, the balance suffice, the run have moved on).
+                replies.append((reply_of(request), None, StepError.model_validate(refusal)))
+            else:
+                fresh.append(request)
         failed: list[tuple[SendRequest, BaseException]] = []
+        refused: list[tuple[str, dict[str, Any], RflowError]] = []
         ready: list[_Ready] = []
         checked = await self.check_many(fresh)
         for request, outcome in zip(fresh, checked, strict=True):
             if isinstance(outcome, _Ready):
                 ready.append(outcome)
             elif isinstance(outcome, RflowError):
-                reply = reply_of(request)
-                log.info(
-                    "send %s refused: %s",
-                    request.execute.key,
-                    self.secrets(reply).scrub(str(outcome)),
-                )
-                replies.append((reply, None, outcome.as_data()))
+                refused.append((request.execute.key, reply_of(request), outcome))
             else:
                 failed.append((request, outcome))
         stored = await self.store(ready)
@@ -238,17 +243,31 @@ class Relayer:
         for item in ready:
             result = stored[item.key]
             if isinstance(result, RflowError):
-                log.info(
-                    "send %s refused: %s", item.key, self.secrets(item.reply).scrub(str(result))
-                )
-                replies.append((item.reply, None, result.as_data()))
+                refused.append((item.key, item.reply, result))
             elif result.settled:  # another delivery of this send got there first
                 replies.append((item.reply, *result_of(result)))
             else:
                 out.append(result)
+        replies += await self.refuse(refused)
         await self.hand_off(out)
         await self.reply_many(replies)
         return failed
+
+    async def refuse(
+        self, refused: Sequence[tuple[str, dict[str, Any], RflowError]]
+    ) -> list[tuple[dict[str, Any], Any, StepError | None]]:
+        """Keep the answer of each refused send attempt (``(send key, reply, error)``),
+        then return the replies: once a run has had the answer, a delivery of the same
+        attempt again gets it too."""
+        answers, kept = [], []
+        for key, reply, error in refused:
+            data = self.secrets(reply).scrub_error(error.as_data())
+            log.info("send %s refused: %s", key, data.message)
+            answers.append((reply, None, data))
+            kept.append((key, reply["attempt"], data.model_dump(mode="json")))
+        if kept:
+            await self.db(lambda conn: sends.refuse_many(conn, kept), "keep refusals")
+        return answers
 
     async def check_many(self, requests: Sequence[SendRequest]) -> list[_Ready | Exception]:
         """Permissions, simulation, gas and fees for each send (nothing stored or sent):

@@ -488,6 +488,7 @@ class Runner:
             trigger_key=record.trigger_key,
             matrix=combo or None,
             group=record.group,
+            source=record.source,
             trigger=record.payload,
         )
 

@@ -18,13 +18,13 @@ from rflow.storage.errors import InvalidValue, storable, translated
 # one statement per kind instead of one per entry.
 _RUN_PENDING = """
 INSERT INTO runs (run_id, workflow, version, trigger_key, matrix, group_key, status, trigger,
-                  created_at, updated_at, pending_reason, waiting_for)
+                  created_at, updated_at, source, pending_reason, waiting_for)
 SELECT run_id, workflow, version, trigger_key, matrix, group_key, 'pending', trigger,
-       created_at, updated_at, pending_reason, waiting_for
+       created_at, updated_at, source, pending_reason, waiting_for
 FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::text[], %b::jsonb[],
-            %b::timestamptz[], %b::timestamptz[], %b::text[], %b::text[])
+            %b::timestamptz[], %b::timestamptz[], %b::text[], %b::text[], %b::text[])
     AS x(run_id, workflow, version, trigger_key, matrix, group_key, trigger, created_at,
-         updated_at, pending_reason, waiting_for)
+         updated_at, source, pending_reason, waiting_for)
 ON CONFLICT (run_id) DO UPDATE SET
     pending_reason = EXCLUDED.pending_reason, waiting_for = EXCLUDED.waiting_for,
     updated_at = EXCLUDED.updated_at
@@ -35,16 +35,17 @@ WHERE runs.status = 'pending'
 # replayed start changes nothing).
 _RUN_STARTED = """
 INSERT INTO runs (run_id, workflow, version, trigger_key, matrix, group_key, status, trigger,
-                  created_at, updated_at, started_at, retry_of)
+                  created_at, updated_at, source, started_at, retry_of)
 SELECT run_id, workflow, version, trigger_key, matrix, group_key, 'running', trigger,
-       created_at, updated_at, created_at, retry_of
+       created_at, updated_at, source, created_at, retry_of
 FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::text[], %b::jsonb[],
-            %b::timestamptz[], %b::timestamptz[], %b::text[])
+            %b::timestamptz[], %b::timestamptz[], %b::text[], %b::text[])
     AS x(run_id, workflow, version, trigger_key, matrix, group_key, trigger, created_at,
-         updated_at, retry_of)
+         updated_at, source, retry_of)
 ON CONFLICT (run_id) DO UPDATE SET
     status = 'running', version = EXCLUDED.version, started_at = EXCLUDED.started_at,
-    updated_at = EXCLUDED.updated_at, retry_of = EXCLUDED.retry_of, pending_reason = NULL,
+    updated_at = EXCLUDED.updated_at, retry_of = EXCLUDED.retry_of,
+    source = COALESCE(runs.source, EXCLUDED.source), pending_reason = NULL,
     waiting_for = NULL
 WHERE runs.status = 'pending'
 """
@@ -109,10 +110,11 @@ ON CONFLICT (run_id) DO NOTHING
 _LIST = """
 SELECT run_id, workflow, version, status, error_kind, error_message, trigger_key, group_key,
        created_at, updated_at, started_at, settled_at, pending_reason, waiting_for, retry_of,
-       retried_as
+       retried_as, source
 FROM runs
 WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(source)s::text IS NULL OR source = %(source)s)
 ORDER BY created_at DESC
 LIMIT %(limit)s
 """
@@ -120,7 +122,7 @@ LIMIT %(limit)s
 _GET = """
 SELECT run_id, workflow, version, trigger_key, matrix, group_key, status, error_kind,
        error_message, trigger, created_at, updated_at, started_at, settled_at, pending_reason,
-       waiting_for, retry_of, retried_as
+       waiting_for, retry_of, retried_as, source
 FROM runs WHERE run_id = %s
 """
 _FINAL_STATE = """
@@ -218,6 +220,7 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
             Jsonb(data.get("trigger")),
             entry.at,
             entry.at,
+            data.get("source"),
         )
         if entry.event == "run_pending":
             return (*common, data.get("reason"), data.get("waiting_for"))
@@ -264,7 +267,7 @@ _UPDATE_KEYS = {
 _MERGE = {
     # A run's row is created by its first entry: a later pending entry changes why it
     # waits, not when it was admitted; a repeated start changes nothing.
-    "run_pending": lambda earlier, later: (*later[:7], earlier[7], *later[8:]),
+    "run_pending": lambda earlier, later: (*later[:7], earlier[7], *later[8:]),  # created_at
     "run_started": lambda earlier, later: earlier,
 }
 _ORDER = (
@@ -310,12 +313,14 @@ async def list_runs(
     *,
     workflow: str | None = None,
     status: str | None = None,
+    source: str | None = None,
     limit: int = 50,
 ) -> list[dict[str, Any]]:
-    """The newest runs, optionally of one workflow or status."""
+    """The newest runs, optionally of one workflow, status or trigger source."""
+    params = {"workflow": workflow, "status": status, "source": source, "limit": limit}
     with translated():
         async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(_LIST, {"workflow": workflow, "status": status, "limit": limit})
+            await cur.execute(_LIST, params)
             return list(await cur.fetchall())
 
 

@@ -346,6 +346,41 @@ async def find_many(conn: psycopg.AsyncConnection, send_keys: Sequence[str]) -> 
             return {found["send_key"]: _row(found) for found in await cur.fetchall()}
 
 
+_REFUSE = """
+INSERT INTO send_refusals (send_key, attempt, error)
+SELECT * FROM unnest(%b::text[], %b::integer[], %b::jsonb[])
+ON CONFLICT (send_key, attempt) DO NOTHING
+"""
+_REFUSALS = """
+SELECT r.send_key, r.attempt, r.error
+FROM send_refusals r JOIN unnest(%b::text[], %b::integer[]) AS x(send_key, attempt)
+  ON r.send_key = x.send_key AND r.attempt = x.attempt
+"""
+
+
+async def refuse_many(
+    conn: psycopg.AsyncConnection, refused: Sequence[tuple[str, int, dict[str, Any]]]
+) -> None:
+    """Keep the answer of each refused send attempt, ``(send key, attempt, error)``; the
+    first answer of an attempt stays."""
+    if not refused:
+        return
+    rows = [(key, attempt, Jsonb(error)) for key, attempt, error in refused]
+    with translated():
+        await conn.execute(_REFUSE, columns(rows, 3, unique_by=lambda row: row[:2]))
+
+
+async def refusals(
+    conn: psycopg.AsyncConnection, attempts: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """The kept refusals among ``attempts`` (``(send key, attempt)``), by attempt."""
+    if not attempts:
+        return {}
+    with translated():
+        cur = await conn.execute(_REFUSALS, columns(list(attempts), 2))
+        return {(key, attempt): error for key, attempt, error in await cur.fetchall()}
+
+
 async def open_sends(
     conn: psycopg.AsyncConnection, network: str, relayers: Sequence[str]
 ) -> list[SendRow]:

@@ -37,6 +37,8 @@ PUBLIC = frozenset({"/healthz", "/rflow/ready/"})
 
 MAX_BODY = 64 * 1024
 RUN_STATUSES = frozenset(status.value for status in RunStatus)
+SOURCES = ("event", "webhook", "schedule", "manual")
+"""Where a firing comes from (``TriggerRecord.source``)."""
 PRINCIPAL = "rflow.principal"
 """Where the authenticator leaves the request's principal."""
 
@@ -178,9 +180,12 @@ def attach(app: RflowApp, control: Control) -> None:
                 known = ", ".join(sorted(RUN_STATUSES))
                 raise ControlError(f"unknown status {status!r}: one of {known}", 400)
             limit = limit_of(query)
+            source = query.get("source")
+            if source is not None and source not in SOURCES:
+                raise ControlError(f"unknown source {source!r}: one of {', '.join(SOURCES)}", 400)
             rows = await db(
                 lambda conn: runs.list_runs(
-                    conn, workflow=query.get("workflow"), status=status, limit=limit
+                    conn, workflow=query.get("workflow"), status=status, source=source, limit=limit
                 ),
                 "runs",
             )
@@ -239,8 +244,9 @@ def attach(app: RflowApp, control: Control) -> None:
         app.page(path, name=f"rflow.api.{what}.{name}")(view)
 
     async def cancel(run_id: str, fields: dict[str, Any], principal: str) -> Any:
-        """Cancel the run at its next step boundary; body ``{"reason": ...}`` (optional)."""
-        return await control.cancel(run_id, text(fields, "reason", "cancelled by an operator"))
+        """Cancel the run at its next step boundary; body ``{"reason": ...}`` (optional;
+        by default it names the principal who asked)."""
+        return await control.cancel(run_id, text(fields, "reason", f"cancelled by {principal}"))
 
     async def retry(run_id: str, fields: dict[str, Any], principal: str) -> Any:
         """Continue a failed run as a new run linked to it; body ``{"from": STEP, "yes":

@@ -178,14 +178,6 @@ def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> In
     runtime = app.rflow
     assert runtime.database is not None, "attach the database before the ingress"
     producer = app.add_dependency(IngressProducer(runtime.settings))
-    hooks = WebhookIngress(
-        runtime.current_project,
-        runtime.env,
-        producer,
-        PostgresDeliveries(runtime.database),
-        _now,
-        max_body_bytes=max_body_bytes,
-    )
 
     def paused(name: str) -> str | None:
         runner = runtime.runner
@@ -194,6 +186,16 @@ def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> In
         if workflow is not None and workflow.paused:
             return "in its definition"
         return runner.paused.get(name) if runner is not None else None
+
+    hooks = WebhookIngress(
+        runtime.current_project,
+        runtime.env,
+        producer,
+        PostgresDeliveries(runtime.database),
+        _now,
+        max_body_bytes=max_body_bytes,
+        paused=paused,
+    )
 
     runs = ManualIngress(
         runtime.current_project, producer, _now, max_body_bytes=max_body_bytes, paused=paused

@@ -42,11 +42,22 @@ def runs() -> None:
     help="pending (admitted, not started), running, waiting (parked in an approval, a wait "
     "or a delay), succeeded, failed, cancelled, skipped, rejected.",
 )
+@click.option(
+    "--source",
+    default=None,
+    type=click.Choice(["event", "webhook", "schedule", "manual"]),
+    help="Only runs fired by this kind of trigger.",
+)
 @click.option("--failed", is_flag=True, help="Only failed runs (the dead-letter queue).")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--json", "as_json", is_flag=True)
 def list_runs(
-    workflow: str | None, status: str | None, failed: bool, limit: int, as_json: bool
+    workflow: str | None,
+    status: str | None,
+    source: str | None,
+    failed: bool,
+    limit: int,
+    as_json: bool,
 ) -> None:
     """The newest runs; a pending or waiting run says what it waits for."""
     from rflow.storage import runs as store
@@ -61,7 +72,11 @@ def list_runs(
         if workflow is not None:
             await _known_workflow(conn, workflow)
         return await store.list_runs(
-            conn, workflow=workflow, status="failed" if failed else status, limit=limit
+            conn,
+            workflow=workflow,
+            status="failed" if failed else status,
+            source=source,
+            limit=limit,
         )
 
     rows = asyncio.run(with_database(work))
@@ -73,12 +88,14 @@ def list_runs(
             r["run_id"],
             r["workflow"],
             r["status"],
+            r["source"] or "-",
             _when(r["created_at"]),
             r["error_kind"] or _pending_note(r),
         ]
         for r in rows
     ]
-    click.echo(table(lines, ["RUN", "WORKFLOW", "STATUS", "STARTED", "ERROR / WAITING FOR"]))
+    header = ["RUN", "WORKFLOW", "STATUS", "SOURCE", "STARTED", "ERROR / WAITING FOR"]
+    click.echo(table(lines, header))
 
 
 def _pending_note(run: dict[str, Any]) -> str:
@@ -132,7 +149,7 @@ def show(run_id: str, live: bool, as_json: bool) -> None:
         return
     click.echo(f"run       {run['run_id']}")
     click.echo(f"workflow  {run['workflow']} ({run['version']})")
-    click.echo(f"trigger   {run['trigger_key']}")
+    click.echo(f"trigger   {run['trigger_key']}" + (f" ({run['source']})" if run["source"] else ""))
     click.echo(
         f"status    {run['status']}"
         + (f" ({run['error_kind']}: {run['error_message']})" if run["error_kind"] else "")

@@ -116,6 +116,7 @@ class _Run:
             trigger_key=event.trigger_key,
             matrix=event.matrix,
             group=event.group,
+            source=event.source,
             trigger=event.trigger,
             state=event.state,
             created_at=now,
@@ -131,6 +132,7 @@ class _Run:
             version=event.version,
             trigger_key=event.trigger_key,
             group=event.group,
+            source=event.source,
         )
         return run
 
@@ -166,6 +168,7 @@ class _Run:
             trigger_key=previous.trigger_key,
             matrix=previous.matrix,
             group=previous.group,
+            source=previous.source,
             trigger=previous.trigger,
             state=event.state,
             cursor=plan.restart,
@@ -187,6 +190,7 @@ class _Run:
             version=previous.version,
             trigger_key=previous.trigger_key,
             group=previous.group,
+            source=previous.source,
             retry_of=previous.run_id,
             from_step=event.from_step,
         )

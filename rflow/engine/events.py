@@ -21,6 +21,8 @@ class Start(Frozen):
     trigger_key: str
     matrix: dict[str, Any] | None = None
     group: str | None = None
+    source: str | None = None
+    """Where the firing came from: event, webhook, schedule or manual."""
     trigger: dict[str, Any] = Field(default_factory=dict)
     env: Any = dropped()
     """Environment values, which starts produced by earlier versions carried: dropped."""

@@ -102,6 +102,7 @@ def identity(start: Start | Retry) -> dict[str, Any]:
             "version": previous.version,
             "trigger_key": previous.trigger_key,
             "group": previous.group,
+            "source": previous.source,
             "retry_of": previous.run_id,
         }
     return {
@@ -110,6 +111,7 @@ def identity(start: Start | Retry) -> dict[str, Any]:
         "version": start.version,
         "trigger_key": start.trigger_key,
         "group": start.group,
+        "source": start.source,
     }
 
 

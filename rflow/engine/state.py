@@ -112,6 +112,8 @@ class RunState(Frozen):
     trigger_key: str
     matrix: dict[str, Any] | None = None
     group: str | None = None
+    source: str | None = None
+    """Where the firing came from: event, webhook, schedule or manual."""
     trigger: dict[str, Any] = Field(default_factory=dict)
     env: Any = dropped()
     """Environment values, which runs started by earlier versions carried: dropped."""

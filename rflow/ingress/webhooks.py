@@ -153,8 +153,10 @@ class WebhookIngress:
         *,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         new_id: Callable[[], uuid.UUID] = uuid.uuid4,
+        paused: Callable[[str], str | None] = lambda name: None,
     ) -> None:
         self._routes = Derived(project_reader(project), _checked_routes)
+        self._paused = paused
         self.max_body_bytes = max_body_bytes
         self._env = env
         self._producer = producer
@@ -288,4 +290,9 @@ class WebhookIngress:
             return refuse(
                 503, "the firing could not be stored in Kafka; retry later", retry_after=RETRY_AFTER
             )
-        return Reply(202, {"accepted": True, "trigger_key": record.trigger_key, "duplicate": False})
+        body = {"accepted": True, "trigger_key": record.trigger_key, "duplicate": False}
+        paused = self._paused(record.workflow)
+        if paused is not None:
+            # Held, not dropped: its run starts when the workflow is resumed.
+            body.update(status="held", held=f"workflow {record.workflow} is paused ({paused})")
+        return Reply(202, body)

@@ -46,7 +46,7 @@ from rflow.streams.producer import Producer
 from rflow.triggering import trigger_record
 from tests.chaos.rpc_proxy import FaultyRpc
 from tests.integration import chain
-from tests.integration.harness import WorkerProcess, wait_until
+from tests.integration.harness import WorkerProcess, consumer_lag, wait_until
 
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
@@ -310,30 +310,6 @@ async def query(settings: Settings, sql: str, *params: Any) -> list[tuple]:
     async with conn:
         cur = await conn.execute(sql, params)
         return list(await cur.fetchall())
-
-
-async def consumer_lag(settings: Settings) -> int:
-    """Records of rflow's stream topics not yet committed by the worker's group."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers)
-    await admin.start()
-    await consumer.start()
-    try:
-        committed = await admin.list_consumer_group_offsets(settings.app_id)
-        tps = [
-            TopicPartition(settings.topic_prefix + name, p)
-            for name in ("rflow.triggers", "rflow.runs", "rflow.sends", "rflow.events")
-            for p in range(8)
-        ]
-        ends = await consumer.end_offsets(tps)
-        lag = 0
-        for tp in tps:
-            meta = committed.get(tp)
-            lag += ends[tp] - (meta.offset if meta is not None and meta.offset >= 0 else 0)
-        return lag
-    finally:
-        await consumer.stop()
-        await admin.close()
 
 
 async def trace(settings: Settings, keys: set[str]) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from rflow.settings import Settings
 
@@ -178,3 +179,27 @@ async def produce(settings: Settings, topic: str, key: bytes | None, value: byte
         await producer.send_and_wait(settings.topic_prefix + topic, value=value, key=key)
     finally:
         await producer.stop()
+
+
+async def consumer_lag(settings: Settings) -> int:
+    """Records of rflow's stream topics not yet committed by the worker's group."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers)
+    await admin.start()
+    await consumer.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(settings.app_id)
+        tps = [
+            TopicPartition(settings.topic_prefix + name, p)
+            for name in ("rflow.triggers", "rflow.runs", "rflow.sends", "rflow.events")
+            for p in range(8)
+        ]
+        ends = await consumer.end_offsets(tps)
+        lag = 0
+        for tp in tps:
+            meta = committed.get(tp)
+            lag += ends[tp] - (meta.offset if meta is not None and meta.offset >= 0 else 0)
+        return lag
+    finally:
+        await consumer.stop()
+        await admin.close()

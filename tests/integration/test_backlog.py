@@ -121,6 +121,7 @@ async def test_a_run_behind_its_lane_is_pending_and_a_parked_run_waiting(setting
     second = await fire(settings, worker.project_path, "lane", "manual:lane:2", {"who": "ann"})
     parked = await run_status(settings, first, "waiting")
     assert parked["waiting_for"].startswith("a delay at step nap until ")
+    assert parked["source"] == "manual"
     behind = await run_status(settings, second, "pending")
     assert behind["pending_reason"] == "lane"
     assert behind["waiting_for"] == f"run {first} of concurrency group 'ann' to settle"
@@ -128,6 +129,8 @@ async def test_a_run_behind_its_lane_is_pending_and_a_parked_run_waiting(setting
     assert shown.returncode == 0 and "lane: run " in shown.stdout, shown.stdout
     listed = run_cli(settings, worker, "runs", "list", "-s", "waiting", "--json")
     assert [r["run_id"] for r in json.loads(listed.stdout)] == [first]
+    by_source = run_cli(settings, worker, "runs", "list", "--source", "webhook", "--json")
+    assert json.loads(by_source.stdout) == []
 
     # The metrics count them.
     async def counted():
@@ -191,3 +194,5 @@ async def test_commands_that_name_nothing_fail_with_the_reason(settings, worker)
     assert (status, body["error"]) == (409, "workflow greet was not paused: nothing to resume")
     status, body = await call(worker, "GET", "/api/runs?status=bogus")
     assert status == 400 and "unknown status 'bogus'" in body["error"]
+    status, body = await call(worker, "GET", "/api/runs?source=cron")
+    assert status == 400 and "unknown source 'cron'" in body["error"]

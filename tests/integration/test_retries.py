@@ -8,10 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from rflow import storage
+from rflow.codecs import SendRequest, decode
 from rflow.engine.keys import retry_run_id
 from rflow.storage import runs
 from tests.integration import chain
-from tests.integration.harness import wait_until
+from tests.integration.harness import consumer_lag, produce, topic_messages, wait_until
 from tests.integration.test_api import call
 from tests.integration.test_operations import rflow
 from tests.integration.test_runs import fire, settled_run
@@ -115,6 +116,41 @@ async def test_a_retry_survives_a_killed_worker_without_paying_twice(
     run = await settled_run(settings, new, timeout=120)
     assert run["status"] == "succeeded", (run, successor.tail())
     await paid_once(w3, payout)
+
+
+async def test_a_refused_send_delivered_again_is_answered_as_before(
+    settings, worker_factory, tmp_path, w3
+):
+    """The fourth payout was refused (the balance was short). The relayer has been topped
+    up since: the same send request delivered again (a crash before its offset was
+    committed, say) must get the same answer, never a transfer for a settled step."""
+    payout = await failed_payout(settings, worker_factory, tmp_path, w3)
+    records = await topic_messages(settings, "rflow.sends")
+    [refused] = [m for m in records if decode(m.value, SendRequest).execute.path == "payout[3]"]
+    await produce(settings, "rflow.sends", refused.key, refused.value)
+    conn = await storage.connect(settings)
+    async with conn:
+
+        async def answered_again():
+            cur = await conn.execute(
+                "SELECT count(*) FROM send_refusals WHERE send_key = %s",
+                (decode(refused.value, SendRequest).execute.key,),
+            )
+            return (await cur.fetchone())[0] == 1
+
+        await wait_until(answered_again, what="the refusal to be kept")
+        # The worker takes the delivery (its group commits past it)...
+        await wait_until(
+            lambda: no_lag(settings), timeout=30, what="the delivery to be taken and committed"
+        )
+        cur = await conn.execute("SELECT count(*) FROM sends WHERE send_key LIKE '%%payout[3]%%'")
+        assert (await cur.fetchone())[0] == 0
+    # ...and sends nothing.
+    assert len(await transfers_from(w3, payout.token, payout.relayer.address)) == 3
+
+
+async def no_lag(settings) -> bool:
+    return await consumer_lag(settings) == 0
 
 
 async def test_from_an_earlier_step_needs_confirming_the_sends_it_repeats(

@@ -57,7 +57,7 @@ BODY = json.dumps({"type": "withdrawal.requested", "account": "acct-7", "amount_
 
 
 class Harness:
-    def __init__(self, *, env=None, max_body_bytes=1 << 20):
+    def __init__(self, *, env=None, max_body_bytes=1 << 20, paused=lambda name: None):
         self.clock = Clock()
         self.producer = FakeProducer()
         self.deliveries = MemoryDeliveries(self.clock)
@@ -68,6 +68,7 @@ class Harness:
             self.deliveries,
             self.clock,
             max_body_bytes=max_body_bytes,
+            paused=paused,
         )
 
     async def post(self, path="/hooks/withdrawals", body=BODY, *, key=None, signed=True, **headers):
@@ -83,6 +84,14 @@ class Harness:
 @pytest.fixture
 def hub() -> Harness:
     return Harness()
+
+
+async def test_a_delivery_for_a_paused_workflow_is_produced_and_said_held():
+    hub = Harness(paused=lambda name: "by operator: audit" if name == "withdrawals" else None)
+    reply = await hub.post(key="d-9")
+    assert (reply.status, reply.body["accepted"], reply.body["status"]) == (202, True, "held")
+    assert reply.body["held"] == "workflow withdrawals is paused (by operator: audit)"
+    assert [r.trigger_key for r in hub.producer.records] == ["webhook:withdrawals:d-9:1"]
 
 
 async def test_a_signed_delivery_is_produced_then_acknowledged(hub):
