@@ -123,17 +123,7 @@ class _Run:
             updated_at=now,
         )
         run = cls(workflow, state, now, config)
-        run.journal(
-            "run_started",
-            None,
-            "running",
-            trigger=event.trigger,
-            matrix=event.matrix,
-            version=event.version,
-            trigger_key=event.trigger_key,
-            group=event.group,
-            source=event.source,
-        )
+        run.journal_started()
         return run
 
     @classmethod
@@ -181,19 +171,7 @@ class _Run:
             updated_at=now,
         )
         run = cls(workflow, state, now, config)
-        run.journal(
-            "run_started",
-            None,
-            "running",
-            trigger=previous.trigger,
-            matrix=previous.matrix,
-            version=previous.version,
-            trigger_key=previous.trigger_key,
-            group=previous.group,
-            source=previous.source,
-            retry_of=previous.run_id,
-            from_step=event.from_step,
-        )
+        run.journal_started(retry_of=previous.run_id, from_step=event.from_step)
         for path, record in plan.kept.items():
             data: dict[str, Any] = {
                 "attempt": record.attempt,
@@ -212,6 +190,22 @@ class _Run:
             run.launch(step)
             run.after_settle(run.steps[step.id])
         return run
+
+    def journal_started(self, **extra: Any) -> None:
+        """The ``run_started`` entry: the firing and version the read model records."""
+        fields = self.fields
+        self.journal(
+            "run_started",
+            None,
+            "running",
+            trigger=fields["trigger"],
+            matrix=fields["matrix"],
+            version=fields["version"],
+            trigger_key=fields["trigger_key"],
+            group=fields["group"],
+            source=fields["source"],
+            **extra,
+        )
 
     # --- the snapshot the rest of the engine reads -------------------------------
 

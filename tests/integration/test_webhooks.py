@@ -247,6 +247,8 @@ async def test_manual_runs_over_http(settings, worker):
             "accepted": True,
             "workflow": "payout-by-hand",
             "trigger_key": "manual:payout-by-hand:req-1",
+            "run_ids": [run_id("payout-by-hand", "manual:payout-by-hand:req-1")],
+            "status": "accepted",
         },
     )
     # A repeated request with the same key produces the same firing, which intake keeps once.
