@@ -129,3 +129,30 @@ class Derived(Generic[T]):
         if project is not self._of:
             self._value, self._of = self.build(project), project
         return self._value  # type: ignore[return-value]
+
+
+RESOURCES = ("networks", "contracts", "relayers", "channels", "commands", "budgets", "principals")
+"""The sections of a project besides its workflows and config that a deploy can change."""
+
+
+def resource_changes(before: Project | None, after: Project) -> list[str]:
+    """What a deployment changes besides workflows, one line per section that changed
+    (``budgets: changed daily``), ``config`` included; empty when nothing did."""
+    lines = []
+    for section in RESOURCES:
+        old = {n: v.model_dump(mode="json") for n, v in getattr(before, section, {}).items()}
+        new = {n: v.model_dump(mode="json") for n, v in getattr(after, section).items()}
+        parts = [
+            f"{verb} {', '.join(sorted(names))}"
+            for verb, names in (
+                ("added", new.keys() - old.keys()),
+                ("changed", {n for n in new.keys() & old.keys() if new[n] != old[n]}),
+                ("removed", old.keys() - new.keys()),
+            )
+            if names
+        ]
+        if parts:
+            lines.append(f"{section}: {'; '.join(parts)}")
+    if before is not None and before.config != after.config:
+        lines.append("config: changed")
+    return lines

@@ -98,7 +98,7 @@ class Settings(BaseModel):
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         for suffix, field in _VARIABLES.items():
-            if (value := env.get(_PREFIX + suffix)) is not None:
+            if value := env.get(_PREFIX + suffix):  # an empty variable counts as unset
                 values[field] = value
         rpc = {
             key[len(_RPC_PREFIX) :].lower(): value

@@ -62,3 +62,11 @@ def trigger_record(
         payload=payload,
         received_at=received_at,
     )
+
+
+def paused_answer(workflow: Workflow | None, name: str, paused: str) -> dict[str, str]:
+    """What a firing's answer says of a workflow paused for ``paused``: held (it starts, in
+    arrival order, on resume) or, with ``paused_firings: skip``, skipped (it never starts)."""
+    if workflow is not None and workflow.paused_firings == "skip":
+        return {"status": "skipped", "skipped": f"workflow {name} is paused ({paused})"}
+    return {"status": "held", "held": f"workflow {name} is paused ({paused})"}

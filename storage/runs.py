@@ -237,7 +237,8 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
         return (data.get("attempt", 1), kind, message, entry.run_id, entry.path, visit)
     if entry.event == "step_settled":
         kind, message = _error(data)
-        started = data.get("started_at")  # a step a retried run keeps from the run it retries
+        # A step a retried run keeps from the run it retries keeps that run's timings.
+        started, settled = data.get("started_at"), data.get("settled_at")
         return (
             entry.run_id,
             entry.path,
@@ -249,7 +250,7 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
             kind,
             message,
             datetime.fromisoformat(started) if started else entry.at,
-            entry.at,
+            datetime.fromisoformat(settled) if settled else entry.at,
             seq,
         )
     return None

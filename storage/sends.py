@@ -535,3 +535,19 @@ async def count_by_status(conn: psycopg.AsyncConnection) -> dict[str, int]:
     with translated():
         cur = await conn.execute(_BY_STATUS)
         return dict(await cur.fetchall())
+
+
+_EVER = """
+SELECT EXISTS (SELECT 1 FROM sends WHERE (%(network)s::text IS NULL OR network = %(network)s)
+                                     AND (%(relayer)s::text IS NULL OR relayer = %(relayer)s))
+"""
+
+
+async def ever(
+    conn: psycopg.AsyncConnection, *, network: str | None = None, relayer: str | None = None
+) -> bool:
+    """Whether any send, settled or not, was made on ``network`` by ``relayer``."""
+    with translated():
+        cur = await conn.execute(_EVER, {"network": network, "relayer": relayer})
+        row = await cur.fetchone()
+        return bool(row and row[0])

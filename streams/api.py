@@ -24,7 +24,7 @@ from rflow.engine import RunStatus
 from rflow.engine.keys import workflow_version
 from rflow.lang.units import UnitError, parse_amount
 from rflow.principals import Principals
-from rflow.storage import InvalidValue, StorageError, budgets, controls, runs, waits
+from rflow.storage import InvalidValue, StorageError, budgets, controls, runs, versions, waits
 from rflow.streams.control import Control, ControlError
 from rflow.streams.producer import ProduceError
 
@@ -183,12 +183,23 @@ def attach(app: RflowApp, control: Control) -> None:
             source = query.get("source")
             if source is not None and source not in SOURCES:
                 raise ControlError(f"unknown source {source!r}: one of {', '.join(SOURCES)}", 400)
+            workflow = query.get("workflow")
             rows = await db(
                 lambda conn: runs.list_runs(
-                    conn, workflow=query.get("workflow"), status=status, source=source, limit=limit
+                    conn, workflow=workflow, status=status, source=source, limit=limit
                 ),
                 "runs",
             )
+            if not rows and workflow is not None:
+                deployed = await db(versions.current, "versions")
+                if workflow not in deployed and not await db(
+                    lambda conn: runs.list_runs(conn, workflow=workflow, limit=1), "runs"
+                ):
+                    raise ControlError(
+                        f"no workflow {workflow!r}: none is deployed under that name, and "
+                        "none has runs",
+                        404,
+                    )
             return {"runs": rows}
 
         return await answer(work)

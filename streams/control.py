@@ -151,6 +151,12 @@ class Control:
         places at once) starts one run; the failed run records its id.
         """
         run = await self._run(run_id)
+        if run["retried_as"] and from_step is not None:
+            raise ControlError(
+                f"run {run_id} was already retried as {run['retried_as']}: a run is retried "
+                f"once; retry {run['retried_as']} from step {from_step!r} instead",
+                409,
+            )
         if run["retried_as"]:
             retried = await self.database(lambda conn: runs.get_run(conn, run["retried_as"]))
             return {

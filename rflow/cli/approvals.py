@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, project_option, table, with_database
+from rflow.cli.common import fail, known_workflow, project_option, table, with_database
 from rflow.settings import Settings
 
 
@@ -111,7 +111,9 @@ def _decide(
     if as_json:
         click.echo(_json(result))
     else:
-        click.echo(f"{decision}d as {principal}: run {run_id} step {result['step']}")
+        done = {"approve": "approved", "reject": "rejected"}[decision]
+        note = f" ({text})" if text else ""
+        click.echo(f"{done} as {principal}: run {run_id} step {result['step']}{note}")
 
 
 def approve_command(group: click.Group, name: str = "approve") -> Callable[..., None]:
@@ -168,7 +170,12 @@ def _pending(**filters: Any) -> list[dict[str, Any]]:
     from rflow import approvals as inbox
     from rflow.storage import waits
 
-    rows = asyncio.run(with_database(lambda conn: waits.pending_approvals(conn, **filters)))
+    async def read(conn: Any) -> list[dict[str, Any]]:
+        if filters.get("workflow") is not None:
+            await known_workflow(conn, filters["workflow"])
+        return await waits.pending_approvals(conn, **filters)
+
+    rows = asyncio.run(with_database(read))
     return [inbox.inbox_entry(row) for row in rows]
 
 

@@ -54,6 +54,31 @@ def operate(action: Callable[[Any], Awaitable[T]], project: Project | None = Non
         fail(str(exc))
 
 
+async def known_workflow(conn: Any, name: str) -> None:
+    """Exit with the reason unless ``name`` is a deployed workflow or has runs."""
+    from rflow.storage import runs as store
+    from rflow.storage import versions
+
+    if name not in await versions.current(conn) and not await store.list_runs(
+        conn, workflow=name, limit=1
+    ):
+        fail(f"no workflow {name!r}: none is deployed under that name, and none has runs")
+
+
+async def deployed_project(conn: Any) -> Project | None:
+    """The project of the newest deployment, as this environment loads it (``None`` when
+    nothing is deployed or it does not load here)."""
+    from rflow.lang import ProjectSource
+    from rflow.settings import environ
+    from rflow.storage import deployments
+
+    latest = await deployments.latest_id(conn)
+    stored = await deployments.get(conn, latest) if latest is not None else None
+    if stored is None:
+        return None
+    return ProjectSource.from_document(stored.source).validate(environ()).project
+
+
 def project_or_warn(path: Path | None, unchecked: str) -> Project | None:
     """The project at ``path``; without one, a warning saying what goes ``unchecked``.
 

@@ -30,9 +30,9 @@ def deploy(path: Path, as_json: bool) -> None:
     against the new permissions, budgets and breakers. Publishing the deployed project
     again changes nothing. Exits 1, publishing nothing, when PATH has errors.
     """
-    from rflow.deployment import Changes
+    from rflow.deployment import Changes, resource_changes
     from rflow.engine.keys import deployable
-    from rflow.lang import read_source
+    from rflow.lang import ProjectSource, read_source
     from rflow.storage import deployments
 
     source, report = read_source(path, environ())
@@ -41,13 +41,22 @@ def deploy(path: Path, as_json: bool) -> None:
             click.echo(str(diagnostic), err=True)
         raise SystemExit(1)
     definitions = deployable(report.project.workflows)
-    published = asyncio.run(
-        with_database(
-            lambda conn: deployments.publish(
-                conn, digest=source.digest, source=source.document(), definitions=definitions
-            )
+
+    async def publish(conn: Any) -> tuple[Any, Any]:
+        latest = await deployments.latest_id(conn)
+        stored = await deployments.get(conn, latest) if latest is not None else None
+        published = await deployments.publish(
+            conn, digest=source.digest, source=source.document(), definitions=definitions
         )
+        return published, stored
+
+    published, stored = asyncio.run(with_database(publish))
+    previous = (
+        ProjectSource.from_document(stored.source).validate(environ()).project
+        if stored is not None
+        else None
     )
+    resources = resource_changes(previous, report.project) if published.created else []
     before = published.before
     after = {name: version for name, (version, _) in definitions.items()}
     changes = Changes.between(before, after)
@@ -73,6 +82,8 @@ def deploy(path: Path, as_json: bool) -> None:
         "workers take it up within seconds; see which deployment each one runs with "
         "`rflow deployments` (or GET /healthz on a worker)"
     )
+    if resources:
+        summary += "; " + "; ".join(resources)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         click.echo(f"{summary}; {check}", err=True)

@@ -123,12 +123,20 @@ def run_workflow(
         "group": record.group,
         "partition": partition,
         "offset": offset,
-        "status": "held" if held else "accepted",
+        "status": "accepted",
     }
     line = f"{record.trigger_key} -> run {', '.join(result['run_ids'])}"
     if held:
-        result["held"] = held
-        line += f" held: {held}; it starts when the workflow is resumed"
+        skipped = definition is not None and definition.paused_firings == "skip"
+        result["status"] = "skipped" if skipped else "held"
+        result[result["status"]] = held
+        if skipped:
+            line += f" skipped: {held}; with paused_firings: skip it never starts"
+        else:
+            line += f" held: {held}; it starts when the workflow is resumed"
+            if wait:
+                line += " (not waited for)"
+                wait = False
     if not wait:
         click.echo(json.dumps(result) if as_json else line)
         return

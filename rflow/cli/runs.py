@@ -12,7 +12,7 @@ import click
 
 from rflow.cli import main
 from rflow.cli.approvals import approve_command, reject_command
-from rflow.cli.common import fail, operate, project_option, table, with_database
+from rflow.cli.common import fail, known_workflow, operate, project_option, table, with_database
 from rflow.engine.state import RunStatus
 from rflow.settings import Settings
 
@@ -70,7 +70,7 @@ def list_runs(
 
     async def work(conn: Any) -> list[dict[str, Any]]:
         if workflow is not None:
-            await _known_workflow(conn, workflow)
+            await known_workflow(conn, workflow)
         return await store.list_runs(
             conn,
             workflow=workflow,
@@ -105,17 +105,6 @@ def _pending_note(run: dict[str, Any]) -> str:
     if run["status"] == "waiting" and run["waiting_for"]:
         return run["waiting_for"]
     return ""
-
-
-async def _known_workflow(conn: Any, name: str) -> None:
-    """Exit with the reason unless ``name`` is a deployed workflow or has runs."""
-    from rflow.storage import runs as store
-    from rflow.storage import versions
-
-    if name not in await versions.current(conn) and not await store.list_runs(
-        conn, workflow=name, limit=1
-    ):
-        fail(f"no workflow {name!r}: none is deployed under that name, and none has runs")
 
 
 @runs.command("show")

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from rflow.cli import main
-from rflow.cli.common import operate, table, with_database
+from rflow.cli.common import deployed_project, fail, operate, table, with_database
 
 WAIT_HELP = "Seconds to wait for the worker that owns the send's relayer to carry it out."
 
@@ -59,9 +59,26 @@ def list_sends(network: str | None, relayer: str | None, as_json: bool) -> None:
     from rflow.storage import sends as store
     from rflow.streams.send_actions import pending_document
 
-    found = asyncio.run(
-        with_database(lambda conn: store.pending(conn, network=network, relayer=relayer))
-    )
+    async def read(conn: Any) -> list[dict[str, Any]]:
+        found = await store.pending(conn, network=network, relayer=relayer)
+        if found or (network is None and relayer is None):
+            return found
+        # Nothing pending: say so only of names that exist (deployed, or that ever sent).
+        project = await deployed_project(conn)
+        for what, name, declared in (
+            ("network", network, project.networks if project else {}),
+            ("relayer", relayer, project.relayers if project else {}),
+        ):
+            if (
+                name is not None
+                and name not in declared
+                and not await store.ever(conn, **{what: name})
+            ):
+                known = ", ".join(sorted(declared)) or "none deployed"
+                fail(f"no {what} {name!r}: the deployed project has {known}, and none sent")
+        return found
+
+    found = asyncio.run(with_database(read))
     rows = [pending_document(row) for row in found]
     if as_json:
         click.echo(json.dumps(rows, indent=2))

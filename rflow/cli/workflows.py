@@ -75,14 +75,18 @@ def list_workflows(project: Path | None, as_json: bool) -> None:
         )
 
 
-async def _known(conn, name: str) -> None:
-    """Exit with the reason unless ``name`` is a deployed workflow."""
+async def _known(conn, name: str) -> str:
+    """What a pause does to the firings of ``name`` (``held`` or ``skipped``, by its
+    deployed definition's ``paused_firings``); exits with the reason unless it is deployed."""
     from rflow.storage import versions
 
     deployed = await versions.current(conn)
     if name not in deployed:
         known = ", ".join(sorted(deployed)) or "none"
         fail(f"no workflow {name!r} is deployed (deployed: {known})")
+    stored = await versions.definition(conn, deployed[name])
+    mode = (stored[1] if stored is not None else {}).get("paused_firings", "hold")
+    return "skipped" if mode == "skip" else "held"
 
 
 @workflow.command()
@@ -95,17 +99,21 @@ def pause(name: str, reason: str, as_json: bool) -> None:
     from rflow.storage import controls
 
     async def work(conn):
-        await _known(conn, name)
+        firings = await _known(conn, name)
         before = (await controls.paused(conn)).get(name)
         await controls.pause(conn, name, by="operator", reason=reason)
-        return before
+        return firings, before
 
-    before = asyncio.run(with_database(work))
+    firings, before = asyncio.run(with_database(work))
     if as_json:
-        document = {"workflow": name, "paused": True, "reason": reason}
+        document = {"workflow": name, "paused": True, "reason": reason, "firings": firings}
         click.echo(json.dumps({**document, "was_paused_by": before[0] if before else None}))
     elif before:
         click.echo(f"paused {name} (it was paused already, by {before[0]})")
+    elif firings == "skipped":
+        click.echo(
+            f"paused {name}: its firings are skipped (paused_firings: skip) until it is resumed"
+        )
     else:
         click.echo(f"paused {name}: its firings are held until it is resumed")
 
@@ -119,14 +127,17 @@ def resume(name: str, as_json: bool) -> None:
     from rflow.storage import controls
 
     async def work(conn):
-        await _known(conn, name)
-        return await controls.resume(conn, name)
+        firings = await _known(conn, name)
+        return firings, await controls.resume(conn, name)
 
-    if not asyncio.run(with_database(work)):
+    firings, resumed = asyncio.run(with_database(work))
+    if not resumed:
         fail(
             f"workflow {name} was not paused (by an operator, a halt or a breaker): nothing to resume"
         )
     if as_json:
         click.echo(json.dumps({"workflow": name, "paused": False}))
+    elif firings == "skipped":
+        click.echo(f"resumed {name}: new firings start (those of the pause were skipped)")
     else:
         click.echo(f"resumed {name}: its held firings start in the order they arrived")

@@ -181,6 +181,8 @@ class _Run:
                 "kept_from": previous.run_id,
                 "started_at": record.started_at.isoformat(),
             }
+            if record.settled_at is not None:
+                data["settled_at"] = record.settled_at.isoformat()
             if record.error is not None:
                 data["error"] = record.error.model_dump(mode="json")
             run.journal("step_settled", path, str(record.status), **data)

@@ -41,7 +41,7 @@ from rflow.ingress.webhooks import (
 from rflow.lang.model import Project, Workflow
 from rflow.lang.model.triggers import ManualTrigger
 from rflow.streams.producer import ProduceError
-from rflow.triggering import trigger_record
+from rflow.triggering import paused_answer, trigger_record
 
 log = logging.getLogger(__name__)
 
@@ -183,8 +183,8 @@ class ManualIngress:
         }
         paused = self._paused(name)
         if paused is not None:
-            # Held, not dropped: the runs start, in arrival order, when it is resumed.
-            reply.update(status="held", held=f"workflow {name} is paused ({paused})")
+            # Held, not dropped (the runs start, in arrival order, on resume), or skipped.
+            reply.update(paused_answer(workflow, name, paused))
         return Reply(202, reply)
 
 

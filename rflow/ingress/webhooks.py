@@ -52,7 +52,7 @@ from rflow.lang.model.triggers import WebhookSpec, WebhookTrigger
 from rflow.storage import StorageError
 from rflow.storage.webhooks import Claim, ClaimOutcome
 from rflow.streams.producer import ProduceError
-from rflow.triggering import group_of, trigger_record
+from rflow.triggering import group_of, paused_answer, trigger_record
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ class WebhookIngress:
 
         if key is None:
             firing = record(f"webhook:{route.name}:{delivery}")
-            return record_refusal(firing) or await self._fire(firing)
+            return record_refusal(firing) or await self._fire(firing, route.workflow)
         refusal = record_refusal(record(f"webhook:{route.name}:{key}:0"))
         if refusal is not None:
             return refusal
@@ -262,7 +262,7 @@ class WebhookIngress:
                 f"a delivery with idempotency key {key!r} is being handled; retry later",
                 retry_after=RETRY_AFTER,
             )
-        reply = await self._fire(record(trigger_key))
+        reply = await self._fire(record(trigger_key), route.workflow)
         if reply.status != 202:
             try:
                 await self._deliveries.release(route.name, key, claim_id=claim_id)
@@ -279,7 +279,7 @@ class WebhookIngress:
             log.warning("webhook %s: cannot mark delivery %r accepted: %s", route.name, key, exc)
         return reply
 
-    async def _fire(self, record: TriggerRecord) -> Reply:
+    async def _fire(self, record: TriggerRecord, workflow: Workflow) -> Reply:
         """Produce ``record``; 202 once Kafka acknowledged it, 503 if it did not."""
         try:
             await asyncio.wait_for(self._producer.trigger(record), PRODUCE_TIMEOUT)
@@ -293,6 +293,6 @@ class WebhookIngress:
         body = {"accepted": True, "trigger_key": record.trigger_key, "duplicate": False}
         paused = self._paused(record.workflow)
         if paused is not None:
-            # Held, not dropped: its run starts when the workflow is resumed.
-            body.update(status="held", held=f"workflow {record.workflow} is paused ({paused})")
+            # Held, not dropped (its run starts on resume), or skipped (paused_firings: skip).
+            body.update(paused_answer(workflow, record.workflow, paused))
         return Reply(202, body)

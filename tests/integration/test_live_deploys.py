@@ -339,6 +339,7 @@ async def test_a_send_waiting_through_a_deploy_is_checked_against_the_tightened_
 
     deployed = cli(settings, "deploy", str(tight))
     assert deployed.returncode == 0, deployed.stderr
+    assert "budgets: changed daily" in deployed.stdout, deployed.stdout  # not only workflows
     await running(worker, await newest_deployment(settings))
 
     run = await approve(big)

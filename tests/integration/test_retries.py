@@ -87,6 +87,9 @@ async def test_a_retried_payout_pays_only_what_was_not_paid(settings, worker_fac
     # Asking again starts nothing new.
     again = rflow(settings, "runs", "retry", rid)
     assert again.returncode == 0 and "already retried" in again.stdout, again
+    # Asking for a retry from elsewhere names the run to retry instead, and starts nothing.
+    elsewhere = rflow(settings, "runs", "retry", rid, "--from", "nosuch")
+    assert elsewhere.returncode != 0 and f"retry {new}" in elsewhere.stderr, elsewhere
     await paid_once(w3, payout)
 
 

@@ -60,3 +60,8 @@ def test_to_env_round_trips():
 def test_settings_are_frozen():
     with pytest.raises(ValidationError):
         Settings.from_env({}).app_id = "x"  # type: ignore[misc]
+
+
+def test_an_empty_variable_counts_as_unset():
+    settings = Settings.from_env({"RFLOW_PROJECT": "", "RFLOW_API_TOKEN": "", "RFLOW_APP_ID": ""})
+    assert (settings.project_path, settings.api_token, settings.app_id) == (None, None, "rflow")

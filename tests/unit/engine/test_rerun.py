@@ -68,6 +68,10 @@ def test_the_retried_run_journals_its_link_and_the_steps_it_keeps():
     assert (started.event, started.data["retry_of"]) == ("run_started", "run1")
     kept = [e for e in entries if e.event == "step_settled" and e.data.get("kept_from")]
     assert [(e.path, e.status, e.data["output"]) for e in kept] == [("pay", "succeeded", SENT)]
+    # A kept step keeps its timings: the read model shows when it ran, not when it was kept.
+    pay = failed_run().state.steps["pay"]
+    assert kept[0].data["started_at"] == pay.started_at.isoformat()
+    assert kept[0].data["settled_at"] == pay.settled_at.isoformat()
 
 
 def test_a_failed_foreach_keeps_its_settled_iterations():
