@@ -28,6 +28,7 @@ _VARIABLES = {
     "WEB_PORT": "web_port",
     "BROKER_SESSION_TIMEOUT": "broker_session_timeout",
     "BROKER_HEARTBEAT_INTERVAL": "broker_heartbeat_interval",
+    "STREAM_PROCESSING_TIMEOUT": "stream_processing_timeout",
     "SEND_BUMP_AFTER": "send_bump_after",
     "SEND_EXPIRE_AFTER": "send_expire_after",
     "SEND_POLL_INTERVAL": "send_poll_interval",
@@ -82,6 +83,12 @@ class Settings(BaseModel):
     )
     broker_session_timeout: float = 30.0
     broker_heartbeat_interval: float = 3.0
+    stream_processing_timeout: float = Field(
+        300.0,
+        gt=0,
+        description="seconds a partition with records waiting may go unprocessed before the "
+        "worker logs it as stalled (Faust's stream_processing_timeout)",
+    )
     send_bump_after: float = Field(
         30.0, gt=0, description="seconds a transaction may wait unmined before its fee is bumped"
     )

@@ -491,6 +491,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
         value_serializer=codec,
         broker_session_timeout=settings.broker_session_timeout,
         broker_heartbeat_interval=settings.broker_heartbeat_interval,
+        stream_processing_timeout=settings.stream_processing_timeout,
         producer_acks=-1,
         web_host="127.0.0.1",
         web_port=settings.web_port,

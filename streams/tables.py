@@ -27,8 +27,15 @@ def _table(
 ) -> faust.Table:
     spec = app.rflow.catalog.spec(changelog)
     schema = faust.Schema(key_serializer=CODEC_NAME, value_serializer=values)
-    # Our own changelog handle (Faust's default is named after the app id and is written
-    # without acks): the journal must be acknowledged by the broker like any record.
+    # Our own changelog handle: Faust's default is named after the app id, not after
+    # topics.yaml. Every record, changelog included, is written with the app's
+    # producer_acks (all in-sync replicas). ``acks=False`` is not about the broker: a
+    # Faust topic's ``acks`` makes the consumer track its records for offset commits, as
+    # a stream's are. A changelog has no stream; with ``acks`` on, Faust's livelock check
+    # (every commit interval x 2.5) counts each changelog partition whose highwater is
+    # past the consumer's position as a stream that "has not started processing" and logs
+    # an ERROR for it every time, on an idle, healthy worker. Faust's own changelog topics
+    # are declared with ``acks=False`` for that reason.
     topic = app.declared_topic(
         changelog,
         schema=schema,
@@ -37,6 +44,7 @@ def _table(
         key_serializer=None,
         value_serializer=None,
         internal=True,
+        acks=False,
         maxsize=131_072,
         allow_empty=True,
     )
