@@ -51,3 +51,16 @@ def test_an_unknown_command_suggests_the_nearest() -> None:
     result = CliRunner().invoke(main, ["runz"])
     assert result.exit_code == 2
     assert "no such command 'runz'; did you mean 'run'?" in result.output
+
+
+def test_the_read_commands_modules_import_neither_engine_nor_kafka_nor_web3() -> None:
+    heavy = (*HEAVY[:3], "rflow.engine.advance", "rflow.lang", "rflow.streams")
+    probe = (
+        "import sys\n"
+        "import rflow.cli.runs, rflow.cli.budgets, rflow.cli.approvals\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]"
