@@ -125,6 +125,7 @@ async def test_runs_list_and_show(settings, worker):
     assert shown.returncode == 0
     assert "status    succeeded" in shown.stdout
     assert "ok" in shown.stdout and "pay" in shown.stdout
+    assert "duration  " in shown.stdout and "(manual)" in shown.stdout
     missing = rflow(settings, "runs", "show", "r-nope")
     assert missing.returncode == 1 and "no run r-nope" in missing.stderr
 
