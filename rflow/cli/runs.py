@@ -38,6 +38,13 @@ def _duration(span: timedelta) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} m"
 
 
+def _run_duration(run: dict[str, Any]) -> str:
+    """From its start to its settling; ``-`` for a run not started or not settled."""
+    if run.get("started_at") and run.get("settled_at"):
+        return _duration(run["settled_at"] - run["started_at"])
+    return "-"
+
+
 def _wrapped(text: str, width: int, most: int | None) -> list[str]:
     """``text`` in lines of ``width``; past ``most`` lines, a last line saying how much
     more ``--full`` prints."""
@@ -115,11 +122,12 @@ def list_runs(
             r["status"],
             r["source"] or "-",
             _when(r["created_at"]),
+            _run_duration(r),
             r["error_kind"] or _pending_note(r),
         ]
         for r in rows
     ]
-    header = ["RUN", "WORKFLOW", "STATUS", "SOURCE", "STARTED", "ERROR / WAITING FOR"]
+    header = ["RUN", "WORKFLOW", "STATUS", "SOURCE", "STARTED", "DURATION", "ERROR / WAITING FOR"]
     click.echo(table(lines, header))
 
 
@@ -193,7 +201,7 @@ def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
         f"settled {_when(run['settled_at'])}"
     )
     if run["started_at"] and run["settled_at"]:
-        click.echo(f"duration  {_duration(run['settled_at'] - run['started_at'])}")
+        click.echo(f"duration  {_run_duration(run)}")
     click.echo("")
     width = max(40, shutil.get_terminal_size((120, 24)).columns - 48)
     rows = []
