@@ -1,23 +1,69 @@
 """The ``rflow`` command line.
 
-Each command group lives in its own module and is attached to :data:`main` here.
+Each command group lives in its own module. :data:`main` knows every command's name,
+module and one-line help without importing it; a command's module (and what it needs:
+the engine, Kafka clients, web3) is imported only when that command runs, so ``--help``
+and ``--version`` answer at once.
 """
 
 from __future__ import annotations
+
+import difflib
+import importlib
 
 import click
 
 from rflow import __version__
 
+COMMANDS: dict[str, tuple[str, str]] = {
+    "approvals": ("approvals", "Approvals: the inbox of pending decisions, and answering them."),
+    "budgets": ("budgets", "Durable spend budgets: their caps and what the window has used."),
+    "deploy": ("deploy", "Validate the project at PATH, then publish it as the new deployment."),
+    "deployments": ("deploy", "The newest deployments, and which one each worker runs."),
+    "doctor": ("doctor", "Validate PATH, then check Kafka, Postgres, RPCs, relayer and more."),
+    "migrate": ("ops", "Apply the database migrations (idempotent)."),
+    "run": ("run", "Start a run of WORKFLOW through its manual trigger."),
+    "runs": ("runs", "Runs: their status, journals, approvals and cancellation."),
+    "schema": ("validate", "Print the JSON Schema of workflow files (for editor completion)."),
+    "sends": ("sends", "Pending transactions: list them, speed one up, cancel one."),
+    "spend": ("budgets", "Gas paid and native value moved by rflow's sends, per workflow."),
+    "topics": ("ops", "Kafka topics declared in topics.yaml."),
+    "trigger": ("trigger", "Produce a trigger record for WORKFLOW with --input as its payload."),
+    "validate": ("validate", "Check the workflow files at PATH (a file or a folder)."),
+    "worker": ("ops", "Run a worker for the workflows in PROJECT."),
+    "workflow": ("workflows", "Workflows: list them, pause and resume them."),
+}
+"""Each top-level command: the module under ``rflow.cli`` that defines it, its short help."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported from their module when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            importlib.import_module(f"rflow.cli.{COMMANDS[cmd_name][0]}")
+        return self.commands.get(cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            near = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            ctx.fail(f"no such command '{name}'{hint}")
+        return super().resolve_command(ctx, args)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rflow")
 def main() -> None:
     """rflow: when this happens, do these things, in order."""
-
-
-def _register() -> None:
-    from rflow.cli import commands  # noqa: F401  (attaches the commands)
-
-
-_register()

@@ -24,7 +24,8 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 async def with_database(work: Callable[[Any], Awaitable[T]], settings: Settings | None = None) -> T:
-    """Run ``work`` on a connection to the configured schema; a clear error if unreachable."""
+    """Run ``work`` on a connection to the configured schema; a clear error if the
+    database is unreachable or refuses the query (a schema not migrated, say)."""
     from rflow import storage
 
     try:
@@ -32,7 +33,10 @@ async def with_database(work: Callable[[Any], Awaitable[T]], settings: Settings 
     except storage.StorageError as exc:
         fail(str(exc))
     async with conn:
-        return await work(conn)
+        try:
+            return await work(conn)
+        except storage.StorageError as exc:
+            fail(str(exc))
 
 
 def operate(action: Callable[[Any], Awaitable[T]], project: Project | None = None) -> T:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime
+import shutil
+import textwrap
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,36 @@ def _json(value: Any) -> str:
     return json.dumps(
         value, indent=2, default=lambda v: v.isoformat() if isinstance(v, datetime) else str(v)
     )
+
+
+def _duration(span: timedelta) -> str:
+    """``850 ms``, ``12.4 s``, ``3 m 05 s``, ``2 h 10 m``."""
+    seconds = span.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} m {rest:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} m"
+
+
+def _run_duration(run: dict[str, Any]) -> str:
+    """From its start to its settling; ``-`` for a run not started or not settled."""
+    if run.get("started_at") and run.get("settled_at"):
+        return _duration(run["settled_at"] - run["started_at"])
+    return "-"
+
+
+def _wrapped(text: str, width: int, most: int | None) -> list[str]:
+    """``text`` in lines of ``width``; past ``most`` lines, a last line saying how much
+    more ``--full`` prints."""
+    lines = textwrap.wrap(text, width, break_long_words=True, replace_whitespace=False) or [""]
+    if most is None or len(lines) <= most:
+        return lines
+    hidden = len(text) - sum(len(line) for line in lines[:most])
+    return [*lines[:most], f"... {hidden} more characters (--full prints them)"]
 
 
 def _when(value: datetime | None) -> str:
@@ -90,11 +122,12 @@ def list_runs(
             r["status"],
             r["source"] or "-",
             _when(r["created_at"]),
+            _run_duration(r),
             r["error_kind"] or _pending_note(r),
         ]
         for r in rows
     ]
-    header = ["RUN", "WORKFLOW", "STATUS", "SOURCE", "STARTED", "ERROR / WAITING FOR"]
+    header = ["RUN", "WORKFLOW", "STATUS", "SOURCE", "STARTED", "DURATION", "ERROR / WAITING FOR"]
     click.echo(table(lines, header))
 
 
@@ -115,8 +148,11 @@ def _pending_note(run: dict[str, Any]) -> str:
     help="Also the run's state in the table of the worker at $RFLOW_WEB_PORT (the one "
     "holding the run's partition knows it).",
 )
+@click.option(
+    "--full", is_flag=True, help="Print outputs and errors whole (default: wrapped, 4 lines)."
+)
 @click.option("--json", "as_json", is_flag=True)
-def show(run_id: str, live: bool, as_json: bool) -> None:
+def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
     """One run's journal, step by step: inputs, outputs, errors and timings, and the budget
     charges of its sends."""
     run = asyncio.run(with_database(lambda conn: _run_with_charges(conn, run_id)))
@@ -153,7 +189,10 @@ def show(run_id: str, live: bool, as_json: bool) -> None:
         f"admitted  {_when(run['created_at'])}   started {_when(run['started_at'])}   "
         f"settled {_when(run['settled_at'])}"
     )
+    if run["started_at"] and run["settled_at"]:
+        click.echo(f"duration  {_run_duration(run)}")
     click.echo("")
+    width = max(40, shutil.get_terminal_size((120, 24)).columns - 48)
     rows = []
     for step in run["steps"]:
         took = ""
@@ -164,7 +203,9 @@ def show(run_id: str, live: bool, as_json: bool) -> None:
             if step["error_kind"]
             else json.dumps(step["output"], default=str)
         )
-        rows.append([step["path"], step["status"], str(step["attempt"]), took, detail[:80]])
+        lines = _wrapped(detail, width, None if full else 4)
+        rows.append([step["path"], step["status"], str(step["attempt"]), took, lines[0]])
+        rows.extend(["", "", "", "", line] for line in lines[1:])
     click.echo(table(rows, ["STEP", "STATUS", "ATTEMPT", "TOOK", "OUTPUT / ERROR"]))
     if run["charges"]:
         click.echo("")

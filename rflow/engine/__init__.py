@@ -3,21 +3,78 @@
 It imports no faust, psycopg, web3, clock or randomness (a test enforces it): agents
 feed it events, carry out its effects and journal its states, and replay tests feed it
 recorded events and expect the same decisions.
+
+The names below are imported from their module when first used, so a reader of one
+submodule (``rflow.engine.state``, say: the CLI's run listing) does not pay for
+:func:`advance` and the workflow language it needs.
 """
 
-from rflow.engine.advance import MAX_EXECUTIONS, advance, resume
-from rflow.engine.effects import Effect, Execute, Journal, Park, ScheduleTimer, Settle, Unpark
-from rflow.engine.events import (
-    CancelRequested,
-    Event,
-    Retry,
-    Start,
-    StepResult,
-    TimerFired,
-    WaitResolved,
-)
-from rflow.engine.keys import idempotency_key, matrix_combinations, matrix_suffix, run_id, run_key
-from rflow.engine.state import Escalated, Fanout, RunState, RunStatus, StepRecord, StepStatus
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rflow.engine.advance import MAX_EXECUTIONS, advance, resume
+    from rflow.engine.effects import Effect, Execute, Journal, Park, ScheduleTimer, Settle, Unpark
+    from rflow.engine.events import (
+        CancelRequested,
+        Event,
+        Retry,
+        Start,
+        StepResult,
+        TimerFired,
+        WaitResolved,
+    )
+    from rflow.engine.keys import (
+        idempotency_key,
+        matrix_combinations,
+        matrix_suffix,
+        run_id,
+        run_key,
+    )
+    from rflow.engine.state import Escalated, Fanout, RunState, RunStatus, StepRecord, StepStatus
+
+_HOMES = {
+    "MAX_EXECUTIONS": "advance",
+    "advance": "advance",
+    "resume": "advance",
+    "Effect": "effects",
+    "Execute": "effects",
+    "Journal": "effects",
+    "Park": "effects",
+    "ScheduleTimer": "effects",
+    "Settle": "effects",
+    "Unpark": "effects",
+    "CancelRequested": "events",
+    "Event": "events",
+    "Retry": "events",
+    "Start": "events",
+    "StepResult": "events",
+    "TimerFired": "events",
+    "WaitResolved": "events",
+    "idempotency_key": "keys",
+    "matrix_combinations": "keys",
+    "matrix_suffix": "keys",
+    "run_id": "keys",
+    "run_key": "keys",
+    "Escalated": "state",
+    "Fanout": "state",
+    "RunState": "state",
+    "RunStatus": "state",
+    "StepRecord": "state",
+    "StepStatus": "state",
+}
+"""Each exported name and the submodule that defines it."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'rflow.engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"rflow.engine.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MAX_EXECUTIONS",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -121,10 +122,15 @@ async def test_runs_list_and_show(settings, worker):
     await settled_run(settings, rid)
     listing = rflow(settings, "runs", "list", "--workflow", "gated", "--json")
     assert [r["run_id"] for r in json.loads(listing.stdout)] == [rid]
+    columns = rflow(settings, "runs", "list", "--workflow", "gated").stdout.splitlines()
+    assert "DURATION" in columns[0] and "SOURCE" in columns[0]
+    assert rid in columns[1] and "manual" in columns[1]
+    assert re.search(r"  (\d+ ms|\d+\.\d s|\d+ m \d\d s)(  |$)", columns[1]), columns[1]
     shown = rflow(settings, "runs", "show", rid)
     assert shown.returncode == 0
     assert "status    succeeded" in shown.stdout
     assert "ok" in shown.stdout and "pay" in shown.stdout
+    assert "duration  " in shown.stdout and "(manual)" in shown.stdout
     missing = rflow(settings, "runs", "show", "r-nope")
     assert missing.returncode == 1 and "no run r-nope" in missing.stderr
 

@@ -1,0 +1,66 @@
+"""The ``rflow`` group knows its commands without importing them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+HEAVY = ("faust", "aiokafka", "web3", "rflow.engine", "rflow.streams")
+
+
+def test_every_command_is_in_the_table_under_its_module() -> None:
+    from rflow.cli import COMMANDS, commands, main  # noqa: F401  (commands attaches all)
+
+    assert set(main.commands) == set(COMMANDS)
+    for name, command in main.commands.items():
+        module = COMMANDS[name][0]
+        assert command.callback.__module__ == f"rflow.cli.{module}", name
+
+
+def test_version_and_help_import_none_of_the_heavy_modules() -> None:
+    probe = (
+        "import sys\n"
+        "from rflow.cli import main\n"
+        "for args in (['--version'], ['--help']):\n"
+        "    try:\n"
+        "        main(args)\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code == 0, exc.code\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({HEAVY!r})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_help_lists_every_command() -> None:
+    from rflow.cli import COMMANDS, main
+
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    for name in COMMANDS:
+        assert f"  {name} " in result.output
+
+
+def test_an_unknown_command_suggests_the_nearest() -> None:
+    from rflow.cli import main
+
+    result = CliRunner().invoke(main, ["runz"])
+    assert result.exit_code == 2
+    assert "no such command 'runz'; did you mean 'run'?" in result.output
+
+
+def test_the_read_commands_modules_import_neither_engine_nor_kafka_nor_web3() -> None:
+    heavy = (*HEAVY[:3], "rflow.engine.advance", "rflow.lang", "rflow.streams")
+    probe = (
+        "import sys\n"
+        "import rflow.cli.runs, rflow.cli.budgets, rflow.cli.approvals\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]"
