@@ -409,10 +409,24 @@ class Runner:
             return
         gate = gate_of(record)
         key = lane_key(record.workflow, record.group)
+        before = self.lanes.get(key)
         arrival = lanes.arrive(
             self.lane(record.workflow, record.group), rid, gate, workflow.concurrency.on_conflict
         )
         self.lanes[key] = arrival.lane.model_dump(mode="json")
+        if arrival.start and self.runs.get(rid) is None:
+            try:
+                await self.start_run(workflow, record, combo, rid, partition)
+            except BaseException:
+                # The run did not start (its record goes to the dead-letter path): the lane
+                # stays as it was, never owned by a run that will not settle.
+                if before is None:
+                    if self.lanes.get(key) is not None:
+                        del self.lanes[key]
+                else:
+                    self.lanes[key] = before
+                raise
+            return
         for waiting in arrival.superseded:
             reason = f"superseded by run {rid} (on_conflict: {workflow.concurrency.on_conflict})"
             await self.never_started(waiting.run_id, waiting.gate, RunStatus.CANCELLED, reason)
@@ -423,8 +437,8 @@ class Runner:
             reason = f"superseded by run {rid} (on_conflict: cancel_in_progress)"
             await self.apply(CancelRequested(run_id=arrival.cancel, reason=reason), partition)
         if arrival.start:
-            await self.start_run(workflow, record, combo, rid, partition)
-        elif not arrival.skip and arrival.lane.holds(rid):
+            return  # the owner arrived again and has started
+        if not arrival.skip and arrival.lane.holds(rid):
             owner = arrival.lane.active
             waiting = f"run {owner} of concurrency group {record.group!r} to settle"
             start = self.start_of(workflow, record, combo, rid)

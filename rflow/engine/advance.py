@@ -9,6 +9,7 @@ is recognised and ignored.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -668,17 +669,19 @@ class _Run:
             update={"input": {"name": command.name, "args": args}}
         )
         # The message as written out: placeholders stay placeholders, no value is filled in.
+        # A message may render to a number or an object (``${{ trigger.body.n }}``).
+        message = args["message"]
         if command.name == "log":
-            message = display(args["message"])
-            self.settle(record, StepStatus.SUCCEEDED, output={"message": message})
+            shown = display(message) if isinstance(message, str) else message
+            self.settle(record, StepStatus.SUCCEEDED, output={"message": shown})
         elif command.name == "assert" and holds(command.args.that, context):
             self.settle(record, StepStatus.SUCCEEDED, output={"holds": True})
         else:
-            message = display(args["message"])
+            text = display(message) if isinstance(message, str) else json.dumps(message)
             self.settle(
                 record,
                 StepStatus.FAILED,
-                error=StepError(kind=FailureKind.ASSERT_FAILED, message=message),
+                error=StepError(kind=FailureKind.ASSERT_FAILED, message=text),
             )
 
     def delay_until(self, step: Any, context: dict[str, Any]) -> datetime:

@@ -61,8 +61,13 @@ class Arrival:
 def arrive(lane: Lane | None, run_id: str, gate: str, on_conflict: OnConflict) -> Arrival:
     """Admit ``run_id`` (of firing ``gate``) to ``lane``."""
     lane = lane or Lane()
+    if lane.active == run_id:
+        # The owner arriving again: the lane's write may have reached the broker and the
+        # run's first state not (a crash in between), so it is started again; a start of
+        # a run that has a state changes nothing.
+        return Arrival(lane, start=True)
     if lane.holds(run_id):
-        return Arrival(lane)  # a repeated arrival: already decided
+        return Arrival(lane)  # a repeated arrival of a waiting run: it waits on
     if lane.active is None:
         return Arrival(lane.model_copy(update={"active": run_id}), start=True)
     if on_conflict == "skip":

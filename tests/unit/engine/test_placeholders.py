@@ -67,3 +67,20 @@ def test_run_state_and_start_carry_no_environment() -> None:
     assert "5ecr3t" not in state.model_dump_json()
     assert "env" not in state.model_dump()
     assert "env" not in Start.model_validate({**start.model_dump(), "env": {"A": "1"}}).model_dump()
+
+
+NUMBERS = """
+trigger: { manual: {} }
+steps:
+  - id: say
+    command: { name: log, args: { message: "${{ trigger.n }}" } }
+  - id: stop
+    command: { name: fail, args: { message: "${{ trigger.why }}" } }
+"""
+
+
+def test_a_message_that_renders_to_a_number_or_an_object_is_written_out_as_it_is() -> None:
+    d = Driver(workflow(NUMBERS), trigger={"n": 7, "why": {"code": 3}})
+    state = d.run(lambda e: {})
+    assert state.steps["say"].output == {"message": 7}
+    assert state.steps["stop"].error.message == '{"code": 3}'
