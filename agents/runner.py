@@ -113,6 +113,9 @@ class Runner:
         from Postgres by a timer, so every worker sees a pause within a second or so)."""
         self.paused_read = False
         """Whether ``paused`` was read yet: until it is, every pause is asked of Postgres."""
+        self.paused_at: datetime | None = None
+        """When the last read of ``paused`` began: a firing received later is checked
+        against Postgres, so a pause binds every firing accepted after it was answered."""
 
     # --- admission --------------------------------------------------------------------
 
@@ -143,7 +146,8 @@ class Runner:
                 await self.readmit(workflow, record, admitted, message.partition)
             return
         entry = self.firing_entry(workflow, record)
-        paused = await self.paused_why(record.workflow, workflow)
+        received = record.received_at if isinstance(record, TriggerRecord) else None
+        paused = await self.paused_why(record.workflow, workflow, received)
         if paused and workflow.paused_firings == "skip":
             self.triggers[gate] = {**entry, "skipped": f"workflow paused: {paused}"}
             for rid in entry["runs"]:
@@ -219,10 +223,12 @@ class Runner:
             if rid in active:
                 await self.begin(workflow, record, combo, rid, partition)
 
-    async def paused_why(self, name: str, workflow: Workflow) -> str | None:
+    async def paused_why(
+        self, name: str, workflow: Workflow, received_at: datetime | None = None
+    ) -> str | None:
         """Why ``name`` starts no runs now (paused in its definition, by an operator, a
         halt or a breaker), or ``None``."""
-        return "in its definition" if workflow.paused else await self.pause_of(name)
+        return "in its definition" if workflow.paused else await self.pause_of(name, received_at)
 
     async def release_held(self, name: str, partition: int) -> None:
         """Begin the firings of ``name`` held on ``partition`` while it was paused, in the
@@ -328,11 +334,16 @@ class Runner:
             return f"workflow {name!r} was removed by {removed}"
         return f"unknown workflow {name!r} (not in {self.deployment.label}, which this worker runs)"
 
-    async def pause_of(self, name: str) -> str | None:
+    async def pause_of(self, name: str, received_at: datetime | None = None) -> str | None:
         """Why ``name`` is paused, or ``None``. The refreshed copy of the pauses answers
-        when the workflow runs; a pause it shows is confirmed in Postgres first, so a
-        firing that arrives just after a resume is not turned away."""
-        if self.paused_read and name not in self.paused:
+        when the workflow runs and was read after the firing was received (else Postgres
+        is asked: a pause answered before the firing was accepted holds it); a pause it
+        shows is confirmed in Postgres first, so a firing that arrives just after a resume
+        is not turned away."""
+        fresh = received_at is None or (
+            self.paused_at is not None and self.paused_at >= received_at
+        )
+        if self.paused_read and name not in self.paused and fresh:
             return None
         await self.refresh_pauses()
         return self.paused.get(name)
@@ -341,7 +352,9 @@ class Runner:
         """Read which workflows are paused (operator, on_failure: halt, breaker); returns
         the ones that were paused before (their held firings may be released)."""
         previously = set(self.paused)
+        began = datetime.now(UTC)
         found = await self.runtime.database.run(controls.paused, what="workflow pauses")
+        self.paused_at = began
         self.paused = {
             workflow: f"by {by}: {reason}" if reason else f"by {by}"
             for workflow, (by, reason) in found.items()
