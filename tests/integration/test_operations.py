@@ -279,6 +279,7 @@ async def test_workflow_pause_resume_and_retry_from_the_cli_with_json(settings, 
         "workflow": "gated",
         "paused": True,
         "reason": "audit",
+        "firings": "held",
         "was_paused_by": None,
     }
     listed = rflow(settings, "workflow", "ls", "--project", str(worker.project_path), "--json")
