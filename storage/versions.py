@@ -65,3 +65,17 @@ async def definition(conn: psycopg.AsyncConnection, version: str) -> tuple[str, 
         cur = await conn.execute(_DEFINITION, (version,))
         row = await cur.fetchone()
         return (row[0], row[1]) if row else None
+
+
+_KNOWN = """
+SELECT EXISTS (SELECT 1 FROM workflow_deployments WHERE workflow = %(name)s)
+    OR EXISTS (SELECT 1 FROM runs WHERE workflow = %(name)s)
+"""
+
+
+async def known(conn: psycopg.AsyncConnection, name: str) -> bool:
+    """Whether ``name`` is a deployed workflow or has runs: a name a filter may use."""
+    with translated():
+        cur = await conn.execute(_KNOWN, {"name": name})
+        row = await cur.fetchone()
+        return bool(row and row[0])

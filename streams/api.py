@@ -190,16 +190,16 @@ def attach(app: RflowApp, control: Control) -> None:
                 ),
                 "runs",
             )
-            if not rows and workflow is not None:
-                deployed = await db(versions.current, "versions")
-                if workflow not in deployed and not await db(
-                    lambda conn: runs.list_runs(conn, workflow=workflow, limit=1), "runs"
-                ):
-                    raise ControlError(
-                        f"no workflow {workflow!r}: none is deployed under that name, and "
-                        "none has runs",
-                        404,
-                    )
+            if (
+                not rows
+                and workflow is not None
+                and not await db(lambda conn: versions.known(conn, workflow), "workflows")
+            ):
+                raise ControlError(
+                    f"no workflow {workflow!r}: none is deployed under that name, and none "
+                    "has runs",
+                    404,
+                )
             return {"runs": rows}
 
         return await answer(work)

@@ -60,12 +60,9 @@ def operate(action: Callable[[Any], Awaitable[T]], project: Project | None = Non
 
 async def known_workflow(conn: Any, name: str) -> None:
     """Exit with the reason unless ``name`` is a deployed workflow or has runs."""
-    from rflow.storage import runs as store
     from rflow.storage import versions
 
-    if name not in await versions.current(conn) and not await store.list_runs(
-        conn, workflow=name, limit=1
-    ):
+    if not await versions.known(conn, name):
         fail(f"no workflow {name!r}: none is deployed under that name, and none has runs")
 
 
