@@ -427,7 +427,9 @@ class Runner:
             self.lane(record.workflow, record.group), rid, gate, workflow.concurrency.on_conflict
         )
         self.lanes[key] = arrival.lane.model_dump(mode="json")
-        if arrival.start and self.runs.get(rid) is None:
+        if arrival.start:
+            if self.runs.get(rid) is not None:
+                return  # the owner arrived again and has started
             try:
                 await self.start_run(workflow, record, combo, rid, partition)
             except BaseException:
@@ -449,8 +451,6 @@ class Runner:
         if arrival.cancel is not None:
             reason = f"superseded by run {rid} (on_conflict: cancel_in_progress)"
             await self.apply(CancelRequested(run_id=arrival.cancel, reason=reason), partition)
-        if arrival.start:
-            return  # the owner arrived again and has started
         if not arrival.skip and arrival.lane.holds(rid):
             owner = arrival.lane.active
             waiting = f"run {owner} of concurrency group {record.group!r} to settle"
