@@ -10,6 +10,18 @@ from click.testing import CliRunner
 HEAVY = ("faust", "aiokafka", "web3", "rflow.engine", "rflow.streams")
 
 
+def imported_after(code: str, prefixes: tuple[str, ...]) -> str:
+    """The modules named by ``prefixes`` that a fresh interpreter has loaded after running
+    ``code``, as the sorted list it prints."""
+    probe = (
+        f"import sys\n{code}print(sorted(m for m in sys.modules if m.startswith({prefixes!r})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    return out.strip().splitlines()[-1]
+
+
 def test_every_command_is_in_the_table_under_its_module() -> None:
     from rflow.cli import COMMANDS, commands, main  # noqa: F401  (commands attaches all)
 
@@ -20,20 +32,15 @@ def test_every_command_is_in_the_table_under_its_module() -> None:
 
 
 def test_version_and_help_import_none_of_the_heavy_modules() -> None:
-    probe = (
-        "import sys\n"
+    run = (
         "from rflow.cli import main\n"
         "for args in (['--version'], ['--help']):\n"
         "    try:\n"
         "        main(args)\n"
         "    except SystemExit as exc:\n"
         "        assert exc.code == 0, exc.code\n"
-        f"print(sorted(m for m in sys.modules if m.startswith({HEAVY!r})))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip().splitlines()[-1] == "[]"
+    assert imported_after(run, HEAVY) == "[]"
 
 
 def test_help_lists_every_command() -> None:
@@ -55,12 +62,5 @@ def test_an_unknown_command_suggests_the_nearest() -> None:
 
 def test_the_read_commands_modules_import_neither_engine_nor_kafka_nor_web3() -> None:
     heavy = (*HEAVY[:3], "rflow.engine.advance", "rflow.lang", "rflow.streams")
-    probe = (
-        "import sys\n"
-        "import rflow.cli.runs, rflow.cli.budgets, rflow.cli.approvals\n"
-        f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip().splitlines()[-1] == "[]"
+    run = "import rflow.cli.runs, rflow.cli.budgets, rflow.cli.approvals\n"
+    assert imported_after(run, heavy) == "[]"
