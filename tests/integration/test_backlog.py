@@ -182,6 +182,9 @@ async def test_commands_that_name_nothing_fail_with_the_reason(settings, worker)
         (("runs", "show", "rnope"), "no run rnope"),
         (("runs", "cancel", "rnope"), "no run rnope"),
         (("runs", "retry", "rnope"), "no run rnope"),
+        (("approvals", "ls", "--workflow", "nosuch"), "no workflow 'nosuch'"),
+        (("sends", "ls", "--relayer", "nosuch"), "no relayer 'nosuch'"),
+        (("sends", "ls", "--network", "nosuch"), "no network 'nosuch'"),
     ]
     for args, reason in cases:
         result = run_cli(settings, worker, *args)
@@ -196,3 +199,7 @@ async def test_commands_that_name_nothing_fail_with_the_reason(settings, worker)
     assert status == 400 and "unknown status 'bogus'" in body["error"]
     status, body = await call(worker, "GET", "/api/runs?source=cron")
     assert status == 400 and "unknown source 'cron'" in body["error"]
+    status, body = await call(worker, "GET", "/api/runs?workflow=nosuch")
+    assert status == 404 and "no workflow 'nosuch'" in body["error"]
+    status, body = await call(worker, "GET", "/api/runs?workflow=greet")
+    assert status == 200  # a deployed workflow without runs is no error
