@@ -154,8 +154,30 @@ def ether(wei: int | None) -> str:
 
 
 def gwei(wei: int | None) -> str:
-    """Wei as gwei (``2.54 gwei``), for fees."""
-    return "—" if wei is None else f"{_decimal(int(wei), WEI_PER_GWEI, 9)} gwei"
+    """Wei as gwei to three decimals (``2.539 gwei``), for fees."""
+    return "—" if wei is None else f"{_decimal(int(wei), WEI_PER_GWEI, 3)} gwei"
+
+
+def fee(wei: int | None) -> str:
+    """A fee paid, in ETH to six significant digits (``0.0000976413 ETH``)."""
+    if wei is None:
+        return "—"
+    return f"{Decimal(int(wei)) / Decimal(WEI_PER_ETHER):.6g} ETH"
+
+
+def short_hash(value: str | None) -> str:
+    """A transaction hash shortened for a table (``0x78addf…64fbe4``); the page keeps
+    the whole one in its title."""
+    if not value or len(value) <= 20:
+        return value or "—"
+    return f"{value[:8]}…{value[-6:]}"
+
+
+def percent_text(value: float) -> str:
+    """A share of a cap as people read it: ``< 0.1 %`` rather than ``0.0 %``."""
+    if 0 < value < 0.1:
+        return "< 0.1 %"
+    return f"{value:.1f} %"
 
 
 def asset_amount(asset: str, amount: int | None) -> str:
@@ -269,16 +291,26 @@ def depth(path: str) -> int:
 
 
 def definition_text(definition: Mapping[str, Any] | None) -> str:
-    """A stored workflow definition as YAML, keys in their stored order."""
+    """A stored workflow definition as YAML, keys in their stored order, without the
+    fields left unset (a stored definition spells every default out as null)."""
     if definition is None:
         return ""
-    return yaml.safe_dump(dict(definition), sort_keys=False, allow_unicode=True, width=100)
+    return yaml.safe_dump(_set(dict(definition)), sort_keys=False, allow_unicode=True, width=100)
+
+
+def _set(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _set(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [_set(item) for item in value]
+    return value
 
 
 @dataclass
 class DiffLine:
-    """One line of a side-by-side diff: ``kind`` is ``same``, ``removed``, ``added`` or
-    ``gap`` (unchanged lines left out)."""
+    """One line of a side-by-side diff: ``kind`` is ``same``, ``changed`` (a line of the
+    old text beside the one that replaced it), ``removed``, ``added`` or ``gap``
+    (unchanged lines left out)."""
 
     kind: str
     old: str = ""
@@ -303,8 +335,17 @@ def diff(old: str, new: str, context: int = 3) -> list[DiffLine]:
                     for i, j in zip(range(i1, i2), range(j1, j2), strict=True)
                 )
                 continue
-            lines.extend(DiffLine("removed", old=a[i], old_no=i + 1) for i in range(i1, i2))
-            lines.extend(DiffLine("added", new=b[j], new_no=j + 1) for j in range(j1, j2))
+            paired = min(i2 - i1, j2 - j1) if tag == "replace" else 0
+            lines.extend(
+                DiffLine("changed", a[i1 + k], b[j1 + k], i1 + k + 1, j1 + k + 1)
+                for k in range(paired)
+            )
+            lines.extend(
+                DiffLine("removed", old=a[i], old_no=i + 1) for i in range(i1 + paired, i2)
+            )
+            lines.extend(
+                DiffLine("added", new=b[j], new_no=j + 1) for j in range(j1 + paired, j2)
+            )
     return lines
 
 

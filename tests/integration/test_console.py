@@ -20,10 +20,11 @@ from playwright.async_api import expect
 
 from rflow import storage
 from rflow.console import auth
-from rflow.storage import controls, sends
+from rflow.engine.keys import retry_run_id
+from rflow.storage import controls, dead_letters, sends
 from tests.integration import chain
 from tests.integration.browser import chromium, screenshot, sign_in
-from tests.integration.harness import wait_until
+from tests.integration.harness import produce, wait_until
 from tests.integration.test_runs import fire, run_row, settled_run
 from tests.integration.test_sends import (
     BUDGET,
@@ -336,10 +337,136 @@ async def test_an_operator_watches_runs_approves_a_payout_and_speeds_up_its_send
         )
         assert deployed.returncode == 0, deployed.stderr
         await page.goto(f"{base}/console/workflows/hello")
-        await expect(page.locator("table.diff tr.added")).to_contain_text("hi there")
-        await expect(page.locator("table.diff tr.removed")).to_contain_text("hello")
+        changed = page.locator("table.diff tr.changed")
+        await expect(changed.locator("td").nth(1)).to_contain_text("message: hello ${{")
+        await expect(changed.locator("td").nth(3)).to_contain_text("message: hi there ${{")
         await screenshot(page, "13-workflow-diff")
 
         await page.goto(f"{base}/console/dead-letters")
         await expect(page.locator("#dead-runs")).to_contain_text(failed)
         await screenshot(page, "14-dead-letters")
+
+
+GATED = """
+  gated:
+    trigger: { manual: {} }
+    steps:
+      - id: ok
+        wait_for:
+          approval: { prompt: "Go on with ${{ trigger.what }}?" }
+          timeout: 1h
+      - id: done
+        command: { name: log, args: { message: "went on" } }
+"""
+LATER = """
+  later:
+    trigger: { manual: {} }
+    steps:
+      - id: said
+        command: { name: log, args: { message: "late but here" } }
+"""
+
+
+async def dead_letter_of(settings, key: str) -> dict | None:
+    conn = await storage.connect(settings)
+    async with conn:
+        rows = await dead_letters.recent(conn, limit=100)
+    return next((row for row in rows if row["record_key"] == key), None)
+
+
+async def test_an_operator_retries_rejects_cancels_and_replays_a_dead_letter(
+    settings, worker_factory, tmp_path, browser
+):
+    project = tmp_path / "project.yaml"
+    project.write_text(
+        OFF_CHAIN.replace("  checks:", "  checks:\n    on_failure: dead_letter") + GATED
+    )
+    worker = worker_factory(project_path=project)
+    await worker.wait_ready()
+    base = worker.url
+    page = await browser.new_page()
+    await sign_in(page, base, settings.api_token.get_secret_value())
+
+    # A dead-lettered run retried from the dead letters page, the two linked both ways.
+    failed = await fire(settings, project, "checks", "manual:checks:1", {"amount": 150})
+    await settled_run(settings, failed)
+    await page.goto(f"{base}/console/dead-letters")
+    await page.locator(f"#dead-runs tr:has-text('{failed}') button:has-text('Retry')").click()
+    retry = retry_run_id(failed)
+    await expect(page.locator(".flash")).to_contain_text(f"Retrying run {failed} as {retry}")
+    await settled_run(settings, retry)
+    await page.goto(f"{base}/console/runs/{failed}")
+    await page.click(f"a:has-text('{retry}')")
+    await expect(page.locator("h1")).to_contain_text(retry)
+    await expect(page.locator("dl.facts")).to_contain_text(re.compile(rf"Retry of\s*{failed}"))
+    await screenshot(page, "15-run-retry")
+
+    # One approval rejected from the inbox with a reason, another run cancelled.
+    rejected = await fire(settings, project, "gated", "manual:gated:1", {"what": "the audit"})
+    cancelled = await fire(settings, project, "gated", "manual:gated:2", {"what": "the sweep"})
+    for rid in (rejected, cancelled):
+        await wait_until(
+            lambda rid=rid: _has_status(settings, rid, "waiting"), what=f"{rid} to wait"
+        )
+    await page.goto(f"{base}/console/approvals")
+    entry = page.locator(".approval", has_text=rejected)
+    await expect(entry.locator(".prompt")).to_have_text("Go on with the audit?")
+    await entry.locator("input[name=text]").fill("not this week")
+    await entry.locator("button:has-text('Reject')").click()
+    await expect(page.locator(".flash")).to_contain_text(f"Rejected step ok of run {rejected}")
+    assert (await settled_run(settings, rejected))["status"] == "rejected"
+    await page.goto(f"{base}/console/runs/{cancelled}")
+    await page.fill("input[name=reason]", "not needed")
+    await page.click("button:has-text('Cancel this run')")
+    await expect(page.locator(".flash")).to_contain_text(f"Asked run {cancelled} to stop")
+    assert (await settled_run(settings, cancelled))["status"] == "cancelled"
+    await page.goto(f"{base}/console/runs/{cancelled}")
+    await expect(page.locator("h1 .status")).to_have_text("cancelled")
+
+    # Records: an unreadable one is not replayed (and says why); a firing of a workflow
+    # the worker did not have yet is replayed once it is deployed, and runs.
+    await produce(settings, "rflow.triggers", b"garbage", b"not json")
+    later_project = tmp_path / "later.yaml"
+    later_project.write_text(project.read_text() + LATER)
+    late = await fire(settings, later_project, "later", "manual:later:1", {})
+    garbage = await wait_until(lambda: dead_letter_of(settings, "garbage"), what="a dead letter")
+    await page.goto(f"{base}/console/dead-letters")
+    await page.locator(f"#dead-records tr[data-letter='{garbage['id']}'] button").click()
+    await expect(page.locator(".flash.error")).to_contain_text(
+        f"dead letter {garbage['id']} cannot be replayed: its record still does not decode"
+    )
+    letter = await wait_until(lambda: _letter_of_workflow(settings, "later"), what="its letter")
+    assert "unknown workflow 'later'" in letter["reason"]
+    await screenshot(page, "16-dead-letters-records")
+    project.write_text(later_project.read_text())
+    deployed = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "rflow.cli", "deploy", str(project)],
+        env={**settings.to_env(), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert deployed.returncode == 0, deployed.stderr
+    await wait_until(lambda: _worker_knows(worker, "later"), what="the worker to take `later`")
+    await page.goto(f"{base}/console/dead-letters")
+    await page.locator(f"#dead-records tr[data-letter='{letter['id']}'] button").click()
+    await expect(page.locator(".flash")).to_contain_text(f"Dead letter {letter['id']} replayed")
+    assert (await settled_run(settings, late))["status"] == "succeeded"
+
+
+async def _has_status(settings, rid: str, status: str) -> bool:
+    row = await run_row(settings, rid)
+    return row is not None and row["status"] == status
+
+
+async def _letter_of_workflow(settings, workflow: str) -> dict | None:
+    conn = await storage.connect(settings)
+    async with conn:
+        rows = await dead_letters.recent(conn, limit=100)
+    return next((row for row in rows if f"'{workflow}'" in row["reason"]), None)
+
+
+async def _worker_knows(worker, workflow: str) -> bool:
+    status, body = await worker.get("/api/workflows")
+    return status == 200 and any(w["workflow"] == workflow for w in body["workflows"])

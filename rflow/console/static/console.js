@@ -27,7 +27,7 @@ function rflowCharts(root) {
           { label: "used", stroke: "#2563eb", fill: "rgba(37,99,235,0.12)", paths: uPlot.paths.stepped({ align: 1 }) },
           { label: "cap", stroke: "#dc2626", dash: [6, 4] },
         ],
-        axes: [{}, { size: 70 }],
+        axes: [{}, { size: 90 }],
       }, [series.times, series.totals, capLine], holder);
     });
   });
