@@ -343,9 +343,7 @@ def diff(old: str, new: str, context: int = 3) -> list[DiffLine]:
             lines.extend(
                 DiffLine("removed", old=a[i], old_no=i + 1) for i in range(i1 + paired, i2)
             )
-            lines.extend(
-                DiffLine("added", new=b[j], new_no=j + 1) for j in range(j1 + paired, j2)
-            )
+            lines.extend(DiffLine("added", new=b[j], new_no=j + 1) for j in range(j1 + paired, j2))
     return lines
 
 
