@@ -320,7 +320,8 @@ async def test_an_operator_watches_runs_approves_a_payout_and_speeds_up_its_send
         assert run["status"] == "succeeded"
         await page.goto(f"{base}/console/runs/{payout}")
         await expect(page.locator("h1 .status")).to_have_text("succeeded")
-        await expect(page.locator("#transactions")).to_contain_text(bumped.tx_hash)
+        mined = page.locator(f"#transactions tr:has(code[title='{bumped.tx_hash}'])")
+        await expect(mined.locator("td").last).to_have_text("2")  # attempts: sped up once
         await expect(page.locator("#charges")).to_contain_text("7 Token")
         await screenshot(page, "12-run-payout")
         assert (await budget_usage(settings, project))[("daily", "Token")].consumed == 7
