@@ -185,10 +185,15 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     catalog = Catalog.from_settings(settings)
     codec = table_codec.register()
     partitions = catalog.spec("rflow.triggers").partitions
+    from rflow import console
     from rflow.streams import api, ingress_views
 
-    def public(path: str) -> bool:
-        return path in api.PUBLIC or ingress_views.is_webhook(path, runtime.webhook_paths)
+    def public(path: str) -> bool:  # the console signs its visitors in itself
+        return (
+            path in api.PUBLIC
+            or console.owns(path)
+            or ingress_views.is_webhook(path, runtime.webhook_paths)
+        )
 
     principals = Principals.of(project, env, settings.api_token)
     for name, variable in principals.unset:
@@ -277,7 +282,9 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     async def operate(work):
         return await database.run(work, what="operator action")
 
-    api.attach(app, Control(operate, producer, runtime.current_project))
+    control = Control(operate, producer, runtime.current_project)
+    api.attach(app, control)
+    console.attach(app, control, current_principals)
     return app
 
 
