@@ -130,21 +130,30 @@ class Driver:
             self.sink.arrivals[i] - phase.sent_at[i] for i in ids if i in self.sink.arrivals
         ]
 
-    async def idle(self, meter: CpuMeter) -> None:
-        """Until the engine's processes use less than 5% of a core over half a second (10 s
-        at most): work an engine does after the last notify (projections, cleanup) counts."""
+    async def idle(self, meter: CpuMeter, idle: float) -> None:
+        """Until the engine's processes are back to their idle use of CPU (``idle`` cores,
+        plus 5% of a core) over half a second, 10 s at most: work an engine does after the
+        last notify (projecting, cleaning up) is part of what a run costs."""
         sample = meter.sample("engine")
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             await asyncio.sleep(0.5)
             cores, sample = meter.rate("engine", sample)
-            if cores < 0.05:
+            if cores < idle + 0.05:
                 return
+
+    async def idle_rate(self, engine: Engine) -> float:
+        """Cores the engine's processes use when nothing is fired, over two seconds."""
+        meter = CpuMeter({"engine": engine.processes()})
+        sample = meter.sample("engine")
+        await asyncio.sleep(2.0)
+        return meter.rate("engine", sample)[0]
 
     async def phase(
         self, engine: Engine, label: str, count: int, rate: float | None = None
     ) -> Phase:
         phase = Phase(label, self.firings(engine, label, count))
+        idle = await self.idle_rate(engine)
         meter = CpuMeter(
             {
                 "engine": engine.processes(),
@@ -158,8 +167,8 @@ class Driver:
         else:
             await self.paced(engine, phase, rate)
         await self.arrivals(engine, phase)
-        await self.idle(meter)
-        phase.cpu = meter.stop()
+        await self.idle(meter, idle)
+        phase.cpu = meter.stop() | {"idle": idle}
         return phase
 
     async def run_engine(self, engine: Engine) -> dict[str, Any]:
@@ -210,32 +219,37 @@ def show(engine: Engine, phase: Phase, what: str) -> None:
     line = f"[{engine.name}] {what}: {n} runs, {phase.rate:.1f} runs/s to the sink"
     if phase.achieved:
         line += f" (fired at {phase.achieved:.1f}/s)"
-    if phase.latencies:
+    if phase.latencies and phase.achieved:
         line += (
             f", latency p50 {percentile(phase.latencies, 50) * 1000:.1f} ms, "
             f"p99 {percentile(phase.latencies, 99) * 1000:.1f} ms, "
             f"max {max(phase.latencies) * 1000:.0f} ms"
         )
+    if phase.achieved and phase.rate < 0.9 * phase.achieved:
+        line += " (above its peak: a backlog builds up)"
     if phase.lost:
         line += f", LOST {phase.lost}"
     print(line, flush=True)
     print(
         f"[{engine.name}]   CPU per run: {engine.label} {cpu['cpu']['engine'] / n * 1000:.2f} ms, "
         f"Kafka {cpu['cpu']['kafka'] / n * 1000:.2f} ms, Postgres {cpu['cpu']['postgres'] / n * 1000:.2f} ms, "
-        f"driver {cpu['driver'] / n * 1000:.2f} ms; machine {cpu['machine_busy']:.0%} busy, "
-        f"{cpu['others']:.2f} cores used by other work",
+        f"driver {cpu['driver'] / n * 1000:.2f} ms (idle, the engine used {cpu['idle']:.2f} "
+        f"cores); machine {cpu['machine_busy']:.0%} busy, {cpu['others']:.2f} cores used by "
+        "other work",
         flush=True,
     )
 
 
-def make_engine(name: str, stack: Stack, ports: Ports, workdir: Path, sink: Sink) -> Engine:
+def make_engine(
+    name: str, stack: Stack, ports: Ports, workdir: Path, sink: Sink, rflow: Path | None
+) -> Engine:
     """A fresh engine of kind ``name``, with a directory of its own in ``workdir``."""
     (workdir / name).mkdir()
     base = (stack, ports, workdir / name, sink.url)
     if name == "rflow":
-        return Rflow(*base)
+        return Rflow(*base, command=rflow)
     if name == "rflow-ungrouped":
-        engine = Rflow(*base, grouped=False)
+        engine = Rflow(*base, grouped=False, command=rflow)
         engine.name = name
         return engine
     if name == "restate":
@@ -264,6 +278,11 @@ def figures(result: dict[str, Any]) -> dict[str, tuple[float, str]]:
         return value, ms(value)
 
     cpu = {k: v / n for k, v in peak.cpu["cpu"].items()}
+    # Everything the engine needs: rflow's worker needs Kafka and Postgres, DBOS Postgres.
+    uses = {"rflow": ("kafka", "postgres"), "dbos": ("postgres",)}.get(
+        result["engine"].name.partition("-")[0], ()
+    )
+    total = cpu["engine"] + sum(cpu[k] for k in uses)
     return {
         "peak runs/s": (peak.rate, f"{peak.rate:.1f}"),
         "p50 @fixed": lat(fixed, 50),
@@ -274,8 +293,10 @@ def figures(result: dict[str, Any]) -> dict[str, tuple[float, str]]:
         "cpu engine": (cpu["engine"], ms(cpu["engine"])),
         "cpu kafka": (cpu["kafka"], ms(cpu["kafka"])),
         "cpu postgres": (cpu["postgres"], ms(cpu["postgres"])),
+        "cpu total": (total, ms(total)),
         "duplicates": (result["duplicates"], str(result["duplicates"])),
         "lost": (result["lost"], f"{result['lost']} of {result['fired']}"),
+        "retries": (result["retries"], str(result["retries"])),
         "noise": (peak.cpu["others"], f"{peak.cpu['others']:.2f} cores"),
     }
 
@@ -290,8 +311,10 @@ LABELS = {
     "cpu engine": "CPU per run, engine processes (peak phase)",
     "cpu kafka": "CPU per run, Kafka",
     "cpu postgres": "CPU per run, Postgres",
+    "cpu total": "CPU per run, with the servers it needs",
     "duplicates": "duplicate notifies at the sink",
     "lost": "lost runs (never reached the sink)",
+    "retries": "firings the engine refused and that were sent again",
     "noise": "other work on the machine during peak",
 }
 
@@ -357,8 +380,15 @@ def report(
             "<= 3 ms",
             rf["cpu engine"][0] <= 0.003,
         ),
-        row("CPU per run, Kafka", "cpu kafka", "-", None),
-        row("CPU per run, Postgres", "cpu postgres", "-", None),
+        (
+            "CPU per run, Kafka / Postgres (Restate needs neither)",
+            f"{rf['cpu kafka'][1]} / {rf['cpu postgres'][1]}",
+            "-",
+            "-",
+            "-",
+            "-",
+        ),
+        row("CPU per run, with the servers each needs", "cpu total", "-", None),
         (
             "duplicates / lost at the sink",
             f"{rf['duplicates'][1]} / {rf['lost'][1]}",
@@ -426,7 +456,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
     ]
     try:
         for name in args.engines:
-            engine = make_engine(name, stack, ports, workdir, sink)
+            engine = make_engine(name, stack, ports, workdir, sink, args.rflow)
             try:
                 results[name] = await driver.run_engine(engine)
                 if name.startswith("restate"):
@@ -466,6 +496,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--ports", default="19000-19099", help="ports for the servers started (LO-HI)"
+    )
+    parser.add_argument(
+        "--rflow",
+        type=Path,
+        help="the rflow executable to start workers with (default: .venv/bin/rflow), "
+        "to measure another checkout",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = parser.parse_args()

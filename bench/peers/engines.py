@@ -245,9 +245,10 @@ class Rflow(Engine):
     name = "rflow"
     label = "rflow worker"
 
-    def __init__(self, *args: Any, grouped: bool = True) -> None:
+    def __init__(self, *args: Any, grouped: bool = True, command: Path | None = None) -> None:
         super().__init__(*args)
         self.grouped = grouped
+        self.command = command or REPO / ".venv" / "bin" / "rflow"
         self.prefix = f"peers{self.tag}."
         self.app_id = f"rflow-peers{self.tag}"
         self.schema = f"peers_{self.tag}"
@@ -255,9 +256,9 @@ class Rflow(Engine):
         self.producer: AIOKafkaProducer | None = None
 
     async def start(self) -> None:
-        rflow = REPO / ".venv" / "bin" / "rflow"
+        rflow = self.command
         if not rflow.exists():
-            raise BenchError(f"{rflow} is missing: run scripts/bootstrap")
+            raise BenchError(f"{rflow} is missing: run scripts/bootstrap (or see --rflow)")
         project = self.workdir / "rflow-project"
         project.mkdir()
         text = PROJECT.format(sink=self.sink_url)
