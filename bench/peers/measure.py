@@ -139,7 +139,8 @@ def machine_cpu() -> tuple[float, float]:
 
 class CpuMeter:
     """CPU used between start and stop by named groups of process trees, by this process,
-    and by the machine as a whole (what is left is other work on the machine: noise)."""
+    and by the machine as a whole. What is left is noise: other users of the shared
+    machine, and kernel threads (network and disk work, for everyone, ours included)."""
 
     def __init__(self, groups: dict[str, list[int]]) -> None:
         self.groups = groups
@@ -171,7 +172,7 @@ class CpuMeter:
             "driver": own,
             "wall": wall,
             "machine_busy": machine,  # share of all cores
-            # Cores busy with work that is none of ours: other users of the machine.
+            # Cores busy outside the processes metered: other users, kernel threads.
             "others": max(0.0, machine * cores - ours / wall) if wall else 0.0,
         }
 
