@@ -429,7 +429,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
     stack = Stack.from_env()
     try:
         settings = await asyncio.wait_for(stack.prepare(), 60)
-    except (OSError, TimeoutError) as exc:
+    except Exception as exc:  # Kafka's, Postgres's or the network's: the same fix
         raise BenchError(
             f"the local stack is not reachable ({type(exc).__name__}: {exc}); "
             "check with `scripts/stack status`, start it with `scripts/stack up`"
