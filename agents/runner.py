@@ -30,7 +30,6 @@ from rflow.codecs import (
     TriggerRetracted,
     decode,
 )
-from rflow.codecs.tables import read_run_entry, run_entry, settled_entry
 from rflow.deployment import Deployment
 from rflow.engine import (
     CancelRequested,
@@ -93,8 +92,6 @@ class Runner:
         self.consumption = app.rflow.consumption
         self.partitions: frozenset[int] = frozenset()
         """The partitions opened here by the last rebalance."""
-        self.settling: dict[str, str] = {}
-        """Runs decided settled here whose journal is on its way: run id -> status."""
         self.windows: dict[str, SlidingWindow] = {}
         """In-process rate-limit windows, by workflow."""
         self.paused: dict[str, str] = {}
@@ -150,7 +147,7 @@ class Runner:
             waiting = f"the workflow to be resumed (paused {paused})"
             for combo, rid in self.runs_of(workflow, record):
                 start = self.start_of(workflow, record, combo, rid)
-                await self.effects.publish([lanes.pending(start, "paused", waiting, now)])
+                self.effects.publish([lanes.pending(start, "paused", waiting, now)])
             log.info("workflow %s is paused (%s): firing %s held", record.workflow, paused, gate)
             return
         await self.release_owned(record.workflow, message.partition)
@@ -207,7 +204,7 @@ class Runner:
             now = datetime.now(UTC)
             for combo, rid in later:
                 start = self.start_of(workflow, record, combo, rid)
-                await self.effects.publish([lanes.pending(start, "matrix", waiting, now)])
+                self.effects.publish([lanes.pending(start, "matrix", waiting, now)])
         for combo, rid in runs:
             if rid in active:
                 await self.begin(workflow, record, combo, rid, partition)
@@ -440,7 +437,7 @@ class Runner:
             owner = arrival.lane.active
             waiting = f"run {owner} of concurrency group {record.group!r} to settle"
             start = self.start_of(workflow, record, combo, rid)
-            await self.effects.publish([lanes.pending(start, "lane", waiting, datetime.now(UTC))])
+            self.effects.publish([lanes.pending(start, "lane", waiting, datetime.now(UTC))])
 
     async def leave_lane(self, state: RunState, partition: int) -> None:
         """A run of a concurrency group settled: the next one waiting starts."""
@@ -471,10 +468,10 @@ class Runner:
     async def never_started(self, rid: str, gate: str, status: RunStatus, reason: str) -> None:
         """Record a run its lane never started (skipped, or superseded while waiting)."""
         workflow, record, combo = self.firing(gate, rid)
-        self.runs[rid] = settled_entry(str(status))
+        self.runs[rid] = str(status)
         start = self.start_of(workflow, record, combo, rid)
         entries = lanes.never_started(start, status, reason, datetime.now(UTC))
-        await self.effects.publish(entries)
+        self.effects.publish(entries)
         self.runtime.metrics.journaled(workflow, record.workflow, None, entries)
         log.info("run %s of %s not started: %s", rid, record.workflow, reason)
 
@@ -615,7 +612,7 @@ class Runner:
         if entry is not None and entry.get("deferred", {}).get(rid) != reason:
             self.triggers[gate] = {**entry, "deferred": {**entry.get("deferred", {}), rid: reason}}
             start = self.start_of(workflow, record, combo, rid)
-            await self.effects.publish([lanes.pending(start, reason, waiting, datetime.now(UTC))])
+            self.effects.publish([lanes.pending(start, reason, waiting, datetime.now(UTC))])
         log.info("run %s of %s deferred (%s) until %s", rid, record.workflow, reason, retry_at)
 
     async def deferred_start(self, event: TimerFired, partition: int) -> None:
@@ -715,9 +712,7 @@ class Runner:
         if isinstance(event, TimerFired) and event.purpose == "start":
             await self.deferred_start(event, partition)
             return
-        if event.run_id in self.settling:
-            return  # over, its marker on the way
-        state = read_run_entry(self.runs.get(event.run_id))
+        state = self.runs.get(event.run_id)
         if isinstance(state, str):
             return  # over: a late or redelivered event (a Start included) changes nothing
         pinned = (
@@ -739,26 +734,15 @@ class Runner:
             workflow, new_state.workflow, new_state, [e for e in effects if isinstance(e, Journal)]
         )
         if not new_state.settled:
-            self.runs[event.run_id] = run_entry(new_state)
+            self.runs[event.run_id] = new_state
             await self.effects.carry_out(new_state, effects, partition)
             return
-        # A settling decision: its journal is delivered first, and the run is marked settled
-        # last, beside the stream. Until then its events are ignored here; no offset past
-        # the event is committed, and the partition is not handed over, before the marker
-        # is written. A worker that dies in between leaves the run unmarked, so its
-        # successor decides the event again (an event of a record is read again; a result
-        # of an action comes again, the action being in flight), and the same entries are
-        # projected idempotently. The other way round, the marker could hide a run whose
-        # settlement never reached the read model.
-        entries = [e for e in effects if isinstance(e, Journal | Settle)]
-        status = str(new_state.status)
-        self.settling[event.run_id] = status
-        self.consumption.defer(
-            partition,
-            self._mark_settled(entries, event.run_id, status, partition),
-            f"settlement of run {event.run_id}",
-        )
-        await self.effects.carry_out(new_state, effects, partition, journal=False)
+        # A settled run keeps a marker (its status), so a redelivered event of it is
+        # still recognised, at a few bytes instead of its state. The checkpoint writes
+        # the marker only once the broker has the run's journal: a marker that hid a run
+        # whose settlement never reached the read model is never durable.
+        self.runs[event.run_id] = str(new_state.status)
+        await self.effects.carry_out(new_state, effects, partition)
         for effect in effects:
             if isinstance(effect, Settle):
                 if new_state.workflow in self.breakers.guarded:  # the current deployment's
@@ -770,24 +754,6 @@ class Runner:
                     await self.leave_lane(new_state, partition)
                 if new_state.matrix is not None:
                     await self.matrix_run_settled(new_state, effect, partition)
-
-    async def _mark_settled(
-        self, entries: list[Journal | Settle], rid: str, status: str, partition: int
-    ) -> None:
-        """Deliver a settling decision's journal, then mark the run settled. The table
-        keeps a marker of a settled run, so a redelivered event of it is still
-        recognised, at a few bytes instead of its state."""
-
-        async def mark() -> None:
-            self.runs[rid] = settled_entry(status)
-
-        try:
-            await self.effects.deliver(entries)
-            # Also while the partition is being handed over (the handover waits for this);
-            # not once another worker may own it: then that worker decides the run again.
-            await self.consumption.decide(partition, mark, closing=True)
-        finally:
-            del self.settling[rid]
 
     async def decide_here(self, event: Any, partition: int) -> bool:
         """Decide ``event`` of a run on ``partition`` now, if this worker owns it; False
@@ -811,8 +777,7 @@ class Runner:
                 await self.release_everywhere(name, fresh)
         count = self.runtime.catalog.spec("rflow.runs").partitions
         resumed = 0
-        for stored in list(self.runs.values()):
-            state = read_run_entry(stored)
+        for state in list(self.runs.values()):
             if not isinstance(state, RunState) or state.settled:
                 continue
             key = partition_key(state)
@@ -950,5 +915,15 @@ def attach(app: RflowApp) -> Runner:
             )
             await send_dead_letter(app, message, f"the runner failed: {type(exc).__name__}: {exc}")
 
+    def flush_tables() -> Any:
+        write = runtime.tables.flush()
+
+        async def written() -> None:
+            write()
+
+        return written
+
     consumption.on_open.append(runner.resume_partitions)
+    # A checkpoint sends the runs' journals, then the tables' changes (see the module).
+    consumption.flushers += [runner.effects.flush_journal, flush_tables]
     return runner

@@ -20,6 +20,7 @@ from faust.web import Request, Response, View
 from rflow import approvals
 from rflow.codecs import json
 from rflow.codecs.json import JSONDecodeError
+from rflow.codecs.tables import write_run_entry
 from rflow.engine import RunStatus
 from rflow.engine.keys import workflow_version
 from rflow.lang.units import UnitError, parse_amount
@@ -218,7 +219,7 @@ def attach(app: RflowApp, control: Control) -> None:
 
             run = await db(load, "run")
             stored = runtime.tables.runs.get(run_id)
-            live = json.loads(stored) if stored is not None else None
+            live = json.loads(write_run_entry(stored)) if stored is not None else None
             if run is None and live is None:
                 raise ControlError(f"no run {run_id}", 404)
             return {**(run or {"run_id": run_id}), "live": live}

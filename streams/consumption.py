@@ -11,15 +11,17 @@ a topic an agent reads (a *TP*), while this worker owns it:
    earlier assignment. Nothing past the cursor is taken until the TP has been read again
    from the cursor; a TP whose records stop coming while the broker has more is read
    again the same way (:data:`STALL`).
-4. **Commits cover what is done and durable.** A checkpoint commits, per TP, the offset
-   below which every record is processed, once every table write made before it began
-   has been acknowledged by the broker and the work those records deferred
-   (:meth:`Consumption.defer`) has ended. It waits for nothing written after it began,
-   so offsets are committed during a burst, every :data:`COMMIT_INTERVAL`.
+4. **Commits cover what is done and durable.** Decisions change tables and journals in
+   memory; a checkpoint, every :data:`COMMIT_INTERVAL`, writes everything decided so far
+   (the runs' journals first, then the newest value of each table key changed, see
+   :attr:`Consumption.flushers`), waits until the broker has acknowledged those writes
+   and no later ones, and then commits, per TP, the offset below which every record is
+   processed. So offsets are committed during a burst too, and a run that starts and
+   settles between two checkpoints costs its table entry one write.
 5. **One owner at a time.** A TP is opened once the group's rebalance is complete (its
    tables recovered), at the group's committed offset, and closed when a rebalance
-   revokes partitions: decisions under way finish, deferred work ends, and a last
-   checkpoint commits before Faust hands the partitions over.
+   revokes partitions: decisions under way finish, and a last checkpoint writes and
+   commits before Faust hands the partitions over.
 6. **One lock per partition.** Records of partition *n* of the topics joined by key and
    the results of this worker's own actions for runs on partition *n* are decided under
    one lock (:meth:`Consumption.decide`), and their table writes go to partition *n*.
@@ -155,6 +157,14 @@ def check_internals() -> None:
 _WRITING_TO: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "rflow_writing_to", default=None
 )
+
+
+def current_partition() -> int:
+    """The partition being decided (:meth:`Consumption.decide`)."""
+    partition = _WRITING_TO.get()
+    if partition is None:
+        raise RuntimeError("a table is changed only while a partition is being decided")
+    return partition
 
 
 @contextmanager
@@ -361,14 +371,11 @@ class Cursor:
 
 @dataclass
 class Partition:
-    """Partition *n* of the topics joined by key: its lock and deferred work."""
+    """Partition *n* of the topics joined by key: whether it is decided here, and its lock."""
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     accepting: bool = False
     """Open: records are taken and results decided here."""
-    handing_over: bool = False
-    """Being revoked: only the work deferred before may still decide."""
-    deferred: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
 class Consumption:
@@ -388,6 +395,11 @@ class Consumption:
         """Whether records are taken at all (not between a revocation and an opening)."""
         self.opening: set[TP] = set()
         """TPs assigned by the last rebalance, opened when Faust seeks to committed."""
+        self.flushers: list[Callable[[], Callable[[], Awaitable[None]]]] = []
+        """Called in order at one instant when a checkpoint begins: each takes what was
+        decided so far and returns how to write it. The writes are then made in the same
+        order, each finished before the next begins (the runs' journals before the
+        tables, so that no table says a run is settled whose journal may be lost)."""
         self.on_open: list[Callable[[frozenset[int]], Awaitable[None]]] = []
         """Called with the joined partitions opened, after each rebalance."""
         self.epoch = 0
@@ -460,57 +472,34 @@ class Consumption:
         """The partitions of the joined topics decided here now."""
         return frozenset(n for n, p in self.partitions.items() if p.accepting)
 
-    async def decide(
-        self, number: int, work: Callable[[], Awaitable[Any]], *, closing: bool = False
-    ) -> bool:
-        """Run ``work`` under partition ``number``'s lock, its table writes going there,
-        if this worker owns the partition; False if it does not (nothing was run).
-        ``closing``: also while a rebalance is taking the partition away (deferred work,
-        which the revocation waits for)."""
+    async def decide(self, number: int, work: Callable[[], Awaitable[Any]]) -> bool:
+        """Run ``work`` under partition ``number``'s lock, its table changes going to
+        that partition, if this worker owns the partition; False if it does not
+        (nothing was run)."""
         partition = self.partition(number)
-        if not (partition.accepting or (closing and partition.handing_over)):
+        if not partition.accepting:
             return False
         async with partition.lock:
-            if not (partition.accepting or (closing and partition.handing_over)):
+            if not partition.accepting:
                 return False
             with writing_to(number):
                 await work()
         return True
 
-    def defer(self, number: int, work: Awaitable[Any], what: str) -> None:
-        """Run ``work`` beside the stream; neither a checkpoint of partition ``number``'s
-        records processed before this call nor a revocation goes ahead until it ends."""
-        task = asyncio.ensure_future(work)
-        deferred = self.partition(number).deferred
-        deferred.add(task)
-
-        def ended(finished: asyncio.Task[Any]) -> None:
-            deferred.discard(finished)
-            if not finished.cancelled() and finished.exception() is not None:
-                log.error("%s failed: %r", what, finished.exception())
-
-        task.add_done_callback(ended)
-
     # --- checkpoints --------------------------------------------------------------
 
     async def checkpoint(self) -> bool:
-        """Commit what is processed and durable; True if anything was committed."""
+        """Write what was decided, then commit what is processed; True if offsets were
+        committed."""
         async with self._checkpoint:
-            epoch = self.epoch
             offsets = {tp: c.done for tp, c in self.cursors.items() if c.done > c.committed}
-            if not offsets:
-                return False
-            deferred = [
-                task
-                for number in {tp.partition for tp in offsets if tp.topic in self.joined}
-                for task in self.partition(number).deferred
-            ]
-            if deferred:
-                await asyncio.gather(*deferred, return_exceptions=True)
+            writes = [flush() for flush in self.flushers]  # one instant: nothing awaits
+            for write in writes:
+                await write()
             buffer = self.app.producer.buffer
             await buffer.durable(buffer.written())
-            if epoch != self.epoch:
-                return False  # revoked meanwhile: the revocation committed
+            if not offsets:
+                return False
             return await self._commit(offsets)
 
     async def _commit(self, offsets: dict[TP, int]) -> bool:
@@ -531,24 +520,18 @@ class Consumption:
 
     async def stop_taking(self) -> None:
         """A rebalance revokes partitions (or the worker stops): take no more records,
-        decide nothing new, and let the decisions under way and deferred work end."""
+        decide nothing new, and let the decisions under way end."""
         self.reading = False
         numbers = sorted(n for n, p in self.partitions.items() if p.accepting)
         for number in numbers:
             self.partitions[number].accepting = False
-            self.partitions[number].handing_over = True
         for number in numbers:
             async with self.partitions[number].lock:
                 pass  # a decision under way has finished
-        while True:
-            deferred = [t for p in self.partitions.values() for t in p.deferred]
-            if not deferred:
-                break
-            await asyncio.gather(*deferred, return_exceptions=True)
 
     async def close(self) -> None:
-        """After :meth:`stop_taking`, once Faust's streams are idle: commit, and own
-        nothing until the next opening."""
+        """After :meth:`stop_taking`, once Faust's streams are idle: write what was
+        decided, commit, and own nothing until the next opening."""
         self.reading = False
         try:
             await self.checkpoint()
@@ -557,8 +540,6 @@ class Consumption:
         self.epoch += 1
         self.cursors.clear()
         self.opening.clear()
-        for partition in self.partitions.values():
-            partition.handing_over = False
 
     def assigned(self, tps: Iterable[TP]) -> None:
         """The rebalance is complete: these TPs of ours open when Faust seeks them."""

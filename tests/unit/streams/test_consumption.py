@@ -312,19 +312,50 @@ async def test_a_write_the_broker_refused_fails_the_checkpoint_and_commits_nothi
     assert fetcher.commits == []
 
 
-async def test_a_checkpoint_waits_for_work_deferred_by_the_records_it_commits():
+async def test_a_checkpoint_writes_what_was_decided_in_order_before_it_commits():
     made, fetcher = layer()
     await opened(made, {RUNS: 0})
-    gate = asyncio.Event()
+    written: list[str] = []
+    journal_acknowledged = asyncio.Event()
+    decided = {"journal": ["run settled"], "tables": ["run marked settled"]}
+
+    def flusher(name: str):
+        def flush():
+            taken, decided[name] = decided[name], []  # taken at the checkpoint's start
+
+            async def write() -> None:
+                if name == "journal":
+                    await journal_acknowledged.wait()
+                written.extend(taken)
+
+            return write
+
+        return flush
+
+    made.flushers += [flusher("journal"), flusher("tables")]
     assert made.take(Message(RUNS, 0))
-    made.defer(0, gate.wait(), "settlement")
     made.processed(Message(RUNS, 0))
     checkpoint = asyncio.ensure_future(made.checkpoint())
     await settle()
-    assert not checkpoint.done()
-    gate.set()
+    decided["journal"].append("decided after the checkpoint began")
+    assert written == [] and fetcher.commits == []  # no table before the journal
+    journal_acknowledged.set()
     assert await checkpoint
+    assert written == ["run settled", "run marked settled"]
     assert fetcher.commits == [{RUNS: 1}]
+
+
+async def test_a_checkpoint_writes_decisions_that_no_record_brought():
+    made, fetcher = layer()
+    await opened(made, {RUNS: 0})
+    written: list[str] = []
+    made.flushers.append(lambda: lambda: _append(written, "result of an action"))
+    assert not await made.checkpoint()  # nothing to commit, but written
+    assert written == ["result of an action"] and fetcher.commits == []
+
+
+async def _append(into: list, item: str) -> None:
+    into.append(item)
 
 
 async def test_a_commit_the_group_refuses_leaves_the_cursor_uncommitted():
@@ -364,35 +395,6 @@ async def test_a_revocation_waits_for_the_decision_under_way_then_commits_and_ow
     await made.close()
     assert fetcher.commits == [{RUNS: 1}]
     assert made.cursors == {} and not made.take(Message(RUNS, 1))
-
-
-async def test_deferred_work_may_still_decide_while_the_partition_is_handed_over():
-    made, _ = layer()
-    await opened(made, {RUNS: 0})
-    gate = asyncio.Event()
-    decided: list[bool] = []
-
-    async def settle_later() -> None:
-        await gate.wait()
-
-        async def mark() -> None:
-            decided.append(True)
-
-        decided.append(await made.decide(0, mark, closing=True))
-
-    made.defer(0, settle_later(), "settlement")
-    stopping = asyncio.ensure_future(made.stop_taking())
-    await settle()
-    assert not stopping.done()  # the handover waits for it
-    gate.set()
-    await stopping
-    assert decided == [True, True]
-    await made.close()
-
-    async def late() -> None:
-        decided.append(True)
-
-    assert not await made.decide(0, late, closing=True)  # another worker may own it now
 
 
 async def test_opening_tells_which_joined_partitions_are_decided_here():
