@@ -196,7 +196,8 @@ class Executors:
                 },
             }
             headers = {}
-        headers.setdefault("Idempotency-Key", effect.key)
+        # As http_call sends it: a key a header cannot carry goes as its digest.
+        headers.setdefault("Idempotency-Key", header_value(effect.key))
         async with self.session.post(url, json=payload, headers=headers) as response:
             if not 200 <= response.status < 300:
                 text = (await response.content.read(MAX_QUOTED_BYTES)).decode("utf-8", "replace")
