@@ -115,6 +115,7 @@ FROM runs
 WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(source)s::text IS NULL OR source = %(source)s)
+  AND (NOT %(dead)s OR EXISTS (SELECT 1 FROM dead_runs d WHERE d.run_id = runs.run_id))
 ORDER BY created_at DESC
 LIMIT %(limit)s
 """
@@ -315,10 +316,19 @@ async def list_runs(
     workflow: str | None = None,
     status: str | None = None,
     source: str | None = None,
+    dead: bool = False,
     limit: int = 50,
 ) -> list[dict[str, Any]]:
-    """The newest runs, optionally of one workflow, status or trigger source."""
-    params = {"workflow": workflow, "status": status, "source": source, "limit": limit}
+    """The newest runs, optionally of one workflow, status or trigger source; ``dead``
+    keeps the dead-lettered ones (the DLQ: not the failed runs of ``on_failure: drop``
+    or ``halt``)."""
+    params = {
+        "workflow": workflow,
+        "status": status,
+        "source": source,
+        "dead": dead,
+        "limit": limit,
+    }
     with translated():
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_LIST, params)

@@ -169,13 +169,13 @@ def attach(app: RflowApp, control: Control) -> None:
 
     @app.page("/api/runs", name="rflow.api.runs")
     async def list_runs(self: View, request: Request) -> Response:
-        """The newest runs: ?workflow=W&status=S&failed=true&limit=N."""
+        """The newest runs: ?workflow=W&status=S&source=S&failed=true&limit=N
+        (``failed=true``: the dead-lettered runs only)."""
 
         async def work() -> dict[str, Any]:
             query = request.query
             status = query.get("status")
-            if query.get("failed", "").lower() in ("1", "true", "yes"):
-                status = "failed"
+            dead = query.get("failed", "").lower() in ("1", "true", "yes")
             if status is not None and status not in RUN_STATUSES:
                 known = ", ".join(sorted(RUN_STATUSES))
                 raise ControlError(f"unknown status {status!r}: one of {known}", 400)
@@ -186,7 +186,7 @@ def attach(app: RflowApp, control: Control) -> None:
             workflow = query.get("workflow")
             rows = await db(
                 lambda conn: runs.list_runs(
-                    conn, workflow=workflow, status=status, source=source, limit=limit
+                    conn, workflow=workflow, status=status, source=source, dead=dead, limit=limit
                 ),
                 "runs",
             )
