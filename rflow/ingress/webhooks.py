@@ -18,7 +18,9 @@ answer saying why:
 
 Trigger keys: ``webhook:<workflow>:<idempotency key>:<generation>`` when the request
 carries the idempotency header, else ``webhook:<workflow>:<uuid>`` (each such request
-is a new firing).
+is a new firing). A workflow's webhook triggers after its first (or any with an id
+other than ``webhook``) begin their keys with ``webhook@<id>`` instead, and keep their
+idempotency keys apart: each trigger has a key space of its own.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from rflow.ingress.request import (
     size_refusal,
 )
 from rflow.lang.model import Project, Workflow
-from rflow.lang.model.triggers import WebhookSpec, WebhookTrigger
+from rflow.lang.model.triggers import WebhookSpec, key_prefix
 from rflow.storage import StorageError
 from rflow.storage.webhooks import Claim, ClaimOutcome
 from rflow.streams.producer import ProduceError
@@ -94,20 +96,32 @@ class TriggerProducer(Protocol):
 
 @dataclass(frozen=True)
 class Route:
-    """The workflow behind one webhook path."""
+    """The workflow behind one webhook path, and which of its triggers it is."""
 
     name: str
     workflow: Workflow
     spec: WebhookSpec
+    trigger_id: str = "webhook"
+
+    @property
+    def prefix(self) -> str:
+        """How the trigger keys of this webhook begin (``webhook`` or ``webhook@<id>``)."""
+        return key_prefix("webhook", self.trigger_id)
+
+    @property
+    def scope(self) -> str:
+        """Where its idempotency keys are claimed: the workflow's name for its ``webhook``
+        trigger, ``<workflow>@<id>`` for another, so two triggers never share a key."""
+        return self.name if self.trigger_id == "webhook" else f"{self.name}@{self.trigger_id}"
 
 
 def webhook_routes(project: Project | None) -> dict[str, Route]:
     """Every webhook trigger of ``project``, by path (the validator keeps paths unique)."""
     routes: dict[str, Route] = {}
     for name, workflow in (project.workflows if project else {}).items():
-        if isinstance(workflow.trigger, WebhookTrigger):
-            spec = workflow.trigger.webhook
-            routes[spec.path] = Route(name, workflow, spec)
+        for trigger_id, trigger in workflow.triggers_of("webhook"):
+            spec = trigger.webhook
+            routes[spec.path] = Route(name, workflow, spec, trigger_id)
     return routes
 
 
@@ -233,9 +247,9 @@ class WebhookIngress:
             )
 
         if key is None:
-            firing = record(f"webhook:{route.name}:{delivery}")
+            firing = record(f"{route.prefix}:{route.name}:{delivery}")
             return record_refusal(firing) or await self._fire(firing, route.workflow)
-        refusal = record_refusal(record(f"webhook:{route.name}:{key}:0"))
+        refusal = record_refusal(record(f"{route.prefix}:{route.name}:{key}:0"))
         if refusal is not None:
             return refusal
         return await self._fire_once(route, key, record)
@@ -247,13 +261,13 @@ class WebhookIngress:
         ttl = route.spec.idempotency_ttl
         claim_id = self._new_id()
         try:
-            claim = await self._deliveries.claim(route.name, key, claim_id=claim_id, ttl=ttl)
+            claim = await self._deliveries.claim(route.scope, key, claim_id=claim_id, ttl=ttl)
         except StorageError as exc:
             log.warning("webhook %s: cannot claim delivery %r: %s", route.name, key, exc)
             return refuse(
                 503, "the idempotency store is unavailable; retry later", retry_after=RETRY_AFTER
             )
-        trigger_key = f"webhook:{route.name}:{key}:{claim.generation}"
+        trigger_key = f"{route.prefix}:{route.name}:{key}:{claim.generation}"
         if claim.outcome is ClaimOutcome.DUPLICATE:
             return Reply(200, {"accepted": True, "duplicate": True, "trigger_key": trigger_key})
         if claim.outcome is ClaimOutcome.BUSY:
@@ -265,13 +279,13 @@ class WebhookIngress:
         reply = await self._fire(record(trigger_key), route.workflow)
         if reply.status != 202:
             try:
-                await self._deliveries.release(route.name, key, claim_id=claim_id)
+                await self._deliveries.release(route.scope, key, claim_id=claim_id)
             except StorageError as exc:
                 # The claim goes stale instead and a retry takes it over then.
                 log.warning("webhook %s: cannot release delivery %r: %s", route.name, key, exc)
             return reply
         try:
-            await self._deliveries.accept(route.name, key, generation=claim.generation, ttl=ttl)
+            await self._deliveries.accept(route.scope, key, generation=claim.generation, ttl=ttl)
         except StorageError as exc:
             # The firing is durable, so the answer stays 202. The claim stays pending; a
             # redelivery after it goes stale re-produces the same trigger key, which the

@@ -14,11 +14,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from rflow import storage
 from rflow.codecs import TriggerRecord, decode
-from rflow.ingress.scheduler import PostgresCursors, Scheduler, SchedulerService, Step
+from rflow.ingress.scheduler import Moved, PostgresCursors, Scheduler, SchedulerService, TickStep
 from rflow.lang import Project, load_project
 from rflow.lang.model import ScheduleSpec
 from rflow.settings import Settings
 from rflow.storage import StorageError, schedules
+from rflow.storage.schedules import Held
 from rflow.streams.app import create_app
 from rflow.streams.database import Database
 from rflow.streams.producer import Producer
@@ -236,15 +237,17 @@ class LosesTheFirstCursorWrite:
         self.inner = inner
         self.lost: str | None = None
 
-    async def update(self, workflow: str, spec: ScheduleSpec, step: Step) -> datetime | None:
-        async def crashing(cursor: datetime | None) -> datetime | None:
-            moved = await step(cursor)
-            if self.lost is None and cursor is not None and moved is not None:
+    async def update(
+        self, workflow: str, trigger: str, spec: ScheduleSpec, step: TickStep
+    ) -> datetime | None:
+        async def crashing(row: Held) -> Moved | None:
+            moved = await step(row)
+            if self.lost is None and row.cursor is not None and moved is not None:
                 self.lost = workflow
                 raise StorageError("connection lost before commit")
             return moved
 
-        return await self.inner.update(workflow, spec, crashing)
+        return await self.inner.update(workflow, trigger, spec, crashing)
 
 
 async def test_a_firing_produced_twice_has_one_key_and_one_table_entry(

@@ -16,7 +16,16 @@ from pydantic import (
     model_validator,
 )
 
-from rflow.lang.model.common import Cron, Duration, EnvVar, Model, Name, TimeZone, by_key, invalid
+from rflow.lang.model.common import (
+    Cron,
+    Duration,
+    EnvVar,
+    Model,
+    Name,
+    TimeZone,
+    by_key,
+    invalid,
+)
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*$")
 _WEBHOOK_PATH = re.compile(r"^/[A-Za-z0-9._~/-]*$")
@@ -123,6 +132,9 @@ class ScheduleSpec(Model):
     cron: Cron
     """Five-field cron (minute hour day-of-month month day-of-week) or @hourly, @daily, ..."""
     timezone: TimeZone = "UTC"
+    enabled: bool = True
+    """false: the schedule fires nothing (the workflow's other triggers still do); when it
+    is enabled again it fires from then on, never the times it skipped."""
 
 
 class ManualSpec(Model):
@@ -132,21 +144,31 @@ class ManualSpec(Model):
     """Names of the inputs a manual run takes, read as ${{ inputs.<name> }}."""
 
 
-class EventTrigger(Model):
+class TriggerBase(Model):
+    """What every trigger has beside its kind."""
+
+    kind: ClassVar[str] = ""
+    id: Name | None = None
+    """Names the trigger within its workflow (``rflow schedules disable W --trigger ID``);
+    default: its kind for the first of a kind, then ``<kind>-2``, ``<kind>-3``... Each
+    trigger fires under trigger keys of its own."""
+
+
+class EventTrigger(TriggerBase):
     """Start a run for each matching, confirmed chain event."""
 
     kind: ClassVar[str] = "event"
     event: EventSpec
 
 
-class WebhookTrigger(Model):
+class WebhookTrigger(TriggerBase):
     """Start a run for each accepted webhook request."""
 
     kind: ClassVar[str] = "webhook"
     webhook: WebhookSpec
 
 
-class ScheduleTrigger(Model):
+class ScheduleTrigger(TriggerBase):
     """Start a run on a cron schedule."""
 
     kind: ClassVar[str] = "schedule"
@@ -157,8 +179,8 @@ def _manual_shorthand(value: Any) -> Any:
     return {} if value is None or value is True else value
 
 
-class ManualTrigger(Model):
-    """Start runs by hand only."""
+class ManualTrigger(TriggerBase):
+    """Start runs by hand (``rflow run``, ``POST /api/workflows/{name}/runs``)."""
 
     kind: ClassVar[str] = "manual"
     manual: Annotated[
@@ -195,3 +217,22 @@ Trigger = Annotated[
     ),
 ]
 """Exactly one of event, webhook, schedule or manual."""
+
+
+def default_ids(triggers: list[Any]) -> list[str]:
+    """Each trigger's id: its own, else its kind for the first of a kind and
+    ``<kind>-<n>`` for the n-th."""
+    seen: dict[str, int] = {}
+    ids = []
+    for trigger in triggers:
+        seen[trigger.kind] = seen.get(trigger.kind, 0) + 1
+        n = seen[trigger.kind]
+        ids.append(trigger.id or (trigger.kind if n == 1 else f"{trigger.kind}-{n}"))
+    return ids
+
+
+def key_prefix(kind: str, trigger_id: str) -> str:
+    """How the trigger keys of one trigger begin: its kind (``schedule``) for the trigger
+    whose id is its kind, the keys one trigger per workflow always had, else
+    ``<kind>@<id>`` (``schedule@nightly``), so that no two triggers share a key."""
+    return kind if trigger_id == kind else f"{kind}@{trigger_id}"
