@@ -25,6 +25,7 @@ from rflow.lang.model.common import (
     TimeZone,
     by_key,
     invalid,
+    invalid_at,
 )
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*$")
@@ -75,8 +76,14 @@ _HMAC_HEADERS = {
 }
 
 
+MIN_TOLERANCE = timedelta(seconds=1)
+MAX_TOLERANCE = timedelta(hours=1)
+
+
 class AuthHmac(Model):
-    """A header carries an HMAC of the body, GitHub style: ``sha256=<hex digest>``."""
+    """A header carries an HMAC of the body, GitHub style: ``sha256=<hex digest>``; or,
+    with ``timestamp_header``, an HMAC of a string holding the delivery's time and its
+    body, as Stripe and Slack sign, so that a delivery cannot be replayed."""
 
     type: Literal["hmac"]
     algorithm: Literal["sha256", "sha1", "sha512"] = "sha256"
@@ -85,11 +92,60 @@ class AuthHmac(Model):
     X-Hub-Signature-512 (sha512)."""
     secret_env: EnvVar
     """Environment variable holding the shared secret."""
+    signature_prefix: str | None = None
+    """What precedes the hex digest in the signature header; default ``<algorithm>=``
+    (sha256=, GitHub's). Slack's is v0=, Stripe's v1=."""
+    timestamp_header: str | None = None
+    """The header carrying the delivery's Unix time in seconds (Slack:
+    X-Slack-Request-Timestamp). It may be the signature header itself, holding
+    ``t=<time>,v1=<digest>`` as Stripe-Signature does. With it, the signature covers the
+    time and the body (``signed_string``), a delivery outside ``tolerance`` is refused,
+    and so is a signature used before."""
+    tolerance: Duration = timedelta(minutes=5)
+    """How far a timestamped delivery's time may be from the receiver's clock, 1s to 1h."""
+    signed_string: str = "{timestamp}.{body}"
+    """What a timestamped signature signs: {timestamp} and {body} in this text, each once
+    (Stripe: {timestamp}.{body}; Slack: v0:{timestamp}:{body})."""
 
     @property
     def signature_header(self) -> str:
         """The header that carries the signature."""
         return self.header or _HMAC_HEADERS[self.algorithm]
+
+    @property
+    def prefix(self) -> str:
+        """What precedes the hex digest in a signature."""
+        return self.signature_prefix if self.signature_prefix is not None else f"{self.algorithm}="
+
+    @model_validator(mode="after")
+    def _timestamped(self) -> AuthHmac:
+        # Compared with the defaults rather than the fields given: a stored definition
+        # (every default written out) must validate again.
+        given = [
+            name
+            for name in ("tolerance", "signed_string")
+            if getattr(self, name) != type(self).model_fields[name].default
+        ]
+        if given and self.timestamp_header is None:
+            raise invalid(
+                f"{' and '.join(given)} apply to a timestamped signature: set timestamp_header"
+            )
+        if not MIN_TOLERANCE <= self.tolerance <= MAX_TOLERANCE:
+            raise invalid_at(self, ("tolerance",), "tolerance must be between 1s and 1h")
+        for placeholder in ("{timestamp}", "{body}"):
+            if self.signed_string.count(placeholder) != 1:
+                raise invalid_at(
+                    self,
+                    ("signed_string",),
+                    f"signed_string must hold {placeholder} once, got {self.signed_string!r}",
+                )
+        if self.signature_prefix is not None and (
+            not self.signature_prefix or "," in self.signature_prefix
+        ):
+            raise invalid_at(
+                self, ("signature_prefix",), "signature_prefix is text such as v0= (no comma)"
+            )
+        return self
 
 
 WebhookAuth = Annotated[AuthNone | AuthApiKey | AuthHmac, Discriminator("type")]

@@ -195,3 +195,32 @@ def test_a_trigger_with_two_kinds_points_at_triggers() -> None:
         "3: webhook, schedule, manual (several triggers go in a triggers: list, one kind each)"
     ]
 
+
+def test_a_stored_definition_with_several_triggers_validates_again() -> None:
+    from rflow.lang.model import Workflow
+
+    report = check(
+        """\
+        workflows:
+          w:
+            triggers:
+              - webhook:
+                  path: /hooks/w
+                  auth:
+                    type: hmac
+                    secret_env: S
+                    header: X-Slack-Signature
+                    timestamp_header: X-Slack-Request-Timestamp
+                    signed_string: "v0:{timestamp}:{body}"
+                    signature_prefix: "v0="
+                    tolerance: 2m
+              - { id: nightly, schedule: { cron: "@daily", enabled: false } }
+            steps: [{ id: a, notify: { channel: ops, message: hi } }]
+        """,
+        env={"S": "x"},
+    )
+    assert report.ok, [str(d) for d in report.diagnostics]
+    workflow = report.project.workflows["w"]
+    for mode in ("python", "json"):
+        dumped = workflow.model_dump(mode=mode, by_alias=True)
+        assert Workflow.model_validate(dumped) == workflow
