@@ -15,17 +15,9 @@ with the same idempotency key, as it does for a step interrupted by the crash.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
-
-from faust.events import Event as FaustEvent
-from faust.streams import _current_event
-from faust.types.tuples import Message
 
 from rflow.agents.breakers import Breakers
 from rflow.agents.dead_letters import send_dead_letter
@@ -99,12 +91,9 @@ class Runner:
         self.take(self.deployment)
         app.rflow.on_deployment.append(self.take)
         self.uses_state: dict[str, bool] = {}
+        self.consumption = app.rflow.consumption
         self.partitions: frozenset[int] = frozenset()
-        self.lock = asyncio.Lock()
-        """Held while an event is decided: by the agent, and by :meth:`decide_here`."""
-        self.here: frozenset[int] = frozenset()
-        """Partitions whose results are decided here: assigned, recovered, not revoked."""
-        self._sources: dict[int, FaustEvent] = {}
+        """The partitions opened here by the last rebalance."""
         self.settling: dict[str, str] = {}
         """Runs decided settled here whose journal is on its way: run id -> status."""
         self.windows: dict[str, SlidingWindow] = {}
@@ -271,20 +260,16 @@ class Runner:
         begin what was held on every partition this worker owns (its own first), so what
         was held starts before what arrives later."""
         await self.release_held(name, partition)
-        for other in sorted(self.here - {partition}):
+        for other in sorted(self.consumption.owned() - {partition}):
             if self.lanes.get(held_key(name, other)) is not None:
-                with self._writing_to(other):
-                    await self.release_held(name, other)
+                await self.consumption.decide(other, lambda o=other: self.release_held(name, o))
 
     async def release_everywhere(self, name: str, partitions: frozenset[int] | None = None) -> None:
-        for partition in sorted(partitions if partitions is not None else self.here):
+        owned = self.consumption.owned()
+        for partition in sorted(partitions if partitions is not None else owned):
             if self.lanes.get(held_key(name, partition)) is None:
                 continue
-            async with self.lock:
-                if partition not in self.here:
-                    continue
-                with self._writing_to(partition):
-                    await self.release_held(name, partition)
+            await self.consumption.decide(partition, lambda p=partition: self.release_held(name, p))
 
     # --- versions ---------------------------------------------------------------------
 
@@ -725,9 +710,9 @@ class Runner:
 
     # --- advancing ----------------------------------------------------------------------
 
-    async def apply(self, event: Any, partition: int, *, here: bool = False) -> None:
-        """Decide ``event``; ``here``: it is the result of this worker's own action, held by
-        no record on a topic (:meth:`decide_here`)."""
+    async def apply(self, event: Any, partition: int) -> None:
+        """Decide ``event`` of a run on ``partition``, whether a record brought it or it
+        is the result of this worker's own action (:meth:`decide_here`)."""
         if isinstance(event, TimerFired) and event.purpose == "start":
             await self.deferred_start(event, partition)
             return
@@ -759,22 +744,21 @@ class Runner:
             await self.effects.carry_out(new_state, effects, partition)
             return
         # A settling decision: its journal is delivered first, and the run is marked settled
-        # last. A worker that dies in between leaves the run unmarked, so the event is
-        # decided again (the same entries, projected idempotently); the other way round,
-        # the marker would hide a run whose settlement never reached the read model.
+        # last, beside the stream. Until then its events are ignored here; no offset past
+        # the event is committed, and the partition is not handed over, before the marker
+        # is written. A worker that dies in between leaves the run unmarked, so its
+        # successor decides the event again (an event of a record is read again; a result
+        # of an action comes again, the action being in flight), and the same entries are
+        # projected idempotently. The other way round, the marker could hide a run whose
+        # settlement never reached the read model.
         entries = [e for e in effects if isinstance(e, Journal | Settle)]
         status = str(new_state.status)
-        if here:
-            # No record holds the event, so the runner need not wait for the broker: a
-            # successor finds the run's last step in flight and decides it again.
-            self.settling[event.run_id] = status
-            self.effects.spawn(
-                self._mark_settled(entries, event.run_id, status, partition),
-                f"settlement of run {event.run_id}",
-            )
-        else:
-            # Waiting keeps the record's offset from being committed before the journal.
-            await self.effects.deliver(entries)
+        self.settling[event.run_id] = status
+        self.consumption.defer(
+            partition,
+            self._mark_settled(entries, event.run_id, status, partition),
+            f"settlement of run {event.run_id}",
+        )
         await self.effects.carry_out(new_state, effects, partition, journal=False)
         for effect in effects:
             if isinstance(effect, Settle):
@@ -787,8 +771,6 @@ class Runner:
                     await self.leave_lane(new_state, partition)
                 if new_state.matrix is not None:
                     await self.matrix_run_settled(new_state, effect, partition)
-        if not here:
-            self.runs[event.run_id] = settled_entry(status)
 
     async def _mark_settled(
         self, entries: list[Journal | Settle], rid: str, status: str, partition: int
@@ -796,57 +778,31 @@ class Runner:
         """Deliver a settling decision's journal, then mark the run settled. The table
         keeps a marker of a settled run, so a redelivered event of it is still
         recognised, at a few bytes instead of its state."""
+
+        async def mark() -> None:
+            self.runs[rid] = settled_entry(status)
+
         try:
             await self.effects.deliver(entries)
-            async with self.lock:
-                if partition in self.here:  # else its new owner decides the run again
-                    with self._writing_to(partition):
-                        self.runs[rid] = settled_entry(status)
+            # Also while the partition is being handed over (the handover waits for this);
+            # not once another worker may own it: then that worker decides the run again.
+            await self.consumption.decide(partition, mark, closing=True)
         finally:
             del self.settling[rid]
 
     async def decide_here(self, event: Any, partition: int) -> bool:
         """Decide ``event`` of a run on ``partition`` now, if this worker owns it; False
         when it does not (the caller produces the event to the runs topic instead)."""
-        if partition not in self.here:
-            return False
-        async with self.lock:
-            if partition not in self.here:  # revoked while this waited
-                return False
-            try:
-                with self._writing_to(partition):
-                    await self.apply(event, partition, here=True)
-            except Exception:
-                log.exception("deciding %s of run %s failed", type(event).__name__, event.run_id)
-                return False  # the runs topic takes it to the agent, which dead-letters it
-        return True
-
-    @contextmanager
-    def _writing_to(self, partition: int) -> Iterator[None]:
-        """Table writes outside the agent go to ``partition``, as the writes of an event of
-        the runs topic on it would (Faust takes the partition from the current event)."""
-        source = self._sources.get(partition)
-        if source is None:
-            topic = self.runtime.catalog.full_name("rflow.runs")
-            message = Message(topic, partition, -1, 0.0, 0, None, None, None, None)
-            source = self._sources[partition] = FaustEvent(self.app, None, None, None, message)
-        token = _current_event.set(weakref.ref(source))
         try:
-            yield
-        finally:
-            _current_event.reset(token)
+            return await self.consumption.decide(partition, lambda: self.apply(event, partition))
+        except Exception:
+            log.exception("deciding %s of run %s failed", type(event).__name__, event.run_id)
+            return False  # the runs topic takes it to the agent, which dead-letters it
 
-    async def give_up_partitions(self) -> None:
-        """A rebalance began: results go round the runs topic until it is complete. Taking
-        the lock waits for a decision under way, so its table writes are buffered before
-        the revocation flushes the producer."""
-        async with self.lock:
-            self.here = frozenset()
-
-    async def resume_partitions(self, assigned: frozenset[int]) -> None:
+    async def resume_partitions(self, opened: frozenset[int]) -> None:
         """After a rebalance: re-issue what every unsettled run of new partitions awaits."""
-        fresh = assigned - self.partitions
-        self.partitions = self.here = assigned
+        fresh = opened - self.partitions
+        self.partitions = opened
         if not fresh:
             return
         await self.refresh_pauses()  # what was held stays held while still paused
@@ -961,9 +917,11 @@ def attach(app: RflowApp) -> Runner:
     """Declare the runner agent on ``app``."""
     runtime = app.rflow
     runner = Runner(app)
+    consumption = runtime.consumption
     channel = app.topic(
         runtime.catalog.full_name("rflow.triggers"),
         runtime.catalog.full_name("rflow.runs"),
+        acks=False,  # offsets are committed by the consumption layer
         key_type=bytes,
         value_type=bytes,
         key_serializer="raw",
@@ -975,31 +933,25 @@ def attach(app: RflowApp) -> Runner:
         """Admit trigger firings (once per trigger key) and advance runs step by step."""
         async for event in stream.events():
             message = event.message
-            try:
-                record = decode(event.value)
-            except DecodeError as exc:
-                await send_dead_letter(app, message, exc.reason)
+            if not consumption.take(message):
                 continue
-            try:
-                async with runner.lock:
-                    await runner.handle(record, message)
-            except Exception as exc:
-                # A crashed agent is restarted past the event it was handling: the record
-                # would be lost. It goes to the dead-letter path with the reason instead.
-                log.exception(
-                    "runner failed on %s[%s]@%s", message.topic, message.partition, message.offset
-                )
-                await send_dead_letter(
-                    app, message, f"the runner failed: {type(exc).__name__}: {exc}"
-                )
+            await consumption.process(message, lambda m=message, v=event.value: decide(m, v))
 
-    async def on_rebalance_complete(sender: Any = None, **kwargs: Any) -> None:
-        runs_topic = runtime.catalog.full_name("rflow.runs")
-        assigned = frozenset(
-            tp.partition for tp in app.assignor.assigned_actives() if tp.topic == runs_topic
-        )
-        await runner.resume_partitions(assigned)
+    async def decide(message: Any, value: bytes) -> None:
+        try:
+            record = decode(value)
+        except DecodeError as exc:
+            await send_dead_letter(app, message, exc.reason)
+            return
+        try:
+            await runner.handle(record, message)
+        except Exception as exc:
+            # A crashed agent is restarted past the event it was handling: the record
+            # would be lost. It goes to the dead-letter path with the reason instead.
+            log.exception(
+                "runner failed on %s[%s]@%s", message.topic, message.partition, message.offset
+            )
+            await send_dead_letter(app, message, f"the runner failed: {type(exc).__name__}: {exc}")
 
-    app.on_rebalance_complete.connect(on_rebalance_complete)
-    app.before_revoke.append(runner.give_up_partitions)
+    consumption.on_open.append(runner.resume_partitions)
     return runner

@@ -57,3 +57,17 @@ async def counts(conn: psycopg.AsyncConnection) -> dict[str, int]:
         cur = await conn.execute(_COUNTS)
         records, runs = await cur.fetchone()
         return {"record": records, "run": runs}
+
+
+_GET = """
+SELECT id, topic, "partition", "offset", record_key, reason, raw, failed_at, recorded_at
+FROM dead_letters WHERE id = %s
+"""
+
+
+async def get(conn: psycopg.AsyncConnection, letter_id: int) -> dict[str, Any] | None:
+    """One dead letter by its id, or ``None``."""
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_GET, (letter_id,))
+            return await cur.fetchone()

@@ -353,34 +353,17 @@ def attach(app: RflowApp, control: Control) -> None:
 
         return await answer(work)
 
-    def workflow_action(name: str, act: Callable[[Any, str, dict[str, Any]], Awaitable[Any]]):
-        async def post(self: View, request: Request, workflow: str) -> Response:
-            async def work() -> Any:
-                project = runtime.project
-                if project is None or workflow not in project.workflows:
-                    raise ControlError(f"no workflow {workflow!r} in this project", 404)
-                fields = await read(request)
-                await db(lambda conn: act(conn, workflow, fields), f"{name} {workflow}")
-                return {"workflow": workflow, "paused": name == "pause"}
+    async def pause(workflow: str, fields: dict[str, Any], principal: str) -> Any:
+        """Pause the workflow: its triggers start no runs until resumed; body
+        ``{"reason": ...}`` (optional)."""
+        return await control.pause(workflow, text(fields, "reason", "paused by an operator"))
 
-            return await answer(work)
-
-        post.__doc__ = act.__doc__
-        view = type(f"Workflow{name.title()}View", (View,), {"post": post})
-        app.page(f"/api/workflows/{{workflow}}/{name}", name=f"rflow.api.workflow.{name}")(view)
-
-    async def pause(conn: Any, workflow: str, fields: dict[str, Any]) -> None:
-        """Pause the workflow: its triggers start no runs until resumed."""
-        reason = text(fields, "reason", "paused by an operator")
-        await controls.pause(conn, workflow, by="operator", reason=reason)
-
-    async def resume(conn: Any, workflow: str, fields: dict[str, Any]) -> None:
+    async def resume(workflow: str, fields: dict[str, Any], principal: str) -> Any:
         """Resume the workflow after a pause: the firings held meanwhile start in order."""
-        if not await controls.resume(conn, workflow):
-            raise ControlError(f"workflow {workflow} was not paused: nothing to resume", 409)
+        return await control.resume(workflow)
 
-    workflow_action("pause", pause)
-    workflow_action("resume", resume)
+    action("/api/workflows/{workflow}/pause", "workflow", "pause", pause)
+    action("/api/workflows/{workflow}/resume", "workflow", "resume", resume)
 
     @app.page("/api/schedules", name="rflow.api.schedules")
     async def list_schedules(self: View, request: Request) -> Response:

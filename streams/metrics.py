@@ -265,14 +265,10 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
         metrics.lane_waiting.labels(workflow).set(count)
 
     consumer = app.consumer
-    committed = getattr(consumer, "_committed_offset", {})
-    for tp in consumer.assignment():
-        if tp.topic in app.tables.changelog_topics:
-            continue
+    for tp, done in runtime.consumption.committed().items():
         highwater = consumer.highwater(tp)
         if highwater is None:
             continue
-        done = committed.get(tp) or 0
         metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(highwater - done, 0))
 
 
