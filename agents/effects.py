@@ -18,7 +18,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from rflow.agents.executors import Executors
 from rflow.agents.slots import RunSlots
-from rflow.classify import classify
+from rflow.classify import step_error
 from rflow.codecs import RunEvent, RunJournal, SendRequest, encode
 from rflow.engine import (
     Effect,
@@ -170,7 +170,7 @@ class EffectRunner:
                 raise
             except Exception as exc:  # every failure of an action becomes data with a kind
                 message = secrets.scrub(f"{type(exc).__name__}: {exc}")[:500]
-                error = StepError(kind=classify(exc), message=message)
+                error = step_error(exc, message)
         # Whatever the effect was given goes back to its placeholder before the journal.
         result = StepResult(
             run_id=effect.run_id,

@@ -49,6 +49,7 @@ from rflow.engine.lanes import Lane
 from rflow.failures import RflowError
 from rflow.lang.model import Workflow
 from rflow.lang.model.resources import Config
+from rflow.lang.reads import reads_state
 from rflow.lang.units import format_duration
 from rflow.ratelimit import SlidingWindow
 from rflow.storage import controls, rate_limits, timers, versions, workflow_state
@@ -872,7 +873,9 @@ def partition_disagreement(key: bytes, partition: int, count: int) -> str | None
 
 
 def _reads_state(workflow: Workflow) -> bool:
-    return "state." in workflow.model_dump_json(by_alias=True)
+    # Asked of the parsed expressions: state['count'] is a read, a URL holding "state."
+    # is not.
+    return reads_state(workflow)
 
 
 def attach(app: RflowApp) -> Runner:

@@ -115,6 +115,7 @@ FROM runs
 WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(source)s::text IS NULL OR source = %(source)s)
+  AND (NOT %(dead)s OR EXISTS (SELECT 1 FROM dead_runs d WHERE d.run_id = runs.run_id))
   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
   AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
 ORDER BY created_at DESC
@@ -317,16 +318,19 @@ async def list_runs(
     workflow: str | None = None,
     status: str | None = None,
     source: str | None = None,
+    dead: bool = False,
     since: datetime | None = None,
     until: datetime | None = None,
     limit: int = 50,
 ) -> list[dict[str, Any]]:
     """The newest runs, optionally of one workflow, status or trigger source, admitted
-    at or after ``since`` and before ``until``."""
+    at or after ``since`` and before ``until``; ``dead`` keeps the dead-lettered ones
+    (the DLQ: not the failed runs of ``on_failure: drop`` or ``halt``)."""
     params = {
         "workflow": workflow,
         "status": status,
         "source": source,
+        "dead": dead,
         "since": since,
         "until": until,
         "limit": limit,

@@ -10,6 +10,7 @@ dashboards take ``max`` over instances.
 from __future__ import annotations
 
 import logging
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -22,8 +23,58 @@ REFRESH_INTERVAL = 5.0
 CIRCUIT_STATES = ("closed", "half_open", "open")
 
 
+class ExactGauge:
+    """A gauge of whole numbers (wei, raw token units) written out digit for digit.
+
+    prometheus_client keeps every value as a float: it writes ``2e+16`` for 0.02 ether in
+    wei, and 1 ether and 1 wei (``1000000000000000001``) as ``1e+18``. An amount read
+    from ``/metrics`` must be the amount; Prometheus reads the digits as any number.
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: list[str]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.values: dict[tuple[str, ...], int] = {}
+
+    def labels(self, *values: str) -> _ExactChild:
+        """The series of ``values`` (one per label name)."""
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {', '.join(self.labelnames)}")
+        return _ExactChild(self, tuple(str(v) for v in values))
+
+    def render(self) -> str:
+        """The gauge in Prometheus's text exposition format."""
+        help_text = self.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        lines = [f"# HELP {self.name} {help_text}", f"# TYPE {self.name} gauge"]
+        for values, value in sorted(self.values.items()):
+            labels = ",".join(
+                f'{name}="{_escape(v)}"' for name, v in zip(self.labelnames, values, strict=True)
+            )
+            lines.append(f"{self.name}{{{labels}}} {value}")
+        return "\n".join(lines) + "\n"
+
+
+class _ExactChild:
+    """One series of an :class:`ExactGauge`."""
+
+    def __init__(self, gauge: ExactGauge, values: tuple[str, ...]) -> None:
+        self.gauge = gauge
+        self.values = values
+
+    def set(self, value: int | Decimal) -> None:
+        """Set the series to the whole number ``value`` (a fraction is refused, not cut)."""
+        if isinstance(value, bool) or int(value) != value:
+            raise ValueError(f"{self.gauge.name} holds whole numbers, got {value!r}")
+        self.gauge.values[self.values] = int(value)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
 class Metrics:
-    """One worker's metrics, in a registry of its own."""
+    """One worker's metrics, in a registry of its own (amounts in :class:`ExactGauge`)."""
 
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
@@ -74,20 +125,16 @@ class Metrics:
             ["workflow", "state"],
             registry=registry,
         )
-        self.budget_cap = Gauge(
-            "rflow_budget_cap", "Budget caps (raw units)", ["budget", "asset"], registry=registry
+        self.budget_cap = ExactGauge(
+            "rflow_budget_cap", "Budget caps (raw units)", ["budget", "asset"]
         )
-        self.budget_consumed = Gauge(
+        self.budget_consumed = ExactGauge(
             "rflow_budget_consumed",
             "Reserved and spent in the budget's window (raw units)",
             ["budget", "asset"],
-            registry=registry,
         )
-        self.budget_remaining = Gauge(
-            "rflow_budget_remaining",
-            "Cap minus consumed (raw units)",
-            ["budget", "asset"],
-            registry=registry,
+        self.budget_remaining = ExactGauge(
+            "rflow_budget_remaining", "Cap minus consumed (raw units)", ["budget", "asset"]
         )
         self.sends = Gauge(
             "rflow_sends",
@@ -95,11 +142,10 @@ class Metrics:
             ["status"],
             registry=registry,
         )
-        self.gas_spent = Gauge(
+        self.gas_spent = ExactGauge(
             "rflow_gas_spent_wei",
             "Gas paid by sends (gas used x effective price), in wei",
             ["network", "relayer"],
-            registry=registry,
         )
         self.consumer_lag = Gauge(
             "rflow_consumer_lag",
@@ -125,8 +171,15 @@ class Metrics:
             registry=registry,
         )
 
+    @property
+    def exact(self) -> tuple[ExactGauge, ...]:
+        """The gauges of amounts, written digit for digit."""
+        return (self.budget_cap, self.budget_consumed, self.budget_remaining, self.gas_spent)
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """Every metric in Prometheus's text exposition format."""
+        exact = "".join(gauge.render() for gauge in self.exact)
+        return generate_latest(self.registry) + exact.encode()
 
     def journaled(self, workflow: Any, name: str, state: Any, entries: list[Any]) -> None:
         """Count what one decision of the engine journaled."""

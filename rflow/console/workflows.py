@@ -32,7 +32,7 @@ def attach(console: Console) -> None:
         state = circuit.state if circuit is not None else "closed"
         return {
             "name": name,
-            "trigger": type(definition.trigger).kind,
+            "trigger": ", ".join(definition.trigger_kinds),
             "version": current.versions.get(name) or workflow_version(definition),
             "paused": bool(definition.paused) or name in paused,
             "paused_by": "its definition (paused: true)" if definition.paused else by,
