@@ -147,6 +147,9 @@ class EffectRunner:
                 ),
                 f"halt {effect.workflow}",
             )
+            runner = self.runtime.runner
+            if runner is not None:  # this worker starts no more of its runs from now on
+                runner.paused[effect.workflow] = f"by on_failure: {reason}"
             log.warning("workflow %s halted: %s", effect.workflow, reason)
 
     # --- actions ----------------------------------------------------------------------

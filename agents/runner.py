@@ -24,6 +24,7 @@ from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import EffectRunner, partition_key, partition_of
 from rflow.codecs import (
     DecodeError,
+    PauseChanged,
     RetryRecord,
     RunEvent,
     TriggerRecord,
@@ -91,6 +92,7 @@ class Runner:
         app.rflow.on_deployment.append(self.take)
         self.uses_state: dict[str, bool] = {}
         self.consumption = app.rflow.consumption
+        self.triggers_topic = app.rflow.catalog.full_name("rflow.triggers")
         self.partitions: frozenset[int] = frozenset()
         """The partitions opened here by the last rebalance."""
         self.windows: dict[str, SlidingWindow] = {}
@@ -100,9 +102,6 @@ class Runner:
         from Postgres by a timer, so every worker sees a pause within a second or so)."""
         self.paused_read = False
         """Whether ``paused`` was read yet: until it is, every pause is asked of Postgres."""
-        self.paused_at: datetime | None = None
-        """When the last read of ``paused`` began: a firing received later is checked
-        against Postgres, so a pause binds every firing accepted after it was answered."""
 
     # --- admission --------------------------------------------------------------------
 
@@ -133,8 +132,7 @@ class Runner:
                 await self.readmit(workflow, record, admitted, message.partition)
             return
         entry = self.firing_entry(workflow, record)
-        received = record.received_at if isinstance(record, TriggerRecord) else None
-        paused = await self.paused_why(record.workflow, workflow, received)
+        paused = await self.paused_why(record.workflow, workflow)
         if paused and workflow.paused_firings == "skip":
             self.triggers[gate] = {**entry, "skipped": f"workflow paused: {paused}"}
             for rid in entry["runs"]:
@@ -210,12 +208,10 @@ class Runner:
             if rid in active:
                 await self.begin(workflow, record, combo, rid, partition)
 
-    async def paused_why(
-        self, name: str, workflow: Workflow, received_at: datetime | None = None
-    ) -> str | None:
+    async def paused_why(self, name: str, workflow: Workflow) -> str | None:
         """Why ``name`` starts no runs now (paused in its definition, by an operator, a
         halt or a breaker), or ``None``."""
-        return "in its definition" if workflow.paused else await self.pause_of(name, received_at)
+        return "in its definition" if workflow.paused else await self.pause_of(name)
 
     async def release_held(self, name: str, partition: int) -> None:
         """Begin the firings of ``name`` held on ``partition`` while it was paused, in the
@@ -317,27 +313,30 @@ class Runner:
             return f"workflow {name!r} was removed by {removed}"
         return f"unknown workflow {name!r} (not in {self.deployment.label}, which this worker runs)"
 
-    async def pause_of(self, name: str, received_at: datetime | None = None) -> str | None:
-        """Why ``name`` is paused, or ``None``. The refreshed copy of the pauses answers
-        when the workflow runs and was read after the firing was received (else Postgres
-        is asked: a pause answered before the firing was accepted holds it); a pause it
-        shows is confirmed in Postgres first, so a firing that arrives just after a resume
-        is not turned away."""
-        fresh = received_at is None or (
-            self.paused_at is not None and self.paused_at >= received_at
-        )
-        if self.paused_read and name not in self.paused and fresh:
+    async def pause_of(self, name: str) -> str | None:
+        """Why ``name`` is paused, or ``None``. The copy of the pauses answers for a
+        workflow it shows running: an operator's pause reaches this partition as a
+        :class:`~rflow.codecs.PauseChanged` record before any firing produced after the
+        pause was answered, and refreshes the copy there (:meth:`pause_changed`). A pause
+        it shows is confirmed in Postgres first, so a firing that arrives just after a
+        resume is not turned away."""
+        if self.paused_read and name not in self.paused:
             return None
         await self.refresh_pauses()
         return self.paused.get(name)
+
+    async def pause_changed(self, record: PauseChanged, partition: int) -> None:
+        """An operator paused or resumed ``record.workflow``: read the pauses again, and
+        on a resume begin what was held on this partition before the firings after it."""
+        await self.refresh_pauses()
+        if record.workflow not in self.paused_now():
+            await self.release_held(record.workflow, partition)
 
     async def refresh_pauses(self) -> set[str]:
         """Read which workflows are paused (operator, on_failure: halt, breaker); returns
         the ones that were paused before (their held firings may be released)."""
         previously = set(self.paused)
-        began = datetime.now(UTC)
         found = await self.runtime.database.run(controls.paused, what="workflow pauses")
-        self.paused_at = began
         self.paused = {
             workflow: f"by {by}: {reason}" if reason else f"by {by}"
             for workflow, (by, reason) in found.items()
@@ -698,6 +697,8 @@ class Runner:
             await self.admit(record, message)
         elif isinstance(record, TriggerRetracted):
             await self.retract(record, message)
+        elif isinstance(record, PauseChanged) and message.topic == self.triggers_topic:
+            await self.pause_changed(record, message.partition)
         elif isinstance(record, RunEvent):
             await self.apply(record.event, message.partition)
         else:

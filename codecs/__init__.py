@@ -7,6 +7,7 @@ fails to decode raises :class:`DecodeError` with a reason meant for the dead-let
 from rflow.codecs.envelope import MAX_RECORD_BYTES, DecodeError, decode, encode
 from rflow.codecs.records import (
     DeadLetter,
+    PauseChanged,
     Record,
     RetryRecord,
     RunEvent,
@@ -21,6 +22,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "DeadLetter",
     "DecodeError",
+    "PauseChanged",
     "Record",
     "RetryRecord",
     "RunEvent",

@@ -65,6 +65,22 @@ class TriggerRetracted(Record):
         return self.group if self.group is not None else self.trigger_key
 
 
+class PauseChanged(Record):
+    """An operator paused or resumed a workflow (on every partition of the triggers topic).
+
+    Produced after the pause is stored in Postgres and before the operator is answered,
+    so every firing produced after the answer comes after it on its partition: the
+    worker that owns the partition reads the pauses again when it reaches this record,
+    and holds those firings (or starts the held ones, on a resume, before them).
+    """
+
+    kind: Literal["pause_changed"] = "pause_changed"
+    v: Literal[1] = 1
+    workflow: str = Field(min_length=1, max_length=200)
+    paused: bool
+    at: datetime
+
+
 class RetryRecord(Record):
     """``rflow runs retry``: continue a failed run as a new run (on the triggers topic,
     keyed like the failed run's firing, so it is admitted where that run's group lives:
@@ -176,8 +192,8 @@ JournalEntry = Annotated[Journal | Settle, Field(discriminator="type")]
 class RunJournal(Record):
     """Journal entries of a run for the read model (on the events topic, keyed by run id).
 
-    Version 2 carries the entries of one decision of the engine, in order; version 1
-    (still read) carried one entry.
+    Version 2 carries the run's entries since the last checkpoint of the worker that
+    decided them, in order; version 1 (still read) carried one entry.
     """
 
     kind: Literal["run_journal"] = "run_journal"
@@ -205,6 +221,7 @@ class RunJournal(Record):
 AnyRecord = Annotated[
     TriggerRecord
     | TriggerRetracted
+    | PauseChanged
     | RetryRecord
     | RunEvent
     | RunJournal
@@ -217,6 +234,7 @@ AnyRecord = Annotated[
 KNOWN_VERSIONS: dict[str, frozenset[int]] = {
     "trigger": frozenset({1}),
     "trigger_retracted": frozenset({1}),
+    "pause_changed": frozenset({1}),
     "retry": frozenset({1}),
     "run_event": frozenset({1}),
     "run_journal": frozenset({1, 2}),

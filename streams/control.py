@@ -51,7 +51,7 @@ from rflow.storage import (
     waits,
     workflow_state,
 )
-from rflow.streams.producer import Producer
+from rflow.streams.producer import ProduceError, Producer
 
 if TYPE_CHECKING:
     from rflow.streams.send_actions import SendActions
@@ -86,6 +86,8 @@ class Sender(Protocol):
     async def send(self, topic: str, key: str, record: Record) -> tuple[int, int]: ...
 
     async def trigger(self, record: TriggerRecord) -> tuple[int, int]: ...
+
+    async def pause_changed(self, workflow: str, *, paused: bool) -> None: ...
 
 
 class Control:
@@ -270,6 +272,7 @@ class Control:
         await self.database(
             lambda conn: controls.pause(conn, workflow, by="operator", reason=reason)
         )
+        await announce(self.producer, workflow, paused=True)
         return {"workflow": workflow, "paused": True}
 
     async def resume(self, workflow: str) -> dict[str, Any]:
@@ -278,6 +281,7 @@ class Control:
         self._known(workflow)
         if not await self.database(lambda conn: controls.resume(conn, workflow)):
             raise ControlError(f"workflow {workflow} was not paused: nothing to resume", 409)
+        await announce(self.producer, workflow, paused=False)
         return {"workflow": workflow, "paused": False}
 
     def _known(self, workflow: str) -> None:
@@ -333,6 +337,22 @@ def resend(record: StepRecord) -> dict[str, Any]:
         "value": tx.get("value"),
         "input": record.input,
     }
+
+
+async def announce(producer: Sender, workflow: str, *, paused: bool) -> None:
+    """Tell the workers through the triggers topic that ``workflow`` was paused (or
+    resumed), before the operator is answered: every firing produced after the answer is
+    then decided with the pause. Kafka refusing is an error that says the pause stands."""
+    try:
+        await producer.pause_changed(workflow, paused=paused)
+    except ProduceError as exc:
+        done = "paused" if paused else "resumed"
+        raise ControlError(
+            f"workflow {workflow} is {done} in Postgres, but the workers could not be told "
+            f"through Kafka ({exc}): they see it within a second, and firings produced "
+            "meanwhile may be decided without it",
+            503,
+        ) from None
 
 
 @asynccontextmanager

@@ -64,6 +64,10 @@ class IngressProducer(Service):
         """Produce ``record`` to declared topic ``topic``, acknowledged by all in-sync replicas."""
         return await self._kafka.send(topic, key, record)
 
+    async def pause_changed(self, workflow: str, *, paused: bool) -> None:
+        """Tell every partition of the triggers topic that ``workflow`` was (un)paused."""
+        await self._kafka.pause_changed(workflow, paused=paused)
+
     async def on_stop(self) -> None:
         await self._kafka.close()
 

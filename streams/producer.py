@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
@@ -15,7 +16,7 @@ from aiokafka.errors import (
     UnknownProducerId,
 )
 
-from rflow.codecs import Record, TriggerRecord, TriggerRetracted, encode
+from rflow.codecs import PauseChanged, Record, TriggerRecord, TriggerRetracted, encode
 from rflow.settings import Settings
 from rflow.streams.topics import Catalog
 
@@ -97,6 +98,34 @@ class Producer:
         """Produce a firing (or its retraction) to the triggers topic, keyed by its group."""
         return await self.send("rflow.triggers", record.partition_key, record)
 
+    async def broadcast(self, topic: str, key: str, record: Record) -> int:
+        """Produce ``record`` to every partition of declared topic ``topic`` and wait until
+        all have it; returns how many partitions there are."""
+        count = self.catalog.spec(topic).partitions
+        try:
+            if self._poisoned:
+                await self._renew()
+            value = encode(record)
+            sent = [
+                await self._producer.send(
+                    self.catalog.full_name(topic), value=value, key=key.encode(), partition=p
+                )
+                for p in range(count)
+            ]
+            await asyncio.gather(*sent)
+        except KafkaError as exc:
+            self._poisoned = self._poisoned or isinstance(exc, POISONED)
+            raise ProduceError(
+                f"Kafka at {self.settings.kafka_brokers} did not accept the record: {exc}"
+            ) from None
+        return count
+
+    async def pause_changed(self, workflow: str, *, paused: bool) -> None:
+        """Tell the workers, in every partition's order, that ``workflow`` was paused or
+        resumed (:class:`~rflow.codecs.PauseChanged`)."""
+        record = PauseChanged(workflow=workflow, paused=paused, at=datetime.now(UTC))
+        await self.broadcast("rflow.triggers", workflow, record)
+
 
 class LazyProducer:
     """A :class:`Producer` started on first use and stopped by :meth:`close` (or leaving
@@ -122,6 +151,10 @@ class LazyProducer:
     async def trigger(self, record: TriggerRecord | TriggerRetracted) -> tuple[int, int]:
         """:meth:`Producer.trigger`, starting the producer first if need be."""
         return await (await self._started()).trigger(record)
+
+    async def pause_changed(self, workflow: str, *, paused: bool) -> None:
+        """:meth:`Producer.pause_changed`, starting the producer first if need be."""
+        await (await self._started()).pause_changed(workflow, paused=paused)
 
     async def _started(self) -> Producer:
         if self._producer is None:

@@ -89,6 +89,23 @@ async def _known(conn, name: str) -> str:
     return "skipped" if mode == "skip" else "held"
 
 
+def _announce(name: str, *, paused: bool) -> None:
+    """Tell the workers through the triggers topic before answering (see
+    :func:`rflow.streams.control.announce`); a refusal fails the command with why."""
+    from rflow.settings import Settings
+    from rflow.streams.control import ControlError, announce
+    from rflow.streams.producer import ProduceError, Producer
+
+    async def tell() -> None:
+        async with Producer(Settings.from_env()) as producer:
+            await announce(producer, name, paused=paused)
+
+    try:
+        asyncio.run(tell())
+    except (ControlError, ProduceError) as exc:
+        fail(str(exc))
+
+
 @workflow.command()
 @click.argument("name")
 @click.option("--reason", default="paused by an operator", show_default=True)
@@ -105,6 +122,7 @@ def pause(name: str, reason: str, as_json: bool) -> None:
         return firings, before
 
     firings, before = asyncio.run(with_database(work))
+    _announce(name, paused=True)
     if as_json:
         document = {"workflow": name, "paused": True, "reason": reason, "firings": firings}
         click.echo(json.dumps({**document, "was_paused_by": before[0] if before else None}))
@@ -135,6 +153,7 @@ def resume(name: str, as_json: bool) -> None:
         fail(
             f"workflow {name} was not paused (by an operator, a halt or a breaker): nothing to resume"
         )
+    _announce(name, paused=False)
     if as_json:
         click.echo(json.dumps({"workflow": name, "paused": False}))
     elif firings == "skipped":

@@ -66,8 +66,8 @@ def test_encoding_is_stable():
         (b'"text"', "expected a JSON object, got str"),
         (
             b"{}",
-            "unknown record kind None; known: dead_letter, retry, run_event, run_journal, send, "
-            "send_control, trigger, trigger_retracted",
+            "unknown record kind None; known: dead_letter, pause_changed, retry, run_event, "
+            "run_journal, send, send_control, trigger, trigger_retracted",
         ),
         (
             b'{"kind": "trigger"}',
