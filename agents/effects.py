@@ -37,6 +37,7 @@ from rflow.lang.model import Project
 from rflow.lang.model.resources import Config
 from rflow.secrets import Secrets
 from rflow.storage import controls, timers, waits
+from rflow.streams.tables import WRITES_AT_ONCE
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -237,11 +238,12 @@ class EffectRunner:
             events = self.runtime.topics.events
 
             async def produce() -> None:
-                sent = [
-                    await events.send(key=run_id.encode(), value=value)
-                    for run_id, entries in taken.items()
-                    for value in journal_records(entries)
-                ]
+                sent = []
+                for run_id, entries in taken.items():
+                    for value in journal_records(entries):
+                        sent.append(await events.send(key=run_id.encode(), value=value))
+                        if not len(sent) % WRITES_AT_ONCE:
+                            await asyncio.sleep(0)  # let other work run
                 await asyncio.gather(*sent)
 
             await _until_delivered(produce, "the journal")

@@ -919,15 +919,7 @@ def attach(app: RflowApp) -> Runner:
             )
             await send_dead_letter(app, message, f"the runner failed: {type(exc).__name__}: {exc}")
 
-    def flush_tables() -> Any:
-        write = runtime.tables.flush()
-
-        async def written() -> None:
-            write()
-
-        return written
-
     consumption.on_open.append(runner.resume_partitions)
     # A checkpoint sends the runs' journals, then the tables' changes (see the module).
-    consumption.flushers += [runner.effects.flush_journal, flush_tables]
+    consumption.flushers += [runner.effects.flush_journal, runtime.tables.flush]
     return runner

@@ -43,7 +43,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -67,7 +67,8 @@ COMMIT_INTERVAL = 1.0
 """Seconds between checkpoints: at most this much work is done again after a crash."""
 STALL = 5.0
 """Seconds a TP may go without a record taken, while the broker has records past its
-cursor, before it is read again from the cursor."""
+cursor and none waits in a queue for its agent, before it is read again from the
+cursor."""
 REREAD_BACKOFF = (0.05, 0.2, 1.0)
 """Seconds before each further attempt to read a gap again (the fetcher may still be
 yielding a batch fetched before the seek; its records are dropped meanwhile)."""
@@ -286,17 +287,48 @@ class RflowConsumer(aiokafka_driver.Consumer):
         return await self._commit(offsets)
 
 
-def queue(app: faust.App, maxsize: int | None = None) -> ThrowableQueue:
-    """A stream's, channel's or changelog's queue that a flow resume never empties.
+class Queue(ThrowableQueue):
+    """A stream's, channel's or changelog's queue that a flow resume never empties, and
+    that counts the records of each TP it holds (``queued``, shared by an app's queues).
 
-    Faust empties them on every flow resume, several times in one rebalance, the last
-    time after it has sought to the committed offsets and fetched again: records thrown
-    away then were counted as read, and a changelog's table recovery waited forever for
-    records it had already fetched. Here they stay: :class:`Consumption` drops what is
-    not the next record of a TP it owns, and a changelog is read in order, every record
-    after one applied again.
+    Faust empties its queues on every flow resume, several times in one rebalance, the
+    last time after it has sought to the committed offsets and fetched again: records
+    thrown away then were counted as read, and a changelog's table recovery waited
+    forever for records it had already fetched. Here they stay: :class:`Consumption`
+    drops what is not the next record of a TP it owns, and a changelog is read in order,
+    every record after one applied again. The counts tell a TP whose records wait in a
+    queue from one whose records never came (:meth:`Consumption.stalled`).
     """
-    return ThrowableQueue(maxsize=maxsize, flow_control=app.flow_control, clear_on_resume=False)
+
+    def __init__(self, *args: Any, queued: Counter[TP], **kwargs: Any) -> None:
+        self.queued = queued
+        super().__init__(*args, **kwargs)
+
+    def _put(self, item: Any) -> None:
+        tp = _tp_of(item)
+        if tp is not None:
+            self.queued[tp] += 1
+        super()._put(item)
+
+    def _get(self) -> Any:
+        item = super()._get()
+        tp = _tp_of(item)
+        if tp is not None:
+            self.queued[tp] -= 1
+        return item
+
+
+def _tp_of(item: Any) -> TP | None:
+    message = getattr(item, "message", item)
+    tp = getattr(message, "tp", None)
+    return TP(tp.topic, tp.partition) if tp is not None else None
+
+
+def queue(app: Any, maxsize: int | None = None) -> ThrowableQueue:
+    """A queue of ``app`` (see :class:`Queue`)."""
+    return Queue(
+        maxsize=maxsize, flow_control=app.flow_control, clear_on_resume=False, queued=app.queued
+    )
 
 
 class ConsumingApp(faust.App):
@@ -309,6 +341,8 @@ class ConsumingApp(faust.App):
     and flushes the producer: whatever writes tables outside an agent stops here."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.queued: Counter[TP] = Counter()
+        """Records of each TP waiting in the app's queues (:class:`Queue`)."""
         super().__init__(*args, **kwargs)
         self.before_revoke = []
 
@@ -620,6 +654,8 @@ class Consumption:
         for tp, cursor in list(self.cursors.items()):
             if tp.topic in self.joined and not self.owns(tp.partition):
                 continue
+            if self.app.queued[tp] > 0:
+                continue  # its records wait for their agent, which is busy
             highwater = self.app.consumer.highwater(tp)
             if highwater is not None and highwater > cursor.next and now - cursor.taken_at >= STALL:
                 found.append(tp)

@@ -12,7 +12,8 @@ state that is durable (carried out again under the same idempotency keys).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
 
 _DELETED = object()
+WRITES_AT_ONCE = 64
+"""Table writes a checkpoint makes before letting other work run (each encodes a value)."""
 
 
 class Staged:
@@ -86,15 +89,16 @@ class Staged:
         for _, value in self.items():
             yield value
 
-    def flush(self) -> Callable[[], None]:
+    def flush(self) -> Callable[[], Awaitable[None]]:
         """Take the changes made so far; the returned function writes them to the table
-        (and its changelog), each to the partition it was decided on."""
+        (and its changelog), each to the partition it was decided on, letting other
+        work run every :data:`WRITES_AT_ONCE` writes."""
         taken, self.changed = self.changed, {}
         self.writing.update(taken)
 
-        def write() -> None:
+        async def write() -> None:
             table = self.table
-            for key, entry in taken.items():
+            for done, (key, entry) in enumerate(taken.items(), 1):
                 partition, value = entry
                 with writing_to(partition):
                     if value is _DELETED:
@@ -104,6 +108,8 @@ class Staged:
                         table[key] = self.encode(value)
                 if self.writing.get(key) is entry:
                     del self.writing[key]
+                if not done % WRITES_AT_ONCE:
+                    await asyncio.sleep(0)
 
         return write
 
@@ -117,13 +123,13 @@ class Tables:
     """Run id -> :class:`~rflow.engine.state.RunState`, or the status of a settled run."""
     lanes: Staged
 
-    def flush(self) -> Callable[[], None]:
+    def flush(self) -> Callable[[], Awaitable[None]]:
         """Take every table's changes; the returned function writes them."""
         writes = [table.flush() for table in (self.triggers, self.runs, self.lanes)]
 
-        def write() -> None:
+        async def write() -> None:
             for each in writes:
-                each()
+                await each()
 
         return write
 

@@ -11,6 +11,7 @@ only the layer catches.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -112,7 +113,10 @@ class Buffer(WriteBuffer):
 def layer(joined: tuple[str, ...] = (TRIGGERS.topic, RUNS.topic)) -> tuple[Consumption, Fetcher]:
     fetcher = Fetcher()
     app = SimpleNamespace(
-        consumer=fetcher, producer=SimpleNamespace(buffer=Buffer()), rebalancing=False
+        consumer=fetcher,
+        producer=SimpleNamespace(buffer=Buffer()),
+        rebalancing=False,
+        queued=Counter(),
     )
     made = Consumption(app, [TRIGGERS.topic, RUNS.topic, EVENTS.topic], joined)
     return made, fetcher
@@ -253,6 +257,14 @@ async def test_a_partition_whose_records_stop_coming_is_read_again():
     assert made.stalled(now + consumption.STALL) == [TRIGGERS]
     await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
     assert fetcher.seeks[-1] == (TRIGGERS, 4)
+
+
+async def test_a_partition_whose_records_wait_for_a_busy_agent_is_not_read_again():
+    made, fetcher = layer()
+    await opened(made, {EVENTS: 4})
+    fetcher.logs[EVENTS] = 900  # a burst: the projector is far behind
+    made.app.queued[EVENTS] = 300
+    assert made.stalled(made.cursors[EVENTS].taken_at + 60) == []
 
 
 # --- checkpoints --------------------------------------------------------------------------
@@ -497,15 +509,19 @@ async def test_the_worker_consumer_waits_briefly_for_a_fetch():
     assert consumer._fetch_max_wait_ms == FETCH_MAX_WAIT_MS == 50
 
 
-async def test_a_flow_resume_empties_no_queue():
+async def test_a_flow_resume_empties_no_queue_and_queues_count_their_records():
     from rflow.streams.app import create_app
 
     app = create_app(Settings(api_token="t"))
     queue = app.FlowControlQueue(maxsize=10, clear_on_resume=True)
-    queue.put_nowait("record")
+    event = SimpleNamespace(message=Message(EVENTS, 7))
+    queue.put_nowait(event)
+    queue.force_put_nowait(SimpleNamespace(message=Message(EVENTS, 8)))  # as Faust puts
     app.flow_control.resume()
     app.flow_control.clear()
-    assert queue.qsize() == 1
+    assert queue.qsize() == 2 and app.queued[EVENTS] == 2
+    assert await queue.get() is event
+    assert app.queued[EVENTS] == 1
 
 
 async def test_a_table_recovery_offset_aiokafka_refuses_reads_the_changelog_from_its_start(

@@ -29,7 +29,7 @@ class Table(dict):
         super().__delitem__(key)
 
 
-def test_only_the_newest_value_of_a_key_is_written_once_to_its_partition():
+async def test_only_the_newest_value_of_a_key_is_written_once_to_its_partition():
     table = Table()
     staged = Staged(table)
     with writing_to(3):
@@ -39,11 +39,11 @@ def test_only_the_newest_value_of_a_key_is_written_once_to_its_partition():
     with writing_to(5):
         staged["other"] = {"step": 1}
     assert staged["run"] == {"step": 3} and table == {}
-    staged.flush()()
+    await staged.flush()()
     assert table.writes == [("run", {"step": 3}, 3), ("other", {"step": 1}, 5)]
 
 
-def test_reads_see_what_a_checkpoint_is_writing_until_it_is_written():
+async def test_reads_see_what_a_checkpoint_is_writing_until_it_is_written():
     table = Table({"gate": {"runs": ["a"]}})
     staged = Staged(table)
     with writing_to(1):
@@ -52,14 +52,14 @@ def test_reads_see_what_a_checkpoint_is_writing_until_it_is_written():
     assert staged.get("gate") == {"runs": ["a", "b"]}
     with writing_to(1):
         staged["gate"] = {"runs": ["a", "b", "c"]}  # decided meanwhile: the next checkpoint's
-    write()
+    await write()
     assert table["gate"] == {"runs": ["a", "b"]}
     assert staged["gate"] == {"runs": ["a", "b", "c"]}
-    staged.flush()()
+    await staged.flush()()
     assert table["gate"] == {"runs": ["a", "b", "c"]}
 
 
-def test_a_deleted_key_reads_as_missing_and_is_deleted_by_the_checkpoint():
+async def test_a_deleted_key_reads_as_missing_and_is_deleted_by_the_checkpoint():
     table = Table({"lane": {"active": "r1"}})
     staged = Staged(table)
     with writing_to(2):
@@ -69,7 +69,7 @@ def test_a_deleted_key_reads_as_missing_and_is_deleted_by_the_checkpoint():
     with pytest.raises(KeyError):
         staged["lane"]
     assert dict(staged.items()) == {}
-    staged.flush()()
+    await staged.flush()()
     assert table == {} and table.writes == [("lane", None, 2)]
 
 
@@ -79,7 +79,7 @@ def test_a_change_outside_a_decision_is_refused():
         staged["key"] = 1
 
 
-def test_runs_are_kept_as_states_and_written_as_their_entries():
+async def test_runs_are_kept_as_states_and_written_as_their_entries():
     table = Table()
     runs = Staged(table, encode=write_run_entry, decode=read_run_entry)
     at = datetime(2026, 12, 2, tzinfo=UTC)
@@ -90,7 +90,7 @@ def test_runs_are_kept_as_states_and_written_as_their_entries():
         runs["r1"] = state
         runs["r2"] = "succeeded"
     assert runs["r1"] is state  # no encoding between checkpoints
-    runs.flush()()
+    await runs.flush()()
     assert read_run_entry(table["r1"]) == state
     assert read_run_entry(table["r2"]) == "succeeded"
     assert Staged(table, decode=read_run_entry)["r1"] == state
