@@ -7,8 +7,6 @@ import functools
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from croniter import croniter
-
 from rflow.lang.units import UnitError
 
 CRON_MACROS = frozenset(
@@ -37,6 +35,8 @@ def parse_cron(expression: str) -> str:
             f"cron expression {expression!r} has {len(fields)} fields; "
             "use five: minute hour day-of-month month day-of-week"
         )
+    from croniter import croniter  # only projects with schedules pay for importing it
+
     if not croniter.is_valid(text):
         raise UnitError(f"cron expression {expression!r} does not parse: {_cron_problem(text)}")
     return text
@@ -52,6 +52,8 @@ _CRON_RANGES = (
 
 
 def _cron_problem(text: str) -> str:
+    from croniter import croniter
+
     for index, ((name, low, high), field) in enumerate(
         zip(_CRON_RANGES, text.split(" "), strict=True)
     ):
