@@ -29,6 +29,7 @@ from rflow.storage import runs, sends, versions, waits, workflow_state
 from rflow.streams.producer import Producer
 
 if TYPE_CHECKING:
+    from rflow.streams.dead_letter_actions import DeadLetterActions
     from rflow.streams.send_actions import SendActions
 
 T = TypeVar("T")
@@ -49,6 +50,11 @@ class ControlError(Exception):
 
 class Sender(Protocol):
     async def send(self, topic: str, key: str, record: Record) -> tuple[int, int]: ...
+
+    async def send_raw(self, topic: str, key: bytes | None, value: bytes) -> tuple[int, int]: ...
+
+    @property
+    def topic_prefix(self) -> str: ...
 
     async def trigger(self, record: TriggerRecord) -> tuple[int, int]: ...
 
@@ -77,6 +83,14 @@ class Control:
         from rflow.streams.send_actions import SendActions
 
         return SendActions(self.database, self.producer)
+
+    @property
+    def dead_letters(self) -> DeadLetterActions:
+        """The dead letters of records: list, show, replay, over the same database and
+        producer."""
+        from rflow.streams.dead_letter_actions import DeadLetterActions
+
+        return DeadLetterActions(self.database, self.producer)
 
     async def decide(
         self,

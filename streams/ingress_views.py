@@ -64,6 +64,15 @@ class IngressProducer(Service):
         """Produce ``record`` to declared topic ``topic``, acknowledged by all in-sync replicas."""
         return await self._kafka.send(topic, key, record)
 
+    async def send_raw(self, topic: str, key: bytes | None, value: bytes) -> tuple[int, int]:
+        """Produce ``value`` as it is to ``topic`` (a full name): a dead letter replayed."""
+        return await self._kafka.send_raw(topic, key, value)
+
+    @property
+    def topic_prefix(self) -> str:
+        """The prefix of the topics it writes to."""
+        return self._kafka.settings.topic_prefix
+
     async def on_stop(self) -> None:
         await self._kafka.close()
 

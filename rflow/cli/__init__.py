@@ -18,6 +18,7 @@ from rflow import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "approvals": ("approvals", "Approvals: the inbox of pending decisions, and answering them."),
     "budgets": ("budgets", "Durable spend budgets: their caps and what the window has used."),
+    "dead-letters": ("dead_letters", "Dead-lettered records: list them, show one, replay one."),
     "deploy": ("deploy", "Validate the project at PATH, then publish it as the new deployment."),
     "deployments": ("deploy", "The newest deployments, and which one each worker runs."),
     "doctor": ("doctor", "Validate PATH, then check Kafka, Postgres, RPCs, relayer and more."),
