@@ -1,6 +1,6 @@
-"""Field descriptions of the language's models, read from the docstrings under the fields.
+"""Docstrings of class attributes: the string right under a field or an enum member.
 
-A model documents a field with a string right under it::
+A model documents a field, and an enum a member, with a string under it::
 
     class Retry(Model):
         max_attempts: int = 3
@@ -8,8 +8,8 @@ A model documents a field with a string right under it::
 
 Pydantic can read these itself (``use_attribute_docstrings``), but it parses each
 class's source as the class is created, which was a third of what ``rflow validate``
-spent starting. Only the JSON Schema and the reference need them, so they are read
-here, one parse per module, when first asked for.
+spent starting. Only the JSON Schema and the reference (``docs/``) need them, so they
+are read here, one parse per module, when first asked for.
 """
 
 from __future__ import annotations
@@ -35,14 +35,29 @@ def _module(name: str) -> dict[str, dict[str, str]]:
 def _attributes(body: list[ast.stmt]) -> dict[str, str]:
     found = {}
     for statement, following in itertools.pairwise(body):
-        if (
-            isinstance(statement, ast.AnnAssign)
-            and isinstance(statement.target, ast.Name)
-            and isinstance(following, ast.Expr)
+        if not (
+            isinstance(following, ast.Expr)
             and isinstance(following.value, ast.Constant)
             and isinstance(following.value.value, str)
         ):
+            continue
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
             found[statement.target.id] = inspect.cleandoc(following.value.value)
+        elif (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
+            found[statement.targets[0].id] = inspect.cleandoc(following.value.value)
+    return found
+
+
+def attribute_docstrings(cls: type) -> dict[str, str]:
+    """Each attribute of ``cls`` (or of an rflow base class) that has a docstring -> it."""
+    found: dict[str, str] = {}
+    for base in reversed(cls.__mro__):
+        if base.__module__.startswith("rflow."):
+            found.update(_module(base.__module__).get(base.__qualname__, {}))
     return found
 
 
@@ -52,10 +67,7 @@ def field_docstrings(model: type[BaseModel]) -> dict[str, str]:
     A field inherited from a base class has the base's docstring unless the model
     documents it again.
     """
-    found: dict[str, str] = {}
-    for cls in reversed(model.__mro__):
-        if cls.__module__.startswith("rflow."):
-            found.update(_module(cls.__module__).get(cls.__qualname__, {}))
+    found = attribute_docstrings(model)
     return {name: text for name, text in found.items() if name in model.model_fields}
 
 

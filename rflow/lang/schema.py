@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from rflow.lang.docstrings import field_docstrings
+from rflow.docstrings import field_docstrings
 from rflow.lang.model.project import Project
 from rflow.lang.units import format_duration
 

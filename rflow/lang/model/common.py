@@ -35,7 +35,7 @@ class Model(BaseModel):
     """Base of every model: immutable, and unknown fields are errors.
 
     A field is documented by the docstring under it. Those are read when the JSON Schema
-    or the reference is generated (:mod:`rflow.lang.docstrings`), not as each class is
+    or the reference is generated (:mod:`rflow.docstrings`), not as each class is
     created, and a model's validator is built when it is first used (``defer_build``):
     loading the language parses no source, and a project's validator is built once.
     """

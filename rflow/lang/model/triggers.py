@@ -48,13 +48,16 @@ class AuthNone(Model):
     """No authentication: anyone who knows the URL can trigger the workflow."""
 
     type: Literal["none"]
+    """`none`."""
 
 
 class AuthApiKey(Model):
     """A header must carry a shared key."""
 
     type: Literal["api_key"]
+    """`api_key`."""
     header: str = "X-API-Key"
+    """The header that carries the key."""
     secret_env: EnvVar
     """Environment variable holding the expected key."""
 
@@ -70,7 +73,9 @@ class AuthHmac(Model):
     """A header carries an HMAC of the body, GitHub style: ``sha256=<hex digest>``."""
 
     type: Literal["hmac"]
+    """`hmac`."""
     algorithm: Literal["sha256", "sha1", "sha512"] = "sha256"
+    """The HMAC's hash: sha256, sha1 or sha512."""
     header: str | None = None
     """Signature header; default X-Hub-Signature-256 (sha256), X-Hub-Signature (sha1),
     X-Hub-Signature-512 (sha512)."""
@@ -96,6 +101,7 @@ class WebhookSpec(Model):
     idempotency_header: str | None = None
     """Request header carrying an idempotency key; repeats within the TTL are ignored."""
     idempotency_ttl: Duration = timedelta(hours=24)
+    """How long an idempotency key is remembered."""
     event_type_field: str | None = None
     """JSON path of the event type in the body, e.g. $.type."""
     accepted_event_types: list[str] = []
@@ -123,6 +129,7 @@ class ScheduleSpec(Model):
     cron: Cron
     """Five-field cron (minute hour day-of-month month day-of-week) or @hourly, @daily, ..."""
     timezone: TimeZone = "UTC"
+    """The IANA time zone the cron expression is read in, e.g. Europe/Paris."""
 
 
 class ManualSpec(Model):
@@ -137,6 +144,7 @@ class EventTrigger(Model):
 
     kind: ClassVar[str] = "event"
     event: EventSpec
+    """The contract, event name and network, with an optional filter."""
 
 
 class WebhookTrigger(Model):
@@ -144,6 +152,7 @@ class WebhookTrigger(Model):
 
     kind: ClassVar[str] = "webhook"
     webhook: WebhookSpec
+    """The path, authentication, idempotency header and event filter."""
 
 
 class ScheduleTrigger(Model):
@@ -151,6 +160,7 @@ class ScheduleTrigger(Model):
 
     kind: ClassVar[str] = "schedule"
     schedule: ScheduleSpec
+    """The cron expression and its time zone."""
 
 
 def _manual_shorthand(value: Any) -> Any:
@@ -179,6 +189,7 @@ class ManualTrigger(Model):
             }
         ),
     ] = ManualSpec()
+    """Optionally the names of the inputs a run takes."""
 
 
 TRIGGER_KINDS = ("event", "webhook", "schedule", "manual")
