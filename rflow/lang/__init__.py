@@ -45,14 +45,9 @@ if TYPE_CHECKING:
         ValidationReport,
         format_path,
     )
-    from rflow.lang.loader import (
-        load_project,
-        project_files,
-        validate_path,
-        validate_sources,
-        validate_text,
-    )
+    from rflow.lang.loader import load_project, validate_path, validate_sources, validate_text
     from rflow.lang.model import Project, Step, Workflow
+    from rflow.lang.reading import project_files
     from rflow.lang.schema import project_schema, schema_text
     from rflow.lang.source import ProjectSource, read_source
     from rflow.lang.units import (
@@ -70,10 +65,10 @@ _HOMES = {
         "diagnostics",
     ),
     **dict.fromkeys(
-        ("load_project", "project_files", "validate_path", "validate_sources", "validate_text"),
-        "loader",
+        ("load_project", "validate_path", "validate_sources", "validate_text"), "loader"
     ),
     **dict.fromkeys(("Project", "Step", "Workflow"), "model"),
+    "project_files": "reading",
     **dict.fromkeys(("project_schema", "schema_text"), "schema"),
     **dict.fromkeys(("ProjectSource", "read_source"), "source"),
     **dict.fromkeys(

@@ -93,3 +93,8 @@ def test_validating_a_project_without_schedules_does_not_import_croniter(tmp_pat
         "assert report.ok, report\n"
     )
     assert imported_after(run, ("croniter",)) == "[]"
+
+
+def test_reading_runs_and_their_charges_loads_neither_the_language_nor_run_state() -> None:
+    run = "import rflow.cli.runs, rflow.storage.runs, rflow.storage.budgets\n"
+    assert imported_after(run, ("rflow.lang", "rflow.engine.state", "rflow.engine.effects")) == "[]"
