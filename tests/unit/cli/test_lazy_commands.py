@@ -95,6 +95,7 @@ def test_validating_a_project_without_schedules_does_not_import_croniter(tmp_pat
     assert imported_after(run, ("croniter",)) == "[]"
 
 
-def test_reading_runs_and_their_charges_loads_neither_the_language_nor_run_state() -> None:
+def test_reading_runs_and_their_charges_loads_neither_the_models_nor_run_state() -> None:
     run = "import rflow.cli.runs, rflow.storage.runs, rflow.storage.budgets\n"
-    assert imported_after(run, ("rflow.lang", "rflow.engine.state", "rflow.engine.effects")) == "[]"
+    heavy = ("rflow.lang.model", "rflow.lang.loader", "rflow.engine.state", "rflow.engine.effects")
+    assert imported_after(run, heavy) == "[]"
