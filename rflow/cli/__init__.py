@@ -8,7 +8,6 @@ and ``--version`` answer at once.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 
 import click
@@ -53,6 +52,8 @@ class LazyGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0] if args else ""
         if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib  # only a mistyped command needs it
+
             near = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
             hint = f"; did you mean '{near[0]}'?" if near else ""
             ctx.fail(f"no such command '{name}'{hint}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -36,6 +35,8 @@ _OPERATOR_ALIASES = {"&&": "and", "||": "or"}
 
 def _nearest(word: str, known: Iterable[str]) -> str:
     """`` — did you mean 'x'?`` for a close name, else the list of every known one."""
+    import difflib  # an error's path only: parsing valid text does not pay for it
+
     close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
     if close:
         return f" — did you mean '{close[0]}'?"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -71,6 +70,8 @@ def parse_timezone(name: str) -> str:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
+        import difflib  # only a problem's message needs it
+
         close = difflib.get_close_matches(name, _zones(), n=1)
         hint = f" — did you mean {close[0]!r}?" if close else ""
         raise UnitError(f"unknown time zone {name!r}{hint}") from None
