@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rflow.codecs import DEAD_LETTER_RAW_LIMIT, DeadLetter, DecodeError, decode, encode
 from rflow.storage import StorageError
@@ -45,27 +45,35 @@ async def send_dead_letter(app: RflowApp, message: Message, reason: str) -> None
 
 def attach(app: RflowApp) -> None:
     """Declare the agent that stores dead letters in Postgres."""
+    consumption = app.rflow.consumption
 
     @app.agent(app.rflow.topics.dlq, name="rflow.dead-letters", concurrency=1)
     async def dead_letters(stream):
         """Store every dead letter in the ``dead_letters`` table (idempotent by origin)."""
         async for event in stream.events():
-            try:
-                letter = decode(event.value, DeadLetter)
-            except DecodeError as exc:
-                # A malformed record on the DLQ itself is stored as its own dead letter.
-                letter = letter_for(event.message, f"unreadable dead letter: {exc.reason}")
-            try:
-                await app.rflow.database.run(
-                    lambda conn, letter=letter: store.record(conn, letter), what="dead letter"
-                )
-            except StorageError as exc:
-                # Refused by the database: keep the origin and the reason, without the
-                # record's text. The agent must never stop on what it was sent.
-                log.error("dead letter from %s@%s refused: %s", letter.topic, letter.offset, exc)
-                bare = letter.model_copy(
-                    update={"raw": "", "reason": f"{letter.reason} (record not storable: {exc})"}
-                )
-                await app.rflow.database.run(
-                    lambda conn, bare=bare: store.record(conn, bare), what="dead letter"
-                )
+            if not consumption.take(event.message):
+                continue
+            await store_letter(event)
+            consumption.processed(event.message)
+
+    async def store_letter(event: Any) -> None:
+        """Store one dead letter; a refused one without its record's text."""
+        try:
+            letter = decode(event.value, DeadLetter)
+        except DecodeError as exc:
+            # A malformed record on the DLQ itself is stored as its own dead letter.
+            letter = letter_for(event.message, f"unreadable dead letter: {exc.reason}")
+        try:
+            await app.rflow.database.run(
+                lambda conn, letter=letter: store.record(conn, letter), what="dead letter"
+            )
+        except StorageError as exc:
+            # Refused by the database: keep the origin and the reason, without the
+            # record's text. The agent must never stop on what it was sent.
+            log.error("dead letter from %s@%s refused: %s", letter.topic, letter.offset, exc)
+            bare = letter.model_copy(
+                update={"raw": "", "reason": f"{letter.reason} (record not storable: {exc})"}
+            )
+            await app.rflow.database.run(
+                lambda conn, bare=bare: store.record(conn, bare), what="dead letter"
+            )

@@ -3,7 +3,8 @@
 Actions run as tasks with bounded concurrency; their results come back to the runner,
 which decides them on the spot when this worker owns the run's partition, and otherwise
 as run events on the runs topic, keyed like the run. Timers and waits
-are rows in Postgres; journal entries go to the events topic for the read model.
+are rows in Postgres. Journal entries wait for the next checkpoint, which sends each
+run's entries since the last one to the events topic (for the read model) as one record.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from rflow.agents.executors import Executors
 from rflow.agents.slots import RunSlots
-from rflow.classify import classify
+from rflow.classify import step_error
 from rflow.codecs import RunEvent, RunJournal, SendRequest, encode
 from rflow.engine import (
     Effect,
@@ -79,6 +80,8 @@ class EffectRunner:
         self.limit = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
         self.slots = RunSlots(max_concurrent_runs(app.rflow.project))
         self.rows = asyncio.Semaphore(MAX_CONCURRENT_ROWS)
+        self.journal: dict[str, list[Journal | Settle]] = {}
+        """Each run's journal entries decided since the last checkpoint, in order."""
         app.rflow.on_deployment.append(
             lambda deployment: self.slots.resize(max_concurrent_runs(deployment.project))
         )
@@ -100,15 +103,10 @@ class EffectRunner:
 
         task.add_done_callback(done)
 
-    async def carry_out(
-        self, state: RunState, effects: list[Effect], partition: int, *, journal: bool = True
-    ) -> None:
-        """Start every effect; only the journal sends are awaited (they are buffered).
-        ``journal=False``: the journal entries were delivered already (:meth:`deliver`)."""
+    async def carry_out(self, state: RunState, effects: list[Effect], partition: int) -> None:
+        """Start every effect (journal entries wait for the next checkpoint)."""
         key = partition_key(state)
-        entries = [effect for effect in effects if isinstance(effect, Journal | Settle)]
-        if journal and entries:
-            await self.publish(entries)
+        self.publish([effect for effect in effects if isinstance(effect, Journal | Settle)])
         for effect in effects:
             if isinstance(effect, Execute) and effect.kind == "send_transaction":
                 self.spawn(self.send(effect, key), f"send {effect.key}")
@@ -172,7 +170,7 @@ class EffectRunner:
                 raise
             except Exception as exc:  # every failure of an action becomes data with a kind
                 message = secrets.scrub(f"{type(exc).__name__}: {exc}")[:500]
-                error = StepError(kind=classify(exc), message=message)
+                error = step_error(exc, message)
         # Whatever the effect was given goes back to its placeholder before the journal.
         result = StepResult(
             run_id=effect.run_id,
@@ -215,27 +213,37 @@ class EffectRunner:
 
         await _until_delivered(produce, f"to {topic.get_topic_name()} for run {run_id}")
 
-    async def deliver(self, entries: list[Journal | Settle]) -> None:
-        """Publish ``entries`` and wait until the broker has them all; retried until it does."""
+    def publish(self, entries: list[Journal | Settle]) -> None:
+        """Keep journal entries for the next checkpoint (:meth:`flush_journal`)."""
+        for entry in entries:
+            found = self.journal.get(entry.run_id)
+            if found is None:
+                self.journal[entry.run_id] = [entry]
+            else:
+                found.append(entry)
 
-        async def produce() -> None:
-            await asyncio.gather(*await self._journal(entries))
+    def flush_journal(self) -> Callable[[], Awaitable[None]]:
+        """Take the journal entries kept so far; the returned function sends them, each
+        run's as one record (or a few, see :func:`journal_records`), and returns when the
+        broker has them all, trying again while Kafka is away."""
+        taken, self.journal = self.journal, {}
 
-        await _until_delivered(produce, "the journal")
+        async def write() -> None:
+            if not taken:
+                return
+            events = self.runtime.topics.events
 
-    async def publish(self, entries: list[Journal | Settle]) -> None:
-        """Hand a decision's journal entries (one run's) to the producer, without waiting."""
-        await self._journal(entries)
+            async def produce() -> None:
+                sent = [
+                    await events.send(key=run_id.encode(), value=value)
+                    for run_id, entries in taken.items()
+                    for value in journal_records(entries)
+                ]
+                await asyncio.gather(*sent)
 
-    async def _journal(self, entries: list[Journal | Settle]) -> list[Awaitable[Any]]:
-        """Hand ``entries`` to the producer as one record, or as several where one would
-        be large; the returned futures say when they are out."""
-        sent = []
-        for value in journal_records(entries):
-            sent.append(
-                await self.runtime.topics.events.send(key=entries[0].run_id.encode(), value=value)
-            )
-        return sent
+            await _until_delivered(produce, "the journal")
+
+        return write
 
     # --- rows ---------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from eth_abi import encode as abi_encode
 from eth_utils import function_signature_to_4byte_selector, to_checksum_address
 from web3 import AsyncHTTPProvider, AsyncWeb3
 
-from rflow.classify import http_status_kind
+from rflow.classify import http_failure, retry_after_seconds
 from rflow.codecs import json
 from rflow.engine import Execute
 from rflow.engine.keys import header_value
@@ -150,9 +150,11 @@ class Executors:
         ok = response.status in expected if expected else 200 <= response.status < 300
         if not ok:
             # Scrubbed before it is cut, so no part of a value is left to quote.
-            raise RflowError(
-                http_status_kind(response.status),
+            raise http_failure(
+                response.status,
                 f"HTTP {response.status} from {action['url']}: {secrets.scrub(text)[:QUOTED]}",
+                retryable=action.get("retryable_status_codes"),
+                retry_after=retry_after_seconds(response.headers.get("Retry-After")),
             )
         output: dict[str, Any] = {
             "status": response.status,
@@ -214,14 +216,16 @@ class Executors:
                 },
             }
             headers = {}
-        headers.setdefault("Idempotency-Key", effect.key)
+        # As http_call sends it: a key a header cannot carry goes as its digest.
+        headers.setdefault("Idempotency-Key", header_value(effect.key))
         async with self.session.post(url, json=payload, headers=headers) as response:
             if not 200 <= response.status < 300:
                 text = (await response.content.read(MAX_QUOTED_BYTES)).decode("utf-8", "replace")
-                raise RflowError(
-                    http_status_kind(response.status),
+                raise http_failure(
+                    response.status,
                     f"channel {action['channel']}: HTTP {response.status}: "
                     f"{secrets.scrub(text)[:QUOTED]}",
+                    retry_after=retry_after_seconds(response.headers.get("Retry-After")),
                 )
         return {"channel": action["channel"], "delivered": True}
 

@@ -21,40 +21,47 @@ WITHIN = 0.1
 def attach(app: RflowApp) -> None:
     """Declare the projector agent on ``app``."""
     runtime = app.rflow
+    consumption = runtime.consumption
 
     @app.agent(runtime.topics.events, name="rflow.projector", concurrency=1)
     async def project(stream):
         """Upsert runs, step logs and dead-lettered runs from journal entries, in batches."""
-        async for batch in stream.take_events(BATCH, within=WITHIN):
-            decoded = []
-            for event in batch:
-                try:
-                    decoded.append((event.message, decode(event.value, RunJournal).journal))
-                except DecodeError as exc:
-                    await send_dead_letter(app, event.message, exc.reason)
-            if not decoded:
-                continue
-            entries = [entry for _, journal in decoded for entry in journal]
+        async for taken in stream.take_events(BATCH, within=WITHIN):
+            batch = consumption.batch(taken)
+            await project_batch(batch)
+            consumption.processed_all(batch)
+
+    async def project_batch(batch: list) -> None:
+        """Project a batch's journals; dead-letter what cannot be read or stored."""
+        decoded = []
+        for event in batch:
             try:
-                await runtime.database.run(
-                    lambda conn, entries=entries: runs.project(conn, entries), what="projection"
-                )
-            except StorageError:
-                # One entry the database refuses must not hold back (or crash away) the
-                # rest: project one by one, dead-lettering the record of what is refused.
-                for message, journal in decoded:
-                    for entry in journal:
-                        try:
-                            await runtime.database.run(
-                                lambda conn, entry=entry: runs.project(conn, [entry]),
-                                what="projection",
-                            )
-                        except StorageError as exc:
-                            await send_dead_letter(
-                                app,
-                                message,
-                                f"the read model refused this entry ({describe(entry)}): {exc}",
-                            )
+                decoded.append((event.message, decode(event.value, RunJournal).journal))
+            except DecodeError as exc:
+                await send_dead_letter(app, event.message, exc.reason)
+        if not decoded:
+            return
+        entries = [entry for _, journal in decoded for entry in journal]
+        try:
+            await runtime.database.run(
+                lambda conn, entries=entries: runs.project(conn, entries), what="projection"
+            )
+        except StorageError:
+            # One entry the database refuses must not hold back (or crash away) the
+            # rest: project one by one, dead-lettering the record of what is refused.
+            for message, journal in decoded:
+                for entry in journal:
+                    try:
+                        await runtime.database.run(
+                            lambda conn, entry=entry: runs.project(conn, [entry]),
+                            what="projection",
+                        )
+                    except StorageError as exc:
+                        await send_dead_letter(
+                            app,
+                            message,
+                            f"the read model refused this entry ({describe(entry)}): {exc}",
+                        )
 
 
 def describe(entry: Journal | Settle) -> str:

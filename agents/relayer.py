@@ -567,65 +567,72 @@ def attach(app: RflowApp) -> Relayer:
     """Declare the relayer agent on ``app``."""
     runtime = app.rflow
     relayer = Relayer(app)
+    consumption = runtime.consumption
 
     @app.agent(runtime.topics.sends, name="rflow.relayer", concurrency=1)
     async def relay(stream):
         """Sign, store and broadcast sends a batch at a time, in order per relayer, and
         carry out operators' speed-ups and cancels of them."""
-        async for events in stream.take_events(BATCH, within=WITHIN):
-            taken = []
-            controls = []
-            for event in events:
-                try:
-                    record = decode(event.value, (SendRequest, SendControl))
-                except DecodeError as exc:
-                    await send_dead_letter(app, event.message, exc.reason)
-                    continue
-                if isinstance(record, SendControl):
-                    controls.append((event.message, record))
-                else:
-                    taken.append((event.message, record))
+        async for fetched in stream.take_events(BATCH, within=WITHIN):
+            events = consumption.batch(fetched)
+            await relay_batch(events)
+            consumption.processed_all(events)
+
+    async def relay_batch(events: list) -> None:
+        """Sign, store and broadcast a batch's sends, then carry out its controls."""
+        taken = []
+        controls = []
+        for event in events:
             try:
-                failed = await relayer.handle_many([request for _, request in taken])
-            except Exception as exc:
-                # No traceback: its last line could quote a value a send's step filled in.
-                secrets = relayer.secrets(
-                    {"secrets": [n for _, r in taken for n in reply_of(r).get("secrets", ())]}
-                )
-                log.error(
-                    "relayer failed on a batch of %d; taking them one by one: %s",
-                    len(taken),
-                    secrets.scrub(repr(exc)),
-                )
-                failed = []
-                for _, request in taken:
-                    try:
-                        failed += await relayer.handle_many([request])
-                    except Exception as exc:
-                        failed.append((request, exc))
-            messages = {id(request): message for message, request in taken}
-            for request, exc in failed:
-                message = messages[id(request)]
-                secrets = relayer.secrets(reply_of(request))
-                log.error(
-                    "relayer failed on %s@%s: %s",
-                    message.partition,
-                    message.offset,
-                    secrets.scrub(repr(exc)),
-                )
-                await send_dead_letter(
-                    app, message, secrets.scrub(f"the relayer failed: {type(exc).__name__}: {exc}")
-                )
-            # An operator's request acts on a send stored before it was asked for, so it
-            # comes after the batch's new sends.
-            for message, control in controls:
+                record = decode(event.value, (SendRequest, SendControl))
+            except DecodeError as exc:
+                await send_dead_letter(app, event.message, exc.reason)
+                continue
+            if isinstance(record, SendControl):
+                controls.append((event.message, record))
+            else:
+                taken.append((event.message, record))
+        try:
+            failed = await relayer.handle_many([request for _, request in taken])
+        except Exception as exc:
+            # No traceback: its last line could quote a value a send's step filled in.
+            secrets = relayer.secrets(
+                {"secrets": [n for _, r in taken for n in reply_of(r).get("secrets", ())]}
+            )
+            log.error(
+                "relayer failed on a batch of %d; taking them one by one: %s",
+                len(taken),
+                secrets.scrub(repr(exc)),
+            )
+            failed = []
+            for _, request in taken:
                 try:
-                    bad = await relayer.controls.carry_out(control)
+                    failed += await relayer.handle_many([request])
                 except Exception as exc:
-                    log.exception("send request %s failed", control.request_id)
-                    bad = f"the relayer failed: {type(exc).__name__}: {exc}"
-                if bad is not None:
-                    await send_dead_letter(app, message, bad)
+                    failed.append((request, exc))
+        messages = {id(request): message for message, request in taken}
+        for request, exc in failed:
+            message = messages[id(request)]
+            secrets = relayer.secrets(reply_of(request))
+            log.error(
+                "relayer failed on %s@%s: %s",
+                message.partition,
+                message.offset,
+                secrets.scrub(repr(exc)),
+            )
+            await send_dead_letter(
+                app, message, secrets.scrub(f"the relayer failed: {type(exc).__name__}: {exc}")
+            )
+        # An operator's request acts on a send stored before it was asked for, so it
+        # comes after the batch's new sends.
+        for message, control in controls:
+            try:
+                bad = await relayer.controls.carry_out(control)
+            except Exception as exc:
+                log.exception("send request %s failed", control.request_id)
+                bad = f"the relayer failed: {type(exc).__name__}: {exc}"
+            if bad is not None:
+                await send_dead_letter(app, message, bad)
 
     async def on_rebalance_complete(sender: Any = None, **kwargs: Any) -> None:
         topic = runtime.catalog.full_name("rflow.sends")

@@ -15,17 +15,9 @@ with the same idempotency key, as it does for a step interrupted by the crash.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
-
-from faust.events import Event as FaustEvent
-from faust.streams import _current_event
-from faust.types.tuples import Message
 
 from rflow.agents.breakers import Breakers
 from rflow.agents.dead_letters import send_dead_letter
@@ -38,7 +30,6 @@ from rflow.codecs import (
     TriggerRetracted,
     decode,
 )
-from rflow.codecs.tables import read_run_entry, run_entry, settled_entry
 from rflow.deployment import Deployment
 from rflow.engine import (
     CancelRequested,
@@ -58,6 +49,7 @@ from rflow.engine.lanes import Lane
 from rflow.failures import RflowError
 from rflow.lang.model import Workflow
 from rflow.lang.model.resources import Config
+from rflow.lang.reads import reads_state
 from rflow.lang.units import format_duration
 from rflow.ratelimit import SlidingWindow
 from rflow.storage import controls, rate_limits, timers, versions, workflow_state
@@ -98,14 +90,9 @@ class Runner:
         self.take(self.deployment)
         app.rflow.on_deployment.append(self.take)
         self.uses_state: dict[str, bool] = {}
+        self.consumption = app.rflow.consumption
         self.partitions: frozenset[int] = frozenset()
-        self.lock = asyncio.Lock()
-        """Held while an event is decided: by the agent, and by :meth:`decide_here`."""
-        self.here: frozenset[int] = frozenset()
-        """Partitions whose results are decided here: assigned, recovered, not revoked."""
-        self._sources: dict[int, FaustEvent] = {}
-        self.settling: dict[str, str] = {}
-        """Runs decided settled here whose journal is on its way: run id -> status."""
+        """The partitions opened here by the last rebalance."""
         self.windows: dict[str, SlidingWindow] = {}
         """In-process rate-limit windows, by workflow."""
         self.paused: dict[str, str] = {}
@@ -161,7 +148,7 @@ class Runner:
             waiting = f"the workflow to be resumed (paused {paused})"
             for combo, rid in self.runs_of(workflow, record):
                 start = self.start_of(workflow, record, combo, rid)
-                await self.effects.publish([lanes.pending(start, "paused", waiting, now)])
+                self.effects.publish([lanes.pending(start, "paused", waiting, now)])
             log.info("workflow %s is paused (%s): firing %s held", record.workflow, paused, gate)
             return
         await self.release_owned(record.workflow, message.partition)
@@ -218,7 +205,7 @@ class Runner:
             now = datetime.now(UTC)
             for combo, rid in later:
                 start = self.start_of(workflow, record, combo, rid)
-                await self.effects.publish([lanes.pending(start, "matrix", waiting, now)])
+                self.effects.publish([lanes.pending(start, "matrix", waiting, now)])
         for combo, rid in runs:
             if rid in active:
                 await self.begin(workflow, record, combo, rid, partition)
@@ -270,20 +257,16 @@ class Runner:
         begin what was held on every partition this worker owns (its own first), so what
         was held starts before what arrives later."""
         await self.release_held(name, partition)
-        for other in sorted(self.here - {partition}):
+        for other in sorted(self.consumption.owned() - {partition}):
             if self.lanes.get(held_key(name, other)) is not None:
-                with self._writing_to(other):
-                    await self.release_held(name, other)
+                await self.consumption.decide(other, lambda o=other: self.release_held(name, o))
 
     async def release_everywhere(self, name: str, partitions: frozenset[int] | None = None) -> None:
-        for partition in sorted(partitions if partitions is not None else self.here):
+        owned = self.consumption.owned()
+        for partition in sorted(partitions if partitions is not None else owned):
             if self.lanes.get(held_key(name, partition)) is None:
                 continue
-            async with self.lock:
-                if partition not in self.here:
-                    continue
-                with self._writing_to(partition):
-                    await self.release_held(name, partition)
+            await self.consumption.decide(partition, lambda p=partition: self.release_held(name, p))
 
     # --- versions ---------------------------------------------------------------------
 
@@ -455,7 +438,7 @@ class Runner:
             owner = arrival.lane.active
             waiting = f"run {owner} of concurrency group {record.group!r} to settle"
             start = self.start_of(workflow, record, combo, rid)
-            await self.effects.publish([lanes.pending(start, "lane", waiting, datetime.now(UTC))])
+            self.effects.publish([lanes.pending(start, "lane", waiting, datetime.now(UTC))])
 
     async def leave_lane(self, state: RunState, partition: int) -> None:
         """A run of a concurrency group settled: the next one waiting starts."""
@@ -486,10 +469,10 @@ class Runner:
     async def never_started(self, rid: str, gate: str, status: RunStatus, reason: str) -> None:
         """Record a run its lane never started (skipped, or superseded while waiting)."""
         workflow, record, combo = self.firing(gate, rid)
-        self.runs[rid] = settled_entry(str(status))
+        self.runs[rid] = str(status)
         start = self.start_of(workflow, record, combo, rid)
         entries = lanes.never_started(start, status, reason, datetime.now(UTC))
-        await self.effects.publish(entries)
+        self.effects.publish(entries)
         self.runtime.metrics.journaled(workflow, record.workflow, None, entries)
         log.info("run %s of %s not started: %s", rid, record.workflow, reason)
 
@@ -630,7 +613,7 @@ class Runner:
         if entry is not None and entry.get("deferred", {}).get(rid) != reason:
             self.triggers[gate] = {**entry, "deferred": {**entry.get("deferred", {}), rid: reason}}
             start = self.start_of(workflow, record, combo, rid)
-            await self.effects.publish([lanes.pending(start, reason, waiting, datetime.now(UTC))])
+            self.effects.publish([lanes.pending(start, reason, waiting, datetime.now(UTC))])
         log.info("run %s of %s deferred (%s) until %s", rid, record.workflow, reason, retry_at)
 
     async def deferred_start(self, event: TimerFired, partition: int) -> None:
@@ -724,15 +707,13 @@ class Runner:
 
     # --- advancing ----------------------------------------------------------------------
 
-    async def apply(self, event: Any, partition: int, *, here: bool = False) -> None:
-        """Decide ``event``; ``here``: it is the result of this worker's own action, held by
-        no record on a topic (:meth:`decide_here`)."""
+    async def apply(self, event: Any, partition: int) -> None:
+        """Decide ``event`` of a run on ``partition``, whether a record brought it or it
+        is the result of this worker's own action (:meth:`decide_here`)."""
         if isinstance(event, TimerFired) and event.purpose == "start":
             await self.deferred_start(event, partition)
             return
-        if event.run_id in self.settling:
-            return  # over, its marker on the way
-        state = read_run_entry(self.runs.get(event.run_id))
+        state = self.runs.get(event.run_id)
         if isinstance(state, str):
             return  # over: a late or redelivered event (a Start included) changes nothing
         pinned = (
@@ -754,27 +735,15 @@ class Runner:
             workflow, new_state.workflow, new_state, [e for e in effects if isinstance(e, Journal)]
         )
         if not new_state.settled:
-            self.runs[event.run_id] = run_entry(new_state)
+            self.runs[event.run_id] = new_state
             await self.effects.carry_out(new_state, effects, partition)
             return
-        # A settling decision: its journal is delivered first, and the run is marked settled
-        # last. A worker that dies in between leaves the run unmarked, so the event is
-        # decided again (the same entries, projected idempotently); the other way round,
-        # the marker would hide a run whose settlement never reached the read model.
-        entries = [e for e in effects if isinstance(e, Journal | Settle)]
-        status = str(new_state.status)
-        if here:
-            # No record holds the event, so the runner need not wait for the broker: a
-            # successor finds the run's last step in flight and decides it again.
-            self.settling[event.run_id] = status
-            self.effects.spawn(
-                self._mark_settled(entries, event.run_id, status, partition),
-                f"settlement of run {event.run_id}",
-            )
-        else:
-            # Waiting keeps the record's offset from being committed before the journal.
-            await self.effects.deliver(entries)
-        await self.effects.carry_out(new_state, effects, partition, journal=False)
+        # A settled run keeps a marker (its status), so a redelivered event of it is
+        # still recognised, at a few bytes instead of its state. The checkpoint writes
+        # the marker only once the broker has the run's journal: a marker that hid a run
+        # whose settlement never reached the read model is never durable.
+        self.runs[event.run_id] = str(new_state.status)
+        await self.effects.carry_out(new_state, effects, partition)
         for effect in effects:
             if isinstance(effect, Settle):
                 if new_state.workflow in self.breakers.guarded:  # the current deployment's
@@ -786,66 +755,20 @@ class Runner:
                     await self.leave_lane(new_state, partition)
                 if new_state.matrix is not None:
                     await self.matrix_run_settled(new_state, effect, partition)
-        if not here:
-            self.runs[event.run_id] = settled_entry(status)
-
-    async def _mark_settled(
-        self, entries: list[Journal | Settle], rid: str, status: str, partition: int
-    ) -> None:
-        """Deliver a settling decision's journal, then mark the run settled. The table
-        keeps a marker of a settled run, so a redelivered event of it is still
-        recognised, at a few bytes instead of its state."""
-        try:
-            await self.effects.deliver(entries)
-            async with self.lock:
-                if partition in self.here:  # else its new owner decides the run again
-                    with self._writing_to(partition):
-                        self.runs[rid] = settled_entry(status)
-        finally:
-            del self.settling[rid]
 
     async def decide_here(self, event: Any, partition: int) -> bool:
         """Decide ``event`` of a run on ``partition`` now, if this worker owns it; False
         when it does not (the caller produces the event to the runs topic instead)."""
-        if partition not in self.here:
-            return False
-        async with self.lock:
-            if partition not in self.here:  # revoked while this waited
-                return False
-            try:
-                with self._writing_to(partition):
-                    await self.apply(event, partition, here=True)
-            except Exception:
-                log.exception("deciding %s of run %s failed", type(event).__name__, event.run_id)
-                return False  # the runs topic takes it to the agent, which dead-letters it
-        return True
-
-    @contextmanager
-    def _writing_to(self, partition: int) -> Iterator[None]:
-        """Table writes outside the agent go to ``partition``, as the writes of an event of
-        the runs topic on it would (Faust takes the partition from the current event)."""
-        source = self._sources.get(partition)
-        if source is None:
-            topic = self.runtime.catalog.full_name("rflow.runs")
-            message = Message(topic, partition, -1, 0.0, 0, None, None, None, None)
-            source = self._sources[partition] = FaustEvent(self.app, None, None, None, message)
-        token = _current_event.set(weakref.ref(source))
         try:
-            yield
-        finally:
-            _current_event.reset(token)
+            return await self.consumption.decide(partition, lambda: self.apply(event, partition))
+        except Exception:
+            log.exception("deciding %s of run %s failed", type(event).__name__, event.run_id)
+            return False  # the runs topic takes it to the agent, which dead-letters it
 
-    async def give_up_partitions(self) -> None:
-        """A rebalance began: results go round the runs topic until it is complete. Taking
-        the lock waits for a decision under way, so its table writes are buffered before
-        the revocation flushes the producer."""
-        async with self.lock:
-            self.here = frozenset()
-
-    async def resume_partitions(self, assigned: frozenset[int]) -> None:
+    async def resume_partitions(self, opened: frozenset[int]) -> None:
         """After a rebalance: re-issue what every unsettled run of new partitions awaits."""
-        fresh = assigned - self.partitions
-        self.partitions = self.here = assigned
+        fresh = opened - self.partitions
+        self.partitions = opened
         if not fresh:
             return
         await self.refresh_pauses()  # what was held stays held while still paused
@@ -855,8 +778,7 @@ class Runner:
                 await self.release_everywhere(name, fresh)
         count = self.runtime.catalog.spec("rflow.runs").partitions
         resumed = 0
-        for stored in list(self.runs.values()):
-            state = read_run_entry(stored)
+        for state in list(self.runs.values()):
             if not isinstance(state, RunState) or state.settled:
                 continue
             key = partition_key(state)
@@ -951,16 +873,20 @@ def partition_disagreement(key: bytes, partition: int, count: int) -> str | None
 
 
 def _reads_state(workflow: Workflow) -> bool:
-    return "state." in workflow.model_dump_json(by_alias=True)
+    # Asked of the parsed expressions: state['count'] is a read, a URL holding "state."
+    # is not.
+    return reads_state(workflow)
 
 
 def attach(app: RflowApp) -> Runner:
     """Declare the runner agent on ``app``."""
     runtime = app.rflow
     runner = Runner(app)
+    consumption = runtime.consumption
     channel = app.topic(
         runtime.catalog.full_name("rflow.triggers"),
         runtime.catalog.full_name("rflow.runs"),
+        acks=False,  # offsets are committed by the consumption layer
         key_type=bytes,
         value_type=bytes,
         key_serializer="raw",
@@ -972,31 +898,35 @@ def attach(app: RflowApp) -> Runner:
         """Admit trigger firings (once per trigger key) and advance runs step by step."""
         async for event in stream.events():
             message = event.message
-            try:
-                record = decode(event.value)
-            except DecodeError as exc:
-                await send_dead_letter(app, message, exc.reason)
+            if not consumption.take(message):
                 continue
-            try:
-                async with runner.lock:
-                    await runner.handle(record, message)
-            except Exception as exc:
-                # A crashed agent is restarted past the event it was handling: the record
-                # would be lost. It goes to the dead-letter path with the reason instead.
-                log.exception(
-                    "runner failed on %s[%s]@%s", message.topic, message.partition, message.offset
-                )
-                await send_dead_letter(
-                    app, message, f"the runner failed: {type(exc).__name__}: {exc}"
-                )
+            await consumption.process(message, lambda m=message, v=event.value: decide(m, v))
 
-    async def on_rebalance_complete(sender: Any = None, **kwargs: Any) -> None:
-        runs_topic = runtime.catalog.full_name("rflow.runs")
-        assigned = frozenset(
-            tp.partition for tp in app.assignor.assigned_actives() if tp.topic == runs_topic
-        )
-        await runner.resume_partitions(assigned)
+    async def decide(message: Any, value: bytes) -> None:
+        try:
+            record = decode(value)
+        except DecodeError as exc:
+            await send_dead_letter(app, message, exc.reason)
+            return
+        try:
+            await runner.handle(record, message)
+        except Exception as exc:
+            # A crashed agent is restarted past the event it was handling: the record
+            # would be lost. It goes to the dead-letter path with the reason instead.
+            log.exception(
+                "runner failed on %s[%s]@%s", message.topic, message.partition, message.offset
+            )
+            await send_dead_letter(app, message, f"the runner failed: {type(exc).__name__}: {exc}")
 
-    app.on_rebalance_complete.connect(on_rebalance_complete)
-    app.before_revoke.append(runner.give_up_partitions)
+    def flush_tables() -> Any:
+        write = runtime.tables.flush()
+
+        async def written() -> None:
+            write()
+
+        return written
+
+    consumption.on_open.append(runner.resume_partitions)
+    # A checkpoint sends the runs' journals, then the tables' changes (see the module).
+    consumption.flushers += [runner.effects.flush_journal, flush_tables]
     return runner

@@ -62,6 +62,13 @@ def dumps(value: Any) -> bytes:
     return orjson.dumps(_widen(value), default=_default, option=_OPTIONS)
 
 
+def pretty(value: Any) -> str:
+    """``value`` as indented JSON text with sorted keys, for people to read (the console)."""
+    return orjson.dumps(
+        _widen(value), default=_default, option=_OPTIONS | orjson.OPT_INDENT_2
+    ).decode()
+
+
 _LONG_NUMBER = re.compile(rb"\d{20,}")
 
 

@@ -57,6 +57,11 @@ def run_entry(state: RunState) -> bytes:
     return RunState.__pydantic_serializer__.to_json(state, exclude_defaults=True)
 
 
+def write_run_entry(value: RunState | str) -> bytes:
+    """The ``runs`` table entry of a run's state, or of a settled run's status."""
+    return run_entry(value) if isinstance(value, RunState) else settled_entry(value)
+
+
 def settled_entry(status: str) -> bytes:
     """The entry of a settled run: a marker, so a redelivered event of it is recognised."""
     return json.dumps({"settled": status})

@@ -10,8 +10,9 @@ could not be evaluated at run time). Two kinds are endings rather than faults: a
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class FailureKind(StrEnum):
@@ -80,25 +81,57 @@ RETRYABLE: frozenset[FailureKind] = frozenset(
 
 
 class StepError(BaseModel):
-    """A failure as data: its kind and a message for a person."""
+    """A failure as data: its kind and a message for a person; and what the failing
+    service said about trying again, when it said something."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: FailureKind
     message: str
+    retry_after: float | None = Field(None, ge=0)
+    """Seconds the service asked to wait before trying again (an HTTP ``Retry-After``)."""
+    non_retryable: bool = False
+    """Never retried, whatever its kind: an HTTP status outside the step's
+    ``retryable_status_codes``."""
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Journals, step logs and retry_if see {kind, message} as before, plus what the
+        # service said when it said something.
+        data = handler(self)
+        if data.get("retry_after") is None:
+            data.pop("retry_after", None)
+        if not data.get("non_retryable"):
+            data.pop("non_retryable", None)
+        return data
 
     @property
     def retryable(self) -> bool:
-        return self.kind in RETRYABLE
+        """Whether a retry policy may retry it (its kind is retryable, and nothing said no)."""
+        return self.kind in RETRYABLE and not self.non_retryable
 
 
 class RflowError(Exception):
     """The one error type that carries a failure kind across layers."""
 
-    def __init__(self, kind: FailureKind, message: str) -> None:
+    def __init__(
+        self,
+        kind: FailureKind,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        non_retryable: bool = False,
+    ) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
+        self.retry_after = retry_after
+        self.non_retryable = non_retryable
 
     def as_data(self) -> StepError:
-        return StepError(kind=self.kind, message=self.message)
+        return StepError(
+            kind=self.kind,
+            message=self.message,
+            retry_after=self.retry_after,
+            non_retryable=self.non_retryable,
+        )

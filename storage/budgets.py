@@ -109,6 +109,16 @@ GROUP BY network, relayer
 ORDER BY network, relayer
 """
 
+# The charges a budget holds now, oldest first: live reservations whatever their age,
+# spent ones inside the window (what `usage` sums, one row at a time).
+_CHARGES = """
+SELECT created_at, asset, amount, status, run_id FROM budget_reservations
+WHERE budget = %(budget)s AND status <> 'released'
+  AND (status = 'reserved' OR created_at > now() - %(window)s::interval)
+ORDER BY created_at, send_key, asset
+LIMIT %(limit)s
+"""
+
 _RUN_CHARGES = """
 SELECT budget, asset, amount, status, send_key FROM budget_reservations
 WHERE run_id = %s
@@ -495,6 +505,19 @@ async def run_charges(conn: psycopg.AsyncConnection, run_id: str) -> list[dict[s
     with translated():
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_RUN_CHARGES, (run_id,))
+            rows = await cur.fetchall()
+    return [{**row, "amount": int(row["amount"])} for row in rows]
+
+
+async def charges(
+    conn: psycopg.AsyncConnection, budget: str, window: timedelta, limit: int = 5000
+) -> list[dict[str, Any]]:
+    """The charges ``budget`` counts now, oldest first (``created_at``, ``asset``,
+    ``amount``, ``status``, ``run_id``): what its spend over the window is made of."""
+    params = {"budget": budget, "window": window, "limit": limit}
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_CHARGES, params)
             rows = await cur.fetchall()
     return [{**row, "amount": int(row["amount"])} for row in rows]
 

@@ -19,6 +19,10 @@ UPDATE circuit_state SET state = %s, failures = %s, probe_run_id = %s, updated_a
 WHERE workflow = %s
 """
 _ALL = "SELECT workflow, state, failures, probe_run_id FROM circuit_state"
+_CLOSE = """
+UPDATE circuit_state SET state = 'closed', failures = '{}', probe_run_id = NULL, updated_at = now()
+WHERE workflow = %s AND state <> 'closed'
+"""
 
 
 def _circuit(state: str, failures: list, probe: str | None) -> Circuit:
@@ -49,3 +53,11 @@ async def circuits(conn: psycopg.AsyncConnection) -> dict[str, Circuit]:
     with translated():
         cur = await conn.execute(_ALL)
         return {row[0]: _circuit(*row[1:]) for row in await cur.fetchall()}
+
+
+async def close(conn: psycopg.AsyncConnection, workflow: str) -> bool:
+    """Close ``workflow``'s circuit and forget its failures (an operator let its runs go
+    again); False when it was closed already."""
+    with translated():
+        cur = await conn.execute(_CLOSE, (workflow,))
+        return cur.rowcount > 0

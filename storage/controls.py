@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
+from rflow.storage import circuits
 from rflow.storage.errors import translated
 
 _PAUSE = """
@@ -27,10 +28,19 @@ async def pause(conn: psycopg.AsyncConnection, workflow: str, *, by: str, reason
 
 
 async def resume(conn: psycopg.AsyncConnection, workflow: str) -> bool:
-    """Lift any pause of ``workflow``; False when it was not paused."""
+    """An operator lifts any pause of ``workflow``; False when it was not paused.
+
+    Its circuit breaker closes in the same transaction: the runs it admits from now on
+    are not a half-open circuit's probe, and ``circuit_state`` (and the metric read
+    from it) must not say open while they run.
+    """
     with translated():
-        cur = await conn.execute(_RESUME + " AND paused", (workflow,))
-        return cur.rowcount > 0
+        async with conn.transaction():
+            cur = await conn.execute(_RESUME + " AND paused", (workflow,))
+            if cur.rowcount == 0:
+                return False
+            await circuits.close(conn, workflow)
+            return True
 
 
 async def resume_paused_by(conn: psycopg.AsyncConnection, workflow: str, by: str) -> bool:

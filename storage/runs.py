@@ -117,6 +117,9 @@ FROM runs
 WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(source)s::text IS NULL OR source = %(source)s)
+  AND (NOT %(dead)s OR EXISTS (SELECT 1 FROM dead_runs d WHERE d.run_id = runs.run_id))
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
 ORDER BY created_at DESC
 LIMIT %(limit)s
 """
@@ -319,10 +322,23 @@ async def list_runs(
     workflow: str | None = None,
     status: str | None = None,
     source: str | None = None,
+    dead: bool = False,
+    since: datetime | None = None,
+    until: datetime | None = None,
     limit: int = 50,
 ) -> list[dict[str, Any]]:
-    """The newest runs, optionally of one workflow, status or trigger source."""
-    params = {"workflow": workflow, "status": status, "source": source, "limit": limit}
+    """The newest runs, optionally of one workflow, status or trigger source, admitted
+    at or after ``since`` and before ``until``; ``dead`` keeps the dead-lettered ones
+    (the DLQ: not the failed runs of ``on_failure: drop`` or ``halt``)."""
+    params = {
+        "workflow": workflow,
+        "status": status,
+        "source": source,
+        "dead": dead,
+        "since": since,
+        "until": until,
+        "limit": limit,
+    }
     with translated():
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_LIST, params)
@@ -369,3 +385,18 @@ async def purge(conn: psycopg.AsyncConnection, workflow: str, before: datetime) 
             (count,) = await cur.fetchone()
             await conn.execute(_PURGE, (workflow, before))
         return count
+
+
+_DEAD_RUNS = """
+SELECT run_id, workflow, error_kind, error_message, dead_at, retried_as FROM dead_runs
+ORDER BY dead_at DESC, run_id
+LIMIT %s
+"""
+
+
+async def dead_runs(conn: psycopg.AsyncConnection, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest dead-lettered runs: why each failed, and the run retrying it if any."""
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_DEAD_RUNS, (limit,))
+            return list(await cur.fetchall())

@@ -99,8 +99,12 @@ UPDATE sends SET status = %(status)s, tx_hash = coalesce(%(tx_hash)s, tx_hash),
 WHERE send_key = %(send_key)s AND settled_at IS NULL
 """
 _BY_RUN = """
-SELECT send_key, network, relayer, nonce, tx_hash, status, block_number, gas_used
-FROM sends WHERE run_id = %s ORDER BY created_at
+SELECT s.send_key, s.send_id, s.network, s.relayer, s.nonce, s.tx_hash, s.status,
+       s.block_number, s.gas_used, s.effective_gas_price, s.value, s.to_address, s.error,
+       s.reply ->> 'path' AS step, a.max_fee_per_gas, a.max_priority_fee_per_gas,
+       (SELECT count(*) FROM send_attempts c WHERE c.send_key = s.send_key) AS attempts
+FROM sends s LEFT JOIN send_attempts a ON a.tx_hash = s.tx_hash
+WHERE s.run_id = %s ORDER BY s.created_at
 """
 _SETTLE_MINED = """
 UPDATE sends SET status = x.status, tx_hash = coalesce(x.tx_hash, sends.tx_hash),
@@ -448,13 +452,21 @@ def _settled(
 
 
 async def of_run(conn: psycopg.AsyncConnection, run_id: str) -> list[dict[str, Any]]:
-    """A run's sends, for ``rflow runs show``."""
+    """A run's sends: nonce, latest transaction and its fees, outcome, gas, attempts."""
     with translated():
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_BY_RUN, (run_id,))
             rows = await cur.fetchall()
     for row in rows:
-        for name in ("nonce", "block_number", "gas_used"):
+        for name in (
+            "nonce",
+            "block_number",
+            "gas_used",
+            "effective_gas_price",
+            "value",
+            "max_fee_per_gas",
+            "max_priority_fee_per_gas",
+        ):
             if row[name] is not None:
                 row[name] = int(row[name])
     return rows

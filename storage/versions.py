@@ -79,3 +79,26 @@ async def known(conn: psycopg.AsyncConnection, name: str) -> bool:
         cur = await conn.execute(_KNOWN, {"name": name})
         row = await cur.fetchone()
         return bool(row and row[0])
+
+
+_HISTORY = """
+SELECT v.version, v.created_at, d.version IS NOT NULL AS deployed
+FROM workflow_versions v
+LEFT JOIN workflow_deployments d ON d.workflow = v.workflow AND d.version = v.version
+WHERE v.workflow = %s
+ORDER BY v.created_at DESC, v.version
+LIMIT %s
+"""
+
+
+async def history(
+    conn: psycopg.AsyncConnection, workflow: str, limit: int = 50
+) -> list[dict[str, Any]]:
+    """The versions of ``workflow`` ever deployed, newest first: ``version``,
+    ``created_at`` (when first deployed) and whether it is the ``deployed`` one now."""
+    with translated():
+        cur = await conn.execute(_HISTORY, (workflow, limit))
+        return [
+            {"version": version, "created_at": created, "deployed": deployed}
+            for version, created, deployed in await cur.fetchall()
+        ]

@@ -9,12 +9,16 @@ firing it may already have produced and the one produced now share one trigger k
 the intake agent keeps only the first.
 
 Every time here is the database's clock, so workers with skewed clocks agree on expiry.
+
+The timestamped signatures a webhook accepted are kept too (:func:`claim_signature`),
+until the delivery's time leaves the tolerance, so a replay within it is refused; those
+times are the ingress's clock, the one that checks the tolerance.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from uuid import UUID
 
@@ -170,4 +174,66 @@ async def release(
     params = {"workflow": workflow, "key": key, "claim_id": claim_id}
     with translated():
         cur = await conn.execute(_RELEASE, params)
+        return cur.rowcount == 1
+
+
+# --- timestamped signatures ----------------------------------------------------------
+
+_CLAIM_SIGNATURE = """
+INSERT INTO webhook_signatures AS s (scope, signature, claim_id, expires_at)
+VALUES (%(scope)s, %(signature)s, %(claim_id)s, %(expires_at)s)
+ON CONFLICT (scope, signature) DO UPDATE SET
+    claim_id = EXCLUDED.claim_id, expires_at = EXCLUDED.expires_at
+WHERE s.expires_at <= %(now)s
+RETURNING 1
+"""
+
+_RELEASE_SIGNATURE = """
+DELETE FROM webhook_signatures
+WHERE scope = %(scope)s AND signature = %(signature)s AND claim_id = %(claim_id)s
+"""
+
+# Forgotten a little at a time, by whoever claims: a few rows per claim keep the table
+# to the signatures of the last tolerance.
+_FORGET_SIGNATURES = """
+DELETE FROM webhook_signatures WHERE ctid IN (
+    SELECT ctid FROM webhook_signatures WHERE expires_at <= %(now)s LIMIT 20
+)
+"""
+
+
+async def claim_signature(
+    conn: psycopg.AsyncConnection,
+    scope: str,
+    signature: str,
+    *,
+    claim_id: UUID,
+    expires_at: datetime,
+    now: datetime,
+) -> bool:
+    """Take timestamped ``signature`` for the request ``claim_id``: True when it is new
+    (or the one taken before has expired at ``now``), False when it was used already,
+    a replayed delivery. Times are the ingress's clock, the one that checks tolerance."""
+    params = {
+        "scope": scope,
+        "signature": signature,
+        "claim_id": claim_id,
+        "expires_at": expires_at,
+        "now": now,
+    }
+    with translated():
+        async with conn.transaction():
+            await conn.execute(_FORGET_SIGNATURES, params)
+            cur = await conn.execute(_CLAIM_SIGNATURE, params)
+            return await cur.fetchone() is not None
+
+
+async def release_signature(
+    conn: psycopg.AsyncConnection, scope: str, signature: str, *, claim_id: UUID
+) -> bool:
+    """Give ``signature`` back when the request ``claim_id`` fired nothing, so the
+    sender's retry of the same delivery is taken; False when it is not that request's."""
+    params = {"scope": scope, "signature": signature, "claim_id": claim_id}
+    with translated():
+        cur = await conn.execute(_RELEASE_SIGNATURE, params)
         return cur.rowcount == 1

@@ -1,4 +1,5 @@
-"""The worker's HTTP API: runs, approvals, workflows, budgets and pending sends, behind bearer tokens.
+"""The worker's HTTP API: runs, approvals, workflows, schedules, budgets and pending sends,
+behind bearer tokens.
 
 Every route but the webhooks (which authenticate their own way) and the health checks
 needs ``Authorization: Bearer <token>``, the token of a principal: ``operator``'s
@@ -11,6 +12,7 @@ are described by ``schemas/openapi.json``, served at ``/api/openapi.json``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +20,15 @@ from aiohttp import web
 from faust.web import Request, Response, View
 
 from rflow import approvals
+from rflow import schedules as schedule_view
 from rflow.codecs import json
 from rflow.codecs.json import JSONDecodeError
+from rflow.codecs.tables import write_run_entry
 from rflow.engine import RunStatus
 from rflow.engine.keys import workflow_version
 from rflow.lang.units import UnitError, parse_amount
 from rflow.principals import Principals
+from rflow.schedules import ScheduleError
 from rflow.storage import InvalidValue, StorageError, budgets, controls, runs, versions, waits
 from rflow.streams.control import Control, ControlError
 from rflow.streams.producer import ProduceError
@@ -111,6 +116,8 @@ def attach(app: RflowApp, control: Control) -> None:
             return body(await work())
         except ControlError as exc:
             return error(exc.status, str(exc), **exc.details)
+        except ScheduleError as exc:
+            return error(exc.status, str(exc))
         except ProduceError as exc:
             return error(503, str(exc))
         except InvalidValue as exc:
@@ -169,13 +176,13 @@ def attach(app: RflowApp, control: Control) -> None:
 
     @app.page("/api/runs", name="rflow.api.runs")
     async def list_runs(self: View, request: Request) -> Response:
-        """The newest runs: ?workflow=W&status=S&failed=true&limit=N."""
+        """The newest runs: ?workflow=W&status=S&source=S&failed=true&limit=N
+        (``failed=true``: the dead-lettered runs only)."""
 
         async def work() -> dict[str, Any]:
             query = request.query
             status = query.get("status")
-            if query.get("failed", "").lower() in ("1", "true", "yes"):
-                status = "failed"
+            dead = query.get("failed", "").lower() in ("1", "true", "yes")
             if status is not None and status not in RUN_STATUSES:
                 known = ", ".join(sorted(RUN_STATUSES))
                 raise ControlError(f"unknown status {status!r}: one of {known}", 400)
@@ -186,7 +193,7 @@ def attach(app: RflowApp, control: Control) -> None:
             workflow = query.get("workflow")
             rows = await db(
                 lambda conn: runs.list_runs(
-                    conn, workflow=workflow, status=status, source=source, limit=limit
+                    conn, workflow=workflow, status=status, source=source, dead=dead, limit=limit
                 ),
                 "runs",
             )
@@ -218,7 +225,7 @@ def attach(app: RflowApp, control: Control) -> None:
 
             run = await db(load, "run")
             stored = runtime.tables.runs.get(run_id)
-            live = json.loads(stored) if stored is not None else None
+            live = json.loads(write_run_entry(stored)) if stored is not None else None
             if run is None and live is None:
                 raise ControlError(f"no run {run_id}", 404)
             return {**(run or {"run_id": run_id}), "live": live}
@@ -318,8 +325,9 @@ def attach(app: RflowApp, control: Control) -> None:
 
     @app.page("/api/workflows", name="rflow.api.workflows")
     async def list_workflows(self: View, request: Request) -> Response:
-        """The project's workflows: trigger kind, the version new runs start with (the
-        deployed one) and pause state; the deployment this worker runs."""
+        """The project's workflows: their triggers (``trigger``: their kinds, comma
+        separated; ``triggers``: each one's id and kind), the version new runs start with
+        (the deployed one) and pause state; the deployment this worker runs."""
 
         async def work() -> dict[str, Any]:
             paused = await db(controls.paused, "workflow controls")
@@ -331,7 +339,11 @@ def attach(app: RflowApp, control: Control) -> None:
                 found.append(
                     {
                         "workflow": name,
-                        "trigger": type(definition.trigger).kind,
+                        "trigger": ", ".join(definition.trigger_kinds),
+                        "triggers": [
+                            {"id": trigger_id, "kind": trigger.kind}
+                            for trigger_id, trigger in definition.named_triggers()
+                        ],
                         "version": current.versions.get(name) or workflow_version(definition),
                         "paused": bool(definition.paused) or name in paused,
                         "paused_by": "definition" if definition.paused else by,
@@ -342,34 +354,73 @@ def attach(app: RflowApp, control: Control) -> None:
 
         return await answer(work)
 
-    def workflow_action(name: str, act: Callable[[Any, str, dict[str, Any]], Awaitable[Any]]):
-        async def post(self: View, request: Request, workflow: str) -> Response:
+    async def pause(workflow: str, fields: dict[str, Any], principal: str) -> Any:
+        """Pause the workflow: its triggers start no runs until resumed; body
+        ``{"reason": ...}`` (optional)."""
+        return await control.pause(workflow, text(fields, "reason", "paused by an operator"))
+
+    async def resume(workflow: str, fields: dict[str, Any], principal: str) -> Any:
+        """Resume the workflow after a pause: the firings held meanwhile start in order."""
+        return await control.resume(workflow)
+
+    action("/api/workflows/{workflow}/pause", "workflow", "pause", pause)
+    action("/api/workflows/{workflow}/resume", "workflow", "resume", resume)
+
+    @app.page("/api/schedules", name="rflow.api.schedules")
+    async def list_schedules(self: View, request: Request) -> Response:
+        """Every schedule of this worker's deployment: its cron and time zone, whether it
+        fires (and who disabled it), its next and last fire times, its
+        consecutive_failures since its last success and its last_error."""
+
+        async def work() -> dict[str, Any]:
+            project = runtime.project
+            rows = await db(
+                lambda conn: schedule_view.listing(conn, project, datetime.now(UTC)), "schedules"
+            )
+            return {"schedules": rows}
+
+        return await answer(work)
+
+    def schedule_action(name: str, act: Callable[..., Awaitable[Any]]) -> None:
+        async def post(self: View, request: Request, workflow: str, trigger: str) -> Response:
             async def work() -> Any:
-                project = runtime.project
-                if project is None or workflow not in project.workflows:
-                    raise ControlError(f"no workflow {workflow!r} in this project", 404)
                 fields = await read(request)
-                await db(lambda conn: act(conn, workflow, fields), f"{name} {workflow}")
-                return {"workflow": workflow, "paused": name == "pause"}
+                return await db(
+                    lambda conn: act(conn, workflow, trigger, fields, request[PRINCIPAL]),
+                    f"{name} schedule {trigger} of {workflow}",
+                )
 
             return await answer(work)
 
         post.__doc__ = act.__doc__
-        view = type(f"Workflow{name.title()}View", (View,), {"post": post})
-        app.page(f"/api/workflows/{{workflow}}/{name}", name=f"rflow.api.workflow.{name}")(view)
+        view = type(f"Schedule{name.title()}View", (View,), {"post": post})
+        app.page(
+            f"/api/schedules/{{workflow}}/{{trigger}}/{name}", name=f"rflow.api.schedule.{name}"
+        )(view)
 
-    async def pause(conn: Any, workflow: str, fields: dict[str, Any]) -> None:
-        """Pause the workflow: its triggers start no runs until resumed."""
-        reason = text(fields, "reason", "paused by an operator")
-        await controls.pause(conn, workflow, by="operator", reason=reason)
+    async def disable(
+        conn: Any, workflow: str, trigger: str, fields: dict[str, Any], principal: str
+    ) -> Any:
+        """Disable the schedule: it fires nothing until enabled, the workflow's other
+        triggers still do; body ``{"reason": ...}`` (optional)."""
+        reason = text(fields, "reason", f"disabled by {principal}")
+        return await schedule_view.disable(
+            conn, runtime.project, workflow, trigger, by=principal, reason=reason
+        )
 
-    async def resume(conn: Any, workflow: str, fields: dict[str, Any]) -> None:
-        """Resume the workflow after a pause: the firings held meanwhile start in order."""
-        if not await controls.resume(conn, workflow):
-            raise ControlError(f"workflow {workflow} was not paused: nothing to resume", 409)
+    async def enable(
+        conn: Any, workflow: str, trigger: str, fields: dict[str, Any], principal: str
+    ) -> Any:
+        """Enable a schedule an operator disabled: it fires from now on, never the times it
+        skipped while disabled."""
+        if fields:
+            raise ControlError(f"unknown field(s) {', '.join(sorted(fields))}", 400)
+        return await schedule_view.enable(
+            conn, runtime.project, workflow, trigger, at=datetime.now(UTC)
+        )
 
-    workflow_action("pause", pause)
-    workflow_action("resume", resume)
+    schedule_action("disable", disable)
+    schedule_action("enable", enable)
 
     @app.page("/api/budgets", name="rflow.api.budgets")
     async def list_budgets(self: View, request: Request) -> Response:

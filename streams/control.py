@@ -1,5 +1,9 @@
-"""Operator actions on runs: answer an approval, cancel a run, retry a failed run (and,
-through :attr:`Control.sends`, on pending sends: :mod:`rflow.streams.send_actions`).
+"""Operator actions on runs: answer an approval, cancel a run, retry a failed run; on
+workflows: pause and resume; on dead letters: replay a record (and, through
+:attr:`Control.sends`, on pending sends: :mod:`rflow.streams.send_actions`).
+
+The HTTP API, the console and the CLI call these same methods, so an action keeps its
+checks whichever way it is asked for.
 
 Each writes what must be durable first (the wait's answer, first answer wins), then
 produces the record keyed like the run, so its owner applies it in order. The CLI acts
@@ -18,14 +22,35 @@ import psycopg
 
 from rflow import approvals, storage
 from rflow.approvals import Decision
-from rflow.codecs import MAX_RECORD_BYTES, Record, RetryRecord, RunEvent, TriggerRecord, encode
+from rflow.codecs import (
+    MAX_RECORD_BYTES,
+    DecodeError,
+    Record,
+    RetryRecord,
+    RunEvent,
+    RunJournal,
+    SendControl,
+    SendRequest,
+    TriggerRecord,
+    TriggerRetracted,
+    decode,
+    encode,
+)
 from rflow.deployment import ProjectAt, project_reader
 from rflow.engine import CancelRequested, RunState, StepRecord, WaitResolved, rerun
 from rflow.engine.keys import retry_run_id
 from rflow.lang import Project
 from rflow.lang.model import Workflow
 from rflow.settings import Settings
-from rflow.storage import runs, sends, versions, waits, workflow_state
+from rflow.storage import (
+    controls,
+    dead_letters,
+    runs,
+    sends,
+    versions,
+    waits,
+    workflow_state,
+)
 from rflow.streams.producer import Producer
 
 if TYPE_CHECKING:
@@ -34,6 +59,16 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Work = Callable[[psycopg.AsyncConnection], Awaitable[T]]
+
+REPLAYABLE: dict[str, tuple[type[Record], ...]] = {
+    "rflow.triggers": (TriggerRecord, TriggerRetracted, RetryRecord),
+    "rflow.runs": (RunEvent,),
+    "rflow.sends": (SendRequest, SendControl),
+    "rflow.events": (RunJournal,),
+}
+"""The topics a dead-lettered record may be replayed to, with the records each takes.
+Every one of them is deduplicated where it lands (the gate, the step's attempt, the send
+key, the projection), so a record replayed twice does nothing twice."""
 
 
 class ControlError(Exception):
@@ -242,6 +277,57 @@ class Control:
             "resends": resends,
             "already": False,
         }
+
+    async def pause(self, workflow: str, reason: str) -> dict[str, Any]:
+        """Pause ``workflow``: its firings are held (or skipped) until it is resumed."""
+        self._known(workflow)
+        await self.database(
+            lambda conn: controls.pause(conn, workflow, by="operator", reason=reason)
+        )
+        return {"workflow": workflow, "paused": True}
+
+    async def resume(self, workflow: str) -> dict[str, Any]:
+        """Lift ``workflow``'s pause (an operator's, a halt's or a breaker's): the firings
+        held meanwhile start in the order they arrived."""
+        self._known(workflow)
+        if not await self.database(lambda conn: controls.resume(conn, workflow)):
+            raise ControlError(f"workflow {workflow} was not paused: nothing to resume", 409)
+        return {"workflow": workflow, "paused": False}
+
+    def _known(self, workflow: str) -> None:
+        project = self.project
+        if project is None or workflow not in project.workflows:
+            raise ControlError(f"no workflow {workflow!r} in this project", 404)
+
+    async def replay(self, letter_id: int, topic_prefix: str) -> dict[str, Any]:
+        """Produce dead letter ``letter_id``'s record again to the topic it came from
+        (``topic_prefix`` + a declared name), under its key.
+
+        Refused, with why, when the record is not one that topic takes or still does not
+        decode: sending it again would only dead-letter it again."""
+        letter = await self.database(lambda conn: dead_letters.get(conn, letter_id))
+        if letter is None:
+            raise ControlError(f"no dead letter {letter_id}", 404)
+        topic = letter["topic"]
+        declared = topic.removeprefix(topic_prefix) if topic.startswith(topic_prefix) else None
+        if declared not in REPLAYABLE:
+            replayable = ", ".join(sorted(REPLAYABLE))
+            raise ControlError(
+                f"dead letter {letter_id} came from {topic}, which takes no replays (only "
+                f"{replayable}, under this worker's prefix {topic_prefix!r})",
+                409,
+            )
+        try:
+            record = decode(letter["raw"].encode(), REPLAYABLE[declared])
+        except DecodeError as exc:
+            raise ControlError(
+                f"dead letter {letter_id} cannot be replayed: its record still does not "
+                f"decode ({exc.reason}); nothing was sent",
+                409,
+            ) from None
+        key = letter["record_key"] or record.partition_key
+        partition, offset = await self.producer.send(declared, key, record)
+        return {"id": letter_id, "topic": topic, "partition": partition, "offset": offset}
 
     async def _run(self, run_id: str) -> dict[str, Any]:
         run = await self.database(lambda conn: runs.get_run(conn, run_id))

@@ -104,6 +104,22 @@ class PostgresDeliveries:
             "releasing a webhook delivery",
         )
 
+    async def claim_signature(
+        self, scope: str, signature: str, *, claim_id: UUID, expires_at: datetime, now: datetime
+    ) -> bool:
+        return await self._run(
+            lambda conn: webhooks.claim_signature(
+                conn, scope, signature, claim_id=claim_id, expires_at=expires_at, now=now
+            ),
+            "claiming a webhook signature",
+        )
+
+    async def release_signature(self, scope: str, signature: str, *, claim_id: UUID) -> bool:
+        return await self._run(
+            lambda conn: webhooks.release_signature(conn, scope, signature, claim_id=claim_id),
+            "releasing a webhook signature",
+        )
+
     async def _run(self, work: Callable[[psycopg.AsyncConnection], Awaitable[T]], what: str) -> T:
         # Database.run retries for as long as Postgres is away; a request cannot wait that
         # long, and every claim operation is safe to abandon (a claim goes stale).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -33,9 +34,59 @@ class MetricSpec:
     labels: tuple[str, ...]
 
 
+class ExactGauge:
+    """A gauge of whole numbers (wei, raw token units) written out digit for digit.
+
+    prometheus_client keeps every value as a float: it writes ``2e+16`` for 0.02 ether in
+    wei, and 1 ether and 1 wei (``1000000000000000001``) as ``1e+18``. An amount read
+    from ``/metrics`` must be the amount; Prometheus reads the digits as any number.
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: list[str]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.values: dict[tuple[str, ...], int] = {}
+
+    def labels(self, *values: str) -> _ExactChild:
+        """The series of ``values`` (one per label name)."""
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {', '.join(self.labelnames)}")
+        return _ExactChild(self, tuple(str(v) for v in values))
+
+    def render(self) -> str:
+        """The gauge in Prometheus's text exposition format."""
+        help_text = self.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        lines = [f"# HELP {self.name} {help_text}", f"# TYPE {self.name} gauge"]
+        for values, value in sorted(self.values.items()):
+            labels = ",".join(
+                f'{name}="{_escape(v)}"' for name, v in zip(self.labelnames, values, strict=True)
+            )
+            lines.append(f"{self.name}{{{labels}}} {value}")
+        return "\n".join(lines) + "\n"
+
+
+class _ExactChild:
+    """One series of an :class:`ExactGauge`."""
+
+    def __init__(self, gauge: ExactGauge, values: tuple[str, ...]) -> None:
+        self.gauge = gauge
+        self.values = values
+
+    def set(self, value: int | Decimal) -> None:
+        """Set the series to the whole number ``value`` (a fraction is refused, not cut)."""
+        if isinstance(value, bool) or int(value) != value:
+            raise ValueError(f"{self.gauge.name} holds whole numbers, got {value!r}")
+        self.gauge.values[self.values] = int(value)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
 class Metrics:
-    """One worker's metrics, in a registry of its own; :attr:`specs` lists them all
-    (``docs/metrics.md`` is generated from it)."""
+    """One worker's metrics, in a registry of its own (amounts in :class:`ExactGauge`);
+    :attr:`specs` lists them all (``docs/metrics.md`` is generated from it)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -79,22 +130,22 @@ class Metrics:
             "workflow",
             "state",
         )
-        self.budget_cap = self._gauge(
+        self.budget_cap = self._exact(
             "rflow_budget_cap", "Budget caps (raw units)", "budget", "asset"
         )
-        self.budget_consumed = self._gauge(
+        self.budget_consumed = self._exact(
             "rflow_budget_consumed",
             "Reserved and spent in the budget's window (raw units)",
             "budget",
             "asset",
         )
-        self.budget_remaining = self._gauge(
+        self.budget_remaining = self._exact(
             "rflow_budget_remaining", "Cap minus consumed (raw units)", "budget", "asset"
         )
         self.sends = self._gauge(
             "rflow_sends", "Sends recorded by the relayer, by status", "status"
         )
-        self.gas_spent = self._gauge(
+        self.gas_spent = self._exact(
             "rflow_gas_spent_wei",
             "Gas paid by sends (gas used x effective price), in wei",
             "network",
@@ -139,8 +190,19 @@ class Metrics:
         self.specs.append(MetricSpec(name, "histogram", help, labels))
         return Histogram(name, help, labels, registry=self.registry, buckets=buckets)
 
+    def _exact(self, name: str, help: str, *labels: str) -> ExactGauge:
+        self.specs.append(MetricSpec(name, "gauge", help, labels))
+        return ExactGauge(name, help, list(labels))
+
+    @property
+    def exact(self) -> tuple[ExactGauge, ...]:
+        """The gauges of amounts, written digit for digit."""
+        return (self.budget_cap, self.budget_consumed, self.budget_remaining, self.gas_spent)
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """Every metric in Prometheus's text exposition format."""
+        exact = "".join(gauge.render() for gauge in self.exact)
+        return generate_latest(self.registry) + exact.encode()
 
     def journaled(self, workflow: Any, name: str, state: Any, entries: list[Any]) -> None:
         """Count what one decision of the engine journaled."""
@@ -226,14 +288,10 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
         metrics.lane_waiting.labels(workflow).set(count)
 
     consumer = app.consumer
-    committed = getattr(consumer, "_committed_offset", {})
-    for tp in consumer.assignment():
-        if tp.topic in app.tables.changelog_topics:
-            continue
+    for tp, done in runtime.consumption.committed().items():
         highwater = consumer.highwater(tp)
         if highwater is None:
             continue
-        done = committed.get(tp) or 0
         metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(highwater - done, 0))
 
 

@@ -1,25 +1,131 @@
-"""The Faust tables: run state whose changelogs (declared in ``topics.yaml``) are the journal."""
+"""The Faust tables: run state whose changelogs (declared in ``topics.yaml``) are durable.
+
+Decisions change a table in this worker's memory (:class:`Staged`); each checkpoint of
+the consumption layer writes the newest value of every key changed since the last one to
+the table and its changelog, once, before it commits the offsets of the records behind
+them (:meth:`Staged.flush`). A run that starts, takes three steps and settles between two
+checkpoints writes its entry once, not four times, and its state is never encoded in
+between. What a crash loses of it was decided by records whose offsets were not
+committed (read again by the next owner) or by results of actions still in flight in the
+state that is durable (carried out again under the same idempotency keys).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import faust
 
-from rflow.codecs.tables import CODEC_NAME, RAW_CODEC_NAME
+from rflow.codecs.tables import CODEC_NAME, RAW_CODEC_NAME, read_run_entry, write_run_entry
+from rflow.streams.consumption import current_partition, writing_to
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
 
+_DELETED = object()
+
+
+class Staged:
+    """A table whose changes wait in memory for the next checkpoint.
+
+    Reads see the newest value: changed since the last checkpoint, being written by the
+    current one, or in the table. Every change is made while a partition is being
+    decided (:meth:`rflow.streams.consumption.Consumption.decide`) and goes to that
+    partition of the changelog.
+    """
+
+    def __init__(
+        self,
+        table: faust.Table,
+        encode: Callable[[Any], Any] = lambda value: value,
+        decode: Callable[[Any], Any] = lambda value: value,
+    ) -> None:
+        self.table = table
+        self.encode = encode
+        self.decode = decode
+        self.changed: dict[Any, tuple[int, Any]] = {}
+        """Key -> (partition, value) changed since the last checkpoint."""
+        self.writing: dict[Any, tuple[int, Any]] = {}
+        """What the checkpoint under way is writing (visible until it is written)."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        found = self.changed.get(key) or self.writing.get(key)
+        if found is not None:
+            return default if found[1] is _DELETED else found[1]
+        stored = self.table.get(key)
+        return default if stored is None else self.decode(stored)
+
+    def __getitem__(self, key: Any) -> Any:
+        found = self.get(key, _DELETED)
+        if found is _DELETED:
+            raise KeyError(key)
+        return found
+
+    def __contains__(self, key: Any) -> bool:
+        return self.get(key, _DELETED) is not _DELETED
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.changed[key] = (current_partition(), value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.changed[key] = (current_partition(), _DELETED)
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Every key and its newest value."""
+        pending = {**self.writing, **self.changed}
+        for key, stored in list(self.table.items()):
+            if key not in pending:
+                yield key, self.decode(stored)
+        for key, (_, value) in pending.items():
+            if value is not _DELETED:
+                yield key, value
+
+    def values(self) -> Iterator[Any]:
+        for _, value in self.items():
+            yield value
+
+    def flush(self) -> Callable[[], None]:
+        """Take the changes made so far; the returned function writes them to the table
+        (and its changelog), each to the partition it was decided on."""
+        taken, self.changed = self.changed, {}
+        self.writing.update(taken)
+
+        def write() -> None:
+            table = self.table
+            for key, entry in taken.items():
+                partition, value = entry
+                with writing_to(partition):
+                    if value is _DELETED:
+                        if key in table:
+                            del table[key]
+                    else:
+                        table[key] = self.encode(value)
+                if self.writing.get(key) is entry:
+                    del self.writing[key]
+
+        return write
+
 
 @dataclass(frozen=True)
 class Tables:
-    """The app's tables."""
+    """The app's tables, as the runner changes them (:class:`Staged`)."""
 
-    triggers: faust.Table
-    runs: faust.Table
-    lanes: faust.Table
+    triggers: Staged
+    runs: Staged
+    """Run id -> :class:`~rflow.engine.state.RunState`, or the status of a settled run."""
+    lanes: Staged
+
+    def flush(self) -> Callable[[], None]:
+        """Take every table's changes; the returned function writes them."""
+        writes = [table.flush() for table in (self.triggers, self.runs, self.lanes)]
+
+        def write() -> None:
+            for each in writes:
+                each()
+
+        return write
 
 
 def _table(
@@ -67,28 +173,36 @@ def _table(
 def create(app: RflowApp) -> Tables:
     """Declare every table on ``app``."""
     return Tables(
-        triggers=_table(
-            app,
-            "triggers",
-            "rflow.state.triggers",
-            "Accepted trigger firings, keyed by <workflow>:<trigger key> (the firing's "
-            "idempotency key): the record as received and the runs it started. A key "
-            "already present is a duplicate delivery.",
+        triggers=Staged(
+            _table(
+                app,
+                "triggers",
+                "rflow.state.triggers",
+                "Accepted trigger firings, keyed by <workflow>:<trigger key> (the firing's "
+                "idempotency key): the record as received and the runs it started. A key "
+                "already present is a duplicate delivery.",
+            )
         ),
-        runs=_table(
-            app,
-            "runs",
-            "rflow.state.runs",
-            "Run state, keyed by run id: where the run is, the journal of every step "
-            "(inputs, outputs, errors, attempts) and the workflow version it is pinned to; "
-            'a settled run keeps {"settled": <status>}.',
-            values=RAW_CODEC_NAME,
+        runs=Staged(
+            _table(
+                app,
+                "runs",
+                "rflow.state.runs",
+                "Run state, keyed by run id: where the run is, the journal of every step "
+                "(inputs, outputs, errors, attempts) and the workflow version it is pinned to; "
+                'a settled run keeps {"settled": <status>}.',
+                values=RAW_CODEC_NAME,
+            ),
+            encode=write_run_entry,
+            decode=read_run_entry,
         ),
-        lanes=_table(
-            app,
-            "lanes",
-            "rflow.state.lanes",
-            "Concurrency lanes, keyed by <workflow>:<concurrency group>: the run that owns "
-            "the group now and the runs waiting behind it, oldest first.",
+        lanes=Staged(
+            _table(
+                app,
+                "lanes",
+                "rflow.state.lanes",
+                "Concurrency lanes, keyed by <workflow>:<concurrency group>: the run that owns "
+                "the group now and the runs waiting behind it, oldest first.",
+            )
         ),
     )

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "migrate": ("ops", "Apply the database migrations (idempotent)."),
     "run": ("run", "Start a run of WORKFLOW through its manual trigger."),
     "runs": ("runs", "Runs: their status, journals, approvals and cancellation."),
+    "schedules": ("schedules", "Schedules: next and last fires, failures; disable and enable."),
     "schema": ("validate", "Print the JSON Schema of workflow files (for editor completion)."),
     "sends": ("sends", "Pending transactions: list them, speed one up, cancel one."),
     "spend": ("budgets", "Gas paid and native value moved by rflow's sends, per workflow."),

@@ -11,6 +11,7 @@ from rflow.cli import (  # noqa: F401  (each module registers its commands on im
     ops,
     run,
     runs,
+    schedules,
     sends,
     trigger,
     validate,

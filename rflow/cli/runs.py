@@ -80,7 +80,12 @@ def runs() -> None:
     type=click.Choice(["event", "webhook", "schedule", "manual"]),
     help="Only runs fired by this kind of trigger.",
 )
-@click.option("--failed", is_flag=True, help="Only failed runs (the dead-letter queue).")
+@click.option(
+    "--failed",
+    is_flag=True,
+    help="Only dead-lettered runs (the dead-letter queue; failed runs of on_failure: drop "
+    "or halt are not in it: --status failed lists every failed run).",
+)
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--json", "as_json", is_flag=True)
 def list_runs(
@@ -104,11 +109,7 @@ def list_runs(
         if workflow is not None:
             await known_workflow(conn, workflow)
         return await store.list_runs(
-            conn,
-            workflow=workflow,
-            status="failed" if failed else status,
-            source=source,
-            limit=limit,
+            conn, workflow=workflow, status=status, source=source, dead=failed, limit=limit
         )
 
     rows = asyncio.run(with_database(work))

@@ -23,7 +23,7 @@ def workflow() -> None:
 @project_option
 @click.option("--json", "as_json", is_flag=True)
 def list_workflows(project: Path | None, as_json: bool) -> None:
-    """Each workflow of the project, its trigger and whether it is paused.
+    """Each workflow of the project, its triggers and whether it is paused.
 
     The project is PATH (--project, $RFLOW_PROJECT), else the newest deployment.
     """
@@ -55,7 +55,7 @@ def list_workflows(project: Path | None, as_json: bool) -> None:
         fail("no project: give --project or set RFLOW_PROJECT (nothing is deployed yet)")
     rows = []
     for name, definition in loaded.workflows.items():
-        trigger = type(definition.trigger).kind
+        trigger = ", ".join(definition.trigger_kinds)
         state = (
             "paused (definition)"
             if definition.paused
@@ -66,7 +66,7 @@ def list_workflows(project: Path | None, as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     lines = [[row["workflow"], row["trigger"], row["state"]] for row in rows]
-    click.echo(table(lines, ["WORKFLOW", "TRIGGER", "STATE"]))
+    click.echo(table(lines, ["WORKFLOW", "TRIGGERS", "STATE"]))
     if stored is not None:
         listed = f"the project at {path}" if path is not None else f"deployment {stored.id}"
         click.echo(

@@ -72,8 +72,13 @@ _HOMES = {
 def __getattr__(name: str) -> Any:
     if name not in _HOMES:
         raise AttributeError(f"module 'rflow.engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"rflow.engine.{_HOMES[name]}"), name)
-    globals()[name] = value
+    home = _HOMES[name]
+    module = importlib.import_module(f"rflow.engine.{home}")
+    globals()[name] = value = getattr(module, name)
+    if home in _HOMES:
+        # Importing a submodule binds its name on this package: the submodule advance
+        # would hide the function advance from whoever imported resume first.
+        globals()[home] = getattr(module, home)
     return value
 
 

@@ -831,6 +831,10 @@ class _Run:
             )
             self.settle(self.steps[step.id], StepStatus.FAILED, error=error)
             return
+        if (why := step.over_cap(len(items))) is not None:
+            error = StepError(kind=FailureKind.INVALID_INPUT, message=why)
+            self.settle(self.steps[step.id], StepStatus.FAILED, error=error)
+            return
         if step.batch_size:
             items = [items[i : i + step.batch_size] for i in range(0, len(items), step.batch_size)]
         fanout = Fanout(items=items)

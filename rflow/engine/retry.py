@@ -9,7 +9,7 @@ from typing import Any
 
 from rflow.engine.context import holds
 from rflow.engine.keys import fraction
-from rflow.failures import StepError
+from rflow.failures import FailureKind, StepError
 from rflow.lang.model.steps import Backoff, Retry
 
 
@@ -37,6 +37,23 @@ def backoff_delay(backoff: Backoff, attempt: int, seed: tuple[object, ...]) -> t
     return delay
 
 
+def retry_delay(
+    backoff: Backoff, attempt: int, seed: tuple[object, ...], retry_after: float | None
+) -> tuple[timedelta, str]:
+    """The wait before attempt ``attempt + 1`` and where it comes from: the backoff, or
+    the service's ``Retry-After`` when it asks for longer, honoured up to ``max_delay``."""
+    delay = backoff_delay(backoff, attempt, seed)
+    if retry_after is None:
+        return delay, "backoff"
+    asked = timedelta(seconds=retry_after)
+    honoured = min(asked, backoff.max_delay)
+    if honoured <= delay:
+        return delay, "backoff"
+    if honoured < asked:
+        return honoured, f"Retry-After {retry_after:g}s, cut to max_delay"
+    return honoured, f"Retry-After {retry_after:g}s"
+
+
 def decide(
     policy: Retry | None,
     error: StepError,
@@ -44,12 +61,16 @@ def decide(
     context: Mapping[str, Any],
     seed: tuple[object, ...],
 ) -> RetryDecision:
-    """Whether a failed attempt is retried: only retryable kinds, within ``max_attempts``,
+    """Whether a failed attempt is retried: only retryable kinds (``timeout`` too with
+    ``retry_on_timeout``) that nothing marked ``non_retryable``, within ``max_attempts``,
     and only when ``retry_if`` (evaluated with ``error`` in the context) holds."""
     none = timedelta(0)
     if policy is None:
         return RetryDecision(False, none, "the step has no retry policy")
-    if not error.retryable:
+    if error.non_retryable:
+        return RetryDecision(False, none, f"this {error.kind} failure is not retryable")
+    timeout = error.kind == FailureKind.TIMEOUT and policy.retry_on_timeout
+    if not (error.retryable or timeout):
         return RetryDecision(False, none, f"{error.kind} is never retried")
     if attempt >= policy.max_attempts:
         return RetryDecision(False, none, f"{attempt} of {policy.max_attempts} attempts used")
@@ -57,5 +78,7 @@ def decide(
         with_error = {**context, "error": error.model_dump(mode="json")}
         if not holds(policy.retry_if, with_error):
             return RetryDecision(False, none, "retry_if does not hold")
-    delay = backoff_delay(policy.backoff, attempt, seed)
-    return RetryDecision(True, delay, f"attempt {attempt + 1} of {policy.max_attempts}")
+    delay, source = retry_delay(policy.backoff, attempt, seed, error.retry_after)
+    return RetryDecision(
+        True, delay, f"attempt {attempt + 1} of {policy.max_attempts} after {source}"
+    )

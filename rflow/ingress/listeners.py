@@ -1,6 +1,6 @@
 """The event triggers of one network, ready to query and match logs.
 
-A :class:`Listener` is one workflow's ``trigger.event``: where to ask for logs
+A :class:`Listener` is one event trigger of a workflow: where to ask for logs
 (address, topics with the indexed-argument filters), how to decode and filter what
 comes back, and the payload and trigger key of each match (see
 :mod:`rflow.triggering`). Building listeners reads ABI files; matching is pure.
@@ -20,7 +20,7 @@ from rflow.ingress.blocks import BlockRef
 from rflow.ingress.logs import EventAbi, LogDecodeError, decode_log, filter_topic, find_events
 from rflow.ingress.logs import matches as value_matches
 from rflow.lang import Project, Workflow, project_files
-from rflow.lang.model.triggers import EventSpec, EventTrigger
+from rflow.lang.model.triggers import EventSpec, key_prefix
 
 
 class ListenerError(ValueError):
@@ -48,6 +48,9 @@ class Listener:
     wait_step: str | None = None
     """For a ``wait_for: { event }`` step: its id. Such a listener resumes parked runs
     instead of firing; each wait's own (rendered) filter is checked against the args."""
+    trigger_id: str = "event"
+    """Which of the workflow's triggers it is: its trigger keys begin with
+    ``event@<id>`` unless the id is ``event``."""
 
     @property
     def query(self) -> dict[str, Any]:
@@ -102,7 +105,7 @@ class Listener:
             emitter = to_checksum_address(entry["address"])
         except (KeyError, TypeError, ValueError) as exc:
             raise LogDecodeError(f"the log lacks its position fields: {exc!r}") from None
-        key = f"event:{self.chain_id}:{block.hash}:{log_index}"
+        key = f"{key_prefix('event', self.trigger_id)}:{self.chain_id}:{block.hash}:{log_index}"
         payload = {
             "network": self.network,
             "chain_id": self.chain_id,
@@ -131,7 +134,7 @@ def listeners_for(
     abis: dict[str, list[Any]] = {}
     found: list[Listener] = []
     problems: list[str] = []
-    for name, workflow, wait_step, spec in _event_specs(project, network):
+    for name, workflow, wait_step, spec, trigger_id in _event_specs(project, network):
         where = f"workflow {name!r}: event {spec.contract}.{spec.name} on {network}"
         try:
             contract = project.contracts.get(spec.contract)
@@ -166,6 +169,7 @@ def listeners_for(
                 topic_filters=topic_filters,
                 value_filters=value_filters,
                 wait_step=wait_step,
+                trigger_id=trigger_id,
             )
         )
     return found, problems
@@ -173,20 +177,21 @@ def listeners_for(
 
 def _event_specs(
     project: Project, network: str
-) -> list[tuple[str, Workflow, str | None, EventSpec]]:
-    """Every event trigger and every ``wait_for: { event }`` step on ``network``."""
-    found: list[tuple[str, Workflow, str | None, EventSpec]] = []
+) -> list[tuple[str, Workflow, str | None, EventSpec, str]]:
+    """Every event trigger (with its id) and every ``wait_for: { event }`` step on
+    ``network``."""
+    found: list[tuple[str, Workflow, str | None, EventSpec, str]] = []
     for name, workflow in project.workflows.items():
-        trigger = workflow.trigger
-        if isinstance(trigger, EventTrigger) and trigger.event.network == network:
-            found.append((name, workflow, None, trigger.event))
+        for trigger_id, trigger in workflow.triggers_of("event"):
+            if trigger.event.network == network:
+                found.append((name, workflow, None, trigger.event, trigger_id))
         for step in workflow.all_steps():
             if (
                 step.kind == "wait_for"
                 and step.wait_for.event is not None
                 and step.wait_for.event.network == network
             ):
-                found.append((name, workflow, step.id, step.wait_for.event))
+                found.append((name, workflow, step.id, step.wait_for.event, "event"))
     return found
 
 
@@ -195,7 +200,7 @@ def following(project: Project, network: str) -> tuple[Any, ...]:
     triggers and waits on it (with their workflows), and their contracts. Two projects
     with equal answers listen to ``network`` alike."""
     specs = _event_specs(project, network)
-    contracts = sorted({spec.contract for _, _, _, spec in specs})
+    contracts = sorted({spec.contract for _, _, _, spec, _ in specs})
     return (
         project.networks.get(network),
         tuple(specs),

@@ -39,7 +39,6 @@ from rflow.ingress.webhooks import (
     TriggerProducer,
 )
 from rflow.lang.model import Project, Workflow
-from rflow.lang.model.triggers import ManualTrigger
 from rflow.streams.producer import ProduceError
 from rflow.triggering import paused_answer, trigger_record
 
@@ -62,17 +61,16 @@ def manual_workflow(project: Project | None, name: str) -> Workflow:
     workflow = project.workflows.get(name) if project else None
     if workflow is None:
         raise ManualRunError(404, f"no workflow {name!r}")
-    if not isinstance(workflow.trigger, ManualTrigger):
-        raise ManualRunError(
-            422, f"workflow {name!r} has no manual trigger (it starts on {workflow.trigger.kind})"
-        )
+    if workflow.manual is None:
+        kinds = ", ".join(workflow.trigger_kinds)
+        raise ManualRunError(422, f"workflow {name!r} has no manual trigger (it starts on {kinds})")
     return workflow
 
 
 def check_inputs(name: str, workflow: Workflow, inputs: Mapping[str, Any]) -> None:
     """:class:`ManualRunError` (422) unless ``inputs`` are exactly the declared ones."""
-    assert isinstance(workflow.trigger, ManualTrigger)
-    declared = workflow.trigger.manual.inputs
+    assert workflow.manual is not None
+    declared = workflow.manual.manual.inputs
     takes = f"it takes: {', '.join(declared)}" if declared else "it takes no inputs"
     unknown = sorted(set(inputs) - set(declared))
     if unknown:

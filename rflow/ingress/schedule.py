@@ -63,17 +63,8 @@ from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
-from rflow.lang.timespec import parse_cron, parse_timezone
-
-_MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
+from rflow.lang.model.triggers import key_prefix
+from rflow.lang.timespec import CRON_MACRO_FIELDS, parse_cron, parse_timezone
 
 # How far ahead a zone's offsets are sampled to find the earliest wall time that can
 # still fire after a given instant: a fall-back change within this span sets the wall
@@ -108,7 +99,7 @@ def parse(cron: str, timezone: str) -> Schedule:
     """
     cron = parse_cron(cron)
     timezone = parse_timezone(timezone)
-    fields = _MACROS.get(cron, cron)
+    fields = CRON_MACRO_FIELDS.get(cron, cron)
     minute, hour = fields.split(" ")[:2]
     fixed = not (minute.startswith("*") or hour.startswith("*"))
     return Schedule(cron, timezone, ZoneInfo(timezone), fields, fixed)
@@ -178,10 +169,13 @@ def due(cron: str, timezone: str, cursor: datetime | None, now: datetime) -> Due
     return Due(None, cursor)
 
 
-def fire_key(fire: datetime) -> str:
+def fire_key(fire: datetime, trigger_id: str = "schedule") -> str:
     """The trigger key of a fire time: ``schedule:<UTC ISO 8601>``, the same on every
-    scheduler, so a repeated production of one fire is recognised downstream."""
-    return "schedule:" + _as_utc(fire, "fire").strftime("%Y-%m-%dT%H:%M:%SZ")
+    scheduler, so a repeated production of one fire is recognised downstream. A
+    workflow's schedule triggers other than its ``schedule`` one begin their keys with
+    ``schedule@<id>``: two schedules of a workflow firing at one instant start two runs."""
+    prefix = key_prefix("schedule", trigger_id)
+    return f"{prefix}:" + _as_utc(fire, "fire").strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def payload(cron: str, timezone: str, fire: datetime) -> dict[str, Any]:

@@ -1,13 +1,21 @@
-"""The scheduler: fires schedule-triggered workflows, each fire time once.
+"""The scheduler: fires the schedule triggers of workflows, each fire time once.
 
-Every worker may run one; they agree without talking to each other. For each workflow
-whose trigger is a schedule, a tick takes the workflow's cursor row in Postgres (see
-:mod:`rflow.storage.schedules`), asks :func:`rflow.ingress.schedule.due` what is due,
-produces that firing to the triggers topic, and only once Kafka has acknowledged it
-moves the cursor past it, in the same transaction. A crash between the two produces
-the same firing again on the next tick, under the same trigger key
-(``schedule:<UTC fire time>``), and the intake agent keeps the first; a second
-scheduler waiting on the row finds the cursor already moved and fires nothing.
+Every worker may run one; they agree without talking to each other. For each schedule
+(a workflow's schedule trigger, named by its id), a tick takes the schedule's cursor row
+in Postgres (see :mod:`rflow.storage.schedules`), asks
+:func:`rflow.ingress.schedule.due` what is due, produces that firing to the triggers
+topic, and only once Kafka has acknowledged it moves the cursor past it, in the same
+transaction. A crash between the two produces the same firing again on the next tick,
+under the same trigger key (``schedule:<UTC fire time>``, or ``schedule@<id>:...`` for a
+workflow's other schedules), and the intake agent keeps the first; a second scheduler
+waiting on the row finds the cursor already moved and fires nothing.
+
+A disabled schedule (``enabled: false`` in its definition, or ``rflow schedules
+disable``) passes its fire times over: the cursor moves past them and nothing is
+produced. Found enabled again without an operator's ``enable`` (a deploy turned it back
+on), it starts from the tick that finds it so, as a new schedule does: a fire time
+skipped while disabled never fires. A fire missed while no scheduler ran still fires
+once, as the latest.
 
 Between fires a tick costs no I/O: the next fire time of each schedule is remembered,
 and the database is consulted only once it has passed.
@@ -18,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,9 +36,10 @@ from rflow.failures import RflowError
 from rflow.ingress import schedule
 from rflow.ingress.service import IngressService
 from rflow.lang import Project, Workflow
-from rflow.lang.model.triggers import ScheduleSpec, ScheduleTrigger
+from rflow.lang.model.triggers import ScheduleSpec
 from rflow.settings import Settings
 from rflow.storage import StorageError, schedules
+from rflow.storage.schedules import Held
 from rflow.streams.producer import ProduceError
 from rflow.triggering import trigger_record
 
@@ -43,7 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-Step = Callable[[datetime | None], Awaitable[datetime | None]]
 
 MAX_SLEEP = 1.0
 """Seconds :meth:`Scheduler.run` sleeps at most between ticks, so that a clock jump or a
@@ -57,19 +65,35 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def _scheduled_workflows(project: Project | None) -> dict[str, Workflow]:
-    return {name: project.workflows[name] for name in scheduled(project)} if project else {}
+@dataclass(frozen=True)
+class Scheduled:
+    """One schedule of the current project: a workflow's schedule trigger."""
+
+    workflow_name: str
+    trigger_id: str
+    workflow: Workflow = field(repr=False, compare=False)
+    spec: ScheduleSpec
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.workflow_name, self.trigger_id)
 
 
-def scheduled(project: Project | None) -> dict[str, ScheduleSpec]:
-    """The workflows of ``project`` whose trigger is a schedule, by name."""
-    if project is None:
-        return {}
-    return {
-        name: workflow.trigger.schedule
-        for name, workflow in project.workflows.items()
-        if isinstance(workflow.trigger, ScheduleTrigger)
-    }
+def schedules_of(project: Project | None) -> dict[tuple[str, str], Scheduled]:
+    """Every schedule trigger of ``project``, by (workflow, trigger id)."""
+    found: dict[tuple[str, str], Scheduled] = {}
+    for name, workflow in (project.workflows if project else {}).items():
+        for trigger_id, trigger in workflow.triggers_of("schedule"):
+            found[(name, trigger_id)] = Scheduled(name, trigger_id, workflow, trigger.schedule)
+    return found
+
+
+def scheduled(project: Project | None) -> dict[str, list[ScheduleSpec]]:
+    """The workflows of ``project`` with a schedule trigger, by name, with their schedules."""
+    found: dict[str, list[ScheduleSpec]] = {}
+    for item in schedules_of(project).values():
+        found.setdefault(item.workflow_name, []).append(item.spec)
+    return found
 
 
 class TriggerSink(Protocol):
@@ -80,12 +104,28 @@ class TriggerSink(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Moved:
+    """What a tick decided for one schedule: the cursor to store, whether a fire at it
+    was produced, and whether the schedule is firing (enabled)."""
+
+    cursor: datetime
+    fired: bool
+    firing: bool
+
+
+TickStep = Callable[[Held], Awaitable[Moved | None]]
+
+
 class CursorStore(Protocol):
     """The cursors of all schedules, shared by every scheduler."""
 
-    async def update(self, workflow: str, spec: ScheduleSpec, step: Step) -> datetime | None:
-        """Run ``step`` on ``workflow``'s cursor while no other scheduler can, and store
-        the cursor it returns (if later). Returns the cursor as stored afterwards.
+    async def update(
+        self, workflow: str, trigger: str, spec: ScheduleSpec, step: TickStep
+    ) -> datetime | None:
+        """Run ``step`` on the cursor of ``workflow``'s schedule ``trigger`` while no
+        other scheduler can, and store what it decides (a cursor only moves forward).
+        Returns the cursor as stored afterwards.
 
         ``step`` may be run again after a lost answer: it must be idempotent.
         """
@@ -99,22 +139,41 @@ class PostgresCursors:
     def __init__(self, database: Database) -> None:
         self.database = database
 
-    async def update(self, workflow: str, spec: ScheduleSpec, step: Step) -> datetime | None:
+    async def update(
+        self, workflow: str, trigger: str, spec: ScheduleSpec, step: TickStep
+    ) -> datetime | None:
         async def work(conn: psycopg.AsyncConnection) -> datetime | None:
-            async with schedules.held(conn, workflow) as cursor:
-                moved = await step(cursor)
+            async with schedules.held(conn, workflow, trigger) as row:
+                moved = await step(row)
                 if moved is None:
-                    return cursor
-                if cursor is None:
-                    await schedules.start(conn, workflow, spec.cron, spec.timezone, moved)
-                elif moved > cursor:
-                    await schedules.advance(conn, workflow, spec.cron, spec.timezone, moved)
-                    return moved
+                    return row.cursor
+                if row.cursor is None:
+                    await schedules.start(
+                        conn,
+                        workflow,
+                        spec.cron,
+                        spec.timezone,
+                        moved.cursor,
+                        trigger=trigger,
+                        firing=moved.firing,
+                    )
+                else:
+                    await schedules.advance(
+                        conn,
+                        workflow,
+                        spec.cron,
+                        spec.timezone,
+                        moved.cursor,
+                        trigger=trigger,
+                        fired=moved.fired,
+                        firing=moved.firing,
+                    )
+                    return max(row.cursor, moved.cursor)
             # A racing scheduler may have created the cursor first: report the one kept.
-            stored = await schedules.get(conn, workflow)
+            stored = await schedules.get(conn, workflow, trigger)
             return None if stored is None else stored.last_fire
 
-        return await self.database.run(work, what=f"the schedule cursor of {workflow}")
+        return await self.database.run(work, what=f"the cursor of schedule {trigger} of {workflow}")
 
 
 @dataclass
@@ -149,16 +208,21 @@ class Scheduler:
         clock: Clock = utc_now,
     ) -> None:
         self.settings = settings
-        self._workflows = Derived(project_reader(project), _scheduled_workflows)
+        self._schedules = Derived(project_reader(project), schedules_of)
         self.producer = producer
         self.store = store
         self.clock = clock
         self._known: dict[str, _Known] = {}
 
     @property
+    def schedules(self) -> dict[tuple[str, str], Scheduled]:
+        """The schedules of the current project, by (workflow, trigger id)."""
+        return self._schedules()
+
+    @property
     def workflows(self) -> dict[str, Workflow]:
-        """The schedule-triggered workflows of the current project, by name."""
-        return self._workflows()
+        """The workflows of the current project with a schedule trigger, by name."""
+        return {item.workflow_name: item.workflow for item in self.schedules.values()}
 
     async def tick(self, now: datetime) -> list[TriggerRecord]:
         """One pass at ``now``: produce every due firing, move the cursors; returns the
@@ -168,53 +232,55 @@ class Scheduler:
         backoff), when the policy of :func:`~rflow.ingress.schedule.due` applies again.
         """
         produced: list[TriggerRecord] = []
-        workflows = self.workflows
-        for name in self._known.keys() - workflows.keys():
-            del self._known[name]  # removed by a deploy: it fires no more
-        for name, workflow in workflows.items():
-            spec = workflow.trigger.schedule
-            known = self._known.get(name)
+        current = self.schedules
+        for key in self._known.keys() - current.keys():
+            del self._known[key]  # removed by a deploy: it fires no more
+        for key, item in current.items():
+            spec = item.spec
+            known = self._known.get(key)
             if known is not None and known.spec != spec:
                 known = None  # the deploy changed it: work out its next fire again
             if known is not None and (known.wake is None or now < known.wake):
                 continue
             try:
-                cursor = await self._handle(name, workflow, spec, now, produced)
+                cursor = await self._handle(item, now, produced)
             except (ProduceError, StorageError) as exc:
                 failures = 1 if known is None else known.failures + 1
                 delay = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS)) - 1]
                 log.warning(
-                    "schedule of %s not handled at %s, retrying in %ss: %s",
-                    name,
+                    "schedule %s of %s not handled at %s, retrying in %ss: %s",
+                    item.trigger_id,
+                    item.workflow_name,
                     now.isoformat(),
                     delay,
                     exc,
                 )
-                self._known[name] = _Known(now + timedelta(seconds=delay), spec, failures)
+                self._known[key] = _Known(now + timedelta(seconds=delay), spec, failures)
                 continue
             wake = now if cursor is None else schedule.next_fire(spec.cron, spec.timezone, cursor)
-            self._known[name] = _Known(wake, spec)
+            self._known[key] = _Known(wake, spec)
         return produced
 
     async def _handle(
-        self,
-        name: str,
-        workflow: Workflow,
-        spec: ScheduleSpec,
-        now: datetime,
-        produced: list[TriggerRecord],
+        self, item: Scheduled, now: datetime, produced: list[TriggerRecord]
     ) -> datetime | None:
-        """Fire what is due for ``name`` under its cursor; returns the cursor afterwards."""
+        """Fire what is due for ``item`` under its cursor; returns the cursor afterwards."""
+        spec, name = item.spec, item.workflow_name
 
-        async def step(cursor: datetime | None) -> datetime | None:
-            fire, moved = schedule.due(spec.cron, spec.timezone, cursor, now)
-            if fire is not None:
+        async def step(row: Held) -> Moved | None:
+            firing = spec.enabled and row.disabled_by is None
+            if row.cursor is None or (firing and not row.firing):
+                # First sight, or firing again after a disabled spell that no operator's
+                # enable ended: from now on, nothing of the past.
+                return Moved(now, fired=False, firing=firing)
+            fire, moved = schedule.due(spec.cron, spec.timezone, row.cursor, now)
+            if fire is not None and firing:
                 try:
                     record = trigger_record(
                         name,
-                        workflow,
+                        item.workflow,
                         source="schedule",
-                        trigger_key=schedule.fire_key(fire),
+                        trigger_key=schedule.fire_key(fire, item.trigger_id),
                         payload=schedule.payload(spec.cron, spec.timezone, fire),
                         received_at=now,
                     )
@@ -225,9 +291,12 @@ class Scheduler:
                 else:
                     await self.producer.trigger(record)
                     produced.append(record)
-            return None if moved == cursor else moved
+                    return Moved(moved, fired=True, firing=True)
+            if moved == row.cursor and firing == row.firing:
+                return None
+            return Moved(moved, fired=False, firing=firing)
 
-        return await self.store.update(name, spec, step)
+        return await self.store.update(name, item.trigger_id, spec, step)
 
     def next_wake(self) -> datetime | None:
         """The earliest instant a schedule may be due, as far as this scheduler knows."""
@@ -238,7 +307,10 @@ class Scheduler:
         :data:`MAX_SLEEP` seconds) between ticks."""
         following: set[str] = set()
         while True:
-            names = set(self.workflows)
+            names = {
+                name if trigger == "schedule" else f"{name} ({trigger})"
+                for name, trigger in self.schedules
+            }
             if names != following:
                 log.info("scheduler fires %s", ", ".join(sorted(names)) or "no schedule")
                 following = names

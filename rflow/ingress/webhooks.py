@@ -6,27 +6,31 @@ answer saying why:
 
 1. the path routes to a workflow's webhook trigger (404);
 2. the body is within the size limit (413);
-3. authentication: api_key or a ``sha256=<hex>`` HMAC signature (401; 500 when the
-   secret variable is unset);
+3. authentication: api_key or a ``sha256=<hex>`` HMAC signature, or a timestamped
+   one whose time is within the tolerance (401; 500 when the secret variable is unset);
 4. the body is a JSON object or array (400);
 5. the event type at ``event_type_field`` is accepted (422 when missing; an unaccepted
    type is acknowledged with 202 and ignored);
-6. the idempotency key is claimed (a duplicate within the TTL: 200; a delivery of the
-   same key still being handled: 409);
+6. a timestamped signature is taken, once (one seen before within the tolerance: 401,
+   a replay), then the idempotency key is claimed (a duplicate within the TTL: 200; a
+   delivery of the same key still being handled: 409);
 7. the firing is produced to Kafka with ``acks=all`` (503 when Kafka refuses, after
    releasing the claim so the sender's retry works); only then 202.
 
 Trigger keys: ``webhook:<workflow>:<idempotency key>:<generation>`` when the request
 carries the idempotency header, else ``webhook:<workflow>:<uuid>`` (each such request
-is a new firing).
+is a new firing). A workflow's webhook triggers after its first (or any with an id
+other than ``webhook``) begin their keys with ``webhook@<id>`` instead, and keep their
+idempotency keys apart: each trigger has a key space of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -35,7 +39,7 @@ from rflow.codecs import TriggerRecord
 from rflow.deployment import Derived, ProjectAt, project_reader
 from rflow.failures import RflowError
 from rflow.ingress import jsonpath
-from rflow.ingress.auth import auth_header, authenticate
+from rflow.ingress.auth import Signed, auth_header, authenticate
 from rflow.ingress.request import (
     DEFAULT_MAX_BODY_BYTES,
     BodyError,
@@ -48,7 +52,7 @@ from rflow.ingress.request import (
     size_refusal,
 )
 from rflow.lang.model import Project, Workflow
-from rflow.lang.model.triggers import WebhookSpec, WebhookTrigger
+from rflow.lang.model.triggers import WebhookSpec, key_prefix
 from rflow.storage import StorageError
 from rflow.storage.webhooks import Claim, ClaimOutcome
 from rflow.streams.producer import ProduceError
@@ -69,10 +73,25 @@ EVENT_TYPE_FIELD_INVALID = "webhook event_type_field is not a supported JSON pat
 
 
 class Deliveries(Protocol):
-    """The durable idempotency claims (:mod:`rflow.storage.webhooks` behind a pool).
+    """The durable idempotency claims and the timestamped signatures accepted
+    (:mod:`rflow.storage.webhooks` behind a pool).
 
     Methods raise :class:`~rflow.storage.StorageError` when the store cannot answer.
     """
+
+    async def claim_signature(
+        self,
+        scope: str,
+        signature: str,
+        *,
+        claim_id: uuid.UUID,
+        expires_at: datetime,
+        now: datetime,
+    ) -> bool: ...
+
+    async def release_signature(
+        self, scope: str, signature: str, *, claim_id: uuid.UUID
+    ) -> bool: ...
 
     async def claim(
         self, workflow: str, key: str, *, claim_id: uuid.UUID, ttl: timedelta
@@ -94,20 +113,32 @@ class TriggerProducer(Protocol):
 
 @dataclass(frozen=True)
 class Route:
-    """The workflow behind one webhook path."""
+    """The workflow behind one webhook path, and which of its triggers it is."""
 
     name: str
     workflow: Workflow
     spec: WebhookSpec
+    trigger_id: str = "webhook"
+
+    @property
+    def prefix(self) -> str:
+        """How the trigger keys of this webhook begin (``webhook`` or ``webhook@<id>``)."""
+        return key_prefix("webhook", self.trigger_id)
+
+    @property
+    def scope(self) -> str:
+        """Where its idempotency keys are claimed: the workflow's name for its ``webhook``
+        trigger, ``<workflow>@<id>`` for another, so two triggers never share a key."""
+        return self.name if self.trigger_id == "webhook" else f"{self.name}@{self.trigger_id}"
 
 
 def webhook_routes(project: Project | None) -> dict[str, Route]:
     """Every webhook trigger of ``project``, by path (the validator keeps paths unique)."""
     routes: dict[str, Route] = {}
     for name, workflow in (project.workflows if project else {}).items():
-        if isinstance(workflow.trigger, WebhookTrigger):
-            spec = workflow.trigger.webhook
-            routes[spec.path] = Route(name, workflow, spec)
+        for trigger_id, trigger in workflow.triggers_of("webhook"):
+            spec = trigger.webhook
+            routes[spec.path] = Route(name, workflow, spec, trigger_id)
     return routes
 
 
@@ -178,11 +209,14 @@ class WebhookIngress:
             return refuse(404, f"no webhook at {path}")
         headers = lower_keys(headers)
         spec = route.spec
-        refusal = size_refusal(headers, body, self.max_body_bytes) or authenticate(
-            spec.auth, headers, body, self._env, workflow=route.name
-        )
+        refusal = size_refusal(headers, body, self.max_body_bytes)
         if refusal is not None:
             return refusal
+        passed = authenticate(
+            spec.auth, headers, body, self._env, workflow=route.name, now=self._clock()
+        )
+        if isinstance(passed, Reply):
+            return passed
         try:
             doc = json_document(body)
         except BodyError as exc:
@@ -233,12 +267,58 @@ class WebhookIngress:
             )
 
         if key is None:
-            firing = record(f"webhook:{route.name}:{delivery}")
-            return record_refusal(firing) or await self._fire(firing, route.workflow)
-        refusal = record_refusal(record(f"webhook:{route.name}:{key}:0"))
+            firing = record(f"{route.prefix}:{route.name}:{delivery}")
+            refusal = record_refusal(firing)
+            fire = functools.partial(self._fire, firing, route.workflow)
+        else:
+            refusal = record_refusal(record(f"{route.prefix}:{route.name}:{key}:0"))
+            fire = functools.partial(self._fire_once, route, key, record)
         if refusal is not None:
             return refusal
-        return await self._fire_once(route, key, record)
+        if passed is None:
+            return await fire()
+        return await self._fire_signed(route, passed, received_at, fire)
+
+    async def _fire_signed(
+        self,
+        route: Route,
+        signed: Signed,
+        now: datetime,
+        fire: Callable[[], Awaitable[Reply]],
+    ) -> Reply:
+        """Take a timestamped signature once, then ``fire``; a signature seen before
+        within the tolerance is a replay (401). A delivery that fired nothing gives its
+        signature back, so the sender's retry of it is taken."""
+        claim_id = self._new_id()
+        try:
+            fresh = await self._deliveries.claim_signature(
+                route.scope,
+                signed.signature,
+                claim_id=claim_id,
+                expires_at=signed.expires_at,
+                now=now,
+            )
+        except StorageError as exc:
+            log.warning("webhook %s: cannot record a signature: %s", route.name, exc)
+            return refuse(
+                503, "the replay store is unavailable; retry later", retry_after=RETRY_AFTER
+            )
+        if not fresh:
+            return refuse(
+                401,
+                "this signature was used already: a replayed delivery is refused (each "
+                "delivery is signed anew, with its own time)",
+            )
+        reply = await fire()
+        if reply.status >= 300:
+            try:
+                await self._deliveries.release_signature(
+                    route.scope, signed.signature, claim_id=claim_id
+                )
+            except StorageError as exc:
+                # The sender's retry is refused as a replay until the tolerance passes.
+                log.warning("webhook %s: cannot release a signature: %s", route.name, exc)
+        return reply
 
     async def _fire_once(
         self, route: Route, key: str, record: Callable[[str], TriggerRecord]
@@ -247,13 +327,13 @@ class WebhookIngress:
         ttl = route.spec.idempotency_ttl
         claim_id = self._new_id()
         try:
-            claim = await self._deliveries.claim(route.name, key, claim_id=claim_id, ttl=ttl)
+            claim = await self._deliveries.claim(route.scope, key, claim_id=claim_id, ttl=ttl)
         except StorageError as exc:
             log.warning("webhook %s: cannot claim delivery %r: %s", route.name, key, exc)
             return refuse(
                 503, "the idempotency store is unavailable; retry later", retry_after=RETRY_AFTER
             )
-        trigger_key = f"webhook:{route.name}:{key}:{claim.generation}"
+        trigger_key = f"{route.prefix}:{route.name}:{key}:{claim.generation}"
         if claim.outcome is ClaimOutcome.DUPLICATE:
             return Reply(200, {"accepted": True, "duplicate": True, "trigger_key": trigger_key})
         if claim.outcome is ClaimOutcome.BUSY:
@@ -265,13 +345,13 @@ class WebhookIngress:
         reply = await self._fire(record(trigger_key), route.workflow)
         if reply.status != 202:
             try:
-                await self._deliveries.release(route.name, key, claim_id=claim_id)
+                await self._deliveries.release(route.scope, key, claim_id=claim_id)
             except StorageError as exc:
                 # The claim goes stale instead and a retry takes it over then.
                 log.warning("webhook %s: cannot release delivery %r: %s", route.name, key, exc)
             return reply
         try:
-            await self._deliveries.accept(route.name, key, generation=claim.generation, ttl=ttl)
+            await self._deliveries.accept(route.scope, key, generation=claim.generation, ttl=ttl)
         except StorageError as exc:
             # The firing is durable, so the answer stays 202. The claim stays pending; a
             # redelivery after it goes stale re-produces the same trigger key, which the

@@ -17,7 +17,7 @@ from typing import Any
 from rflow.failures import FailureKind, RflowError
 from rflow.hosts import check_url
 from rflow.lang.abi import Abi, SignatureError, abi_entries, parse_signature
-from rflow.lang.diagnostics import DataPath, Diagnostic
+from rflow.lang.diagnostics import DataPath, Diagnostic, format_path
 from rflow.lang.envsubst import EnvSubstitutionError, substitute
 from rflow.lang.files import DiskFiles, Files, FileTooLarge
 from rflow.lang.messages import did_you_mean
@@ -38,9 +38,16 @@ from rflow.lang.model.resources import (
     SlackChannel,
 )
 from rflow.lang.model.steps import StepBase
-from rflow.lang.model.triggers import AuthApiKey, AuthHmac, EventSpec, WebhookTrigger
+from rflow.lang.model.triggers import (
+    AuthApiKey,
+    AuthHmac,
+    EventSpec,
+    ScheduleTrigger,
+    WebhookTrigger,
+)
 from rflow.lang.model.workflow import CircuitBreaker, NotifyOnTrip, Permissions, Strategy, Workflow
-from rflow.lang.units import format_amount
+from rflow.lang.timespec import cron_fields
+from rflow.lang.units import UnitError, format_amount
 from rflow.lang.yamlsrc import MAX_FILE_BYTES, SourceMap
 from rflow.principals import OPERATOR, OPERATOR_TOKEN_ENV
 
@@ -55,7 +62,9 @@ class WorkflowView:
     budgets: list[str] = field(default_factory=list)
     circuit_breaker: CircuitBreaker | None = None
     strategy: Strategy | None = None
-    trigger: Any = None
+    triggers: list[tuple[DataPath, Any]] = field(default_factory=list)
+    """Each trigger that validated, with its path in the workflow: ``('trigger',)`` or
+    ``('triggers', i)``."""
     steps: list[tuple[str, int, StepBase]] = field(default_factory=list)
 
     @classmethod
@@ -63,12 +72,16 @@ class WorkflowView:
         """The view of a fully valid workflow."""
         steps = [("steps", i, s) for i, s in enumerate(workflow.steps)]
         steps += [("finally", i, s) for i, s in enumerate(workflow.finally_)]
+        if workflow.trigger is not None:
+            triggers: list[tuple[DataPath, Any]] = [(("trigger",), workflow.trigger)]
+        else:
+            triggers = [(("triggers", i), t) for i, t in enumerate(workflow.triggers or ())]
         return cls(
             workflow.permissions,
             list(workflow.budgets),
             workflow.circuit_breaker,
             workflow.strategy,
-            workflow.trigger,
+            triggers,
             steps,
         )
 
@@ -285,32 +298,56 @@ class Checker:
                 self._step(workflow, (*base, block, index), step)
 
     def _trigger(self, name: str, workflow: WorkflowView) -> None:
-        path: DataPath = ("workflows", name, "trigger")
-        trigger = workflow.trigger
-        if trigger is None:
-            return
-        if trigger.kind == "event":
-            args = self._event((*path, "event"), trigger.event, "an event trigger")
-            if args is not None:
-                self.event_args[name] = args
-        elif isinstance(trigger, WebhookTrigger):
-            spec = trigger.webhook
-            first = self.webhook_paths.get(spec.path)
-            where = (*path, "webhook", "path")
-            if first is not None:
-                location = self.source.value(first[1])
-                self._error(
-                    where,
-                    f"webhook path {spec.path!r} is already used by workflow {first[0]!r} ({location})",
-                )
-            else:
-                self.webhook_paths[spec.path] = (name, where)
-            if isinstance(spec.auth, AuthApiKey | AuthHmac):
-                self._secret(
-                    (*path, "webhook", "auth", "secret_env"),
-                    spec.auth.secret_env,
-                    f"the webhook secret of workflow {name!r}",
-                )
+        schedules: dict[tuple[str, str], DataPath] = {}
+        event_args: list[tuple[str, ...] | None] = []
+        for where, trigger in workflow.triggers:
+            path: DataPath = ("workflows", name, *where)
+            if trigger.kind == "event":
+                event_args.append(self._event((*path, "event"), trigger.event, "an event trigger"))
+            elif isinstance(trigger, WebhookTrigger):
+                self._webhook(name, path, trigger.webhook)
+            elif isinstance(trigger, ScheduleTrigger):
+                spec = trigger.schedule
+                try:
+                    same = (cron_fields(spec.cron), spec.timezone)
+                except UnitError:  # already reported by the model
+                    continue
+                first = schedules.get(same)
+                if first is not None:
+                    self._error(
+                        (*path, "schedule"),
+                        f"this schedule is the one of {format_path(first[2:])} (cron "
+                        f"{spec.cron!r} in {spec.timezone}): each time would fire twice",
+                    )
+                else:
+                    schedules[same] = path
+        # trigger.args is checked against the event when every trigger is one (a webhook
+        # or manual run has no args: reading them there gives null).
+        if event_args and len(event_args) == len(workflow.triggers) and None not in event_args:
+            known = [arg for args in event_args if args for arg in args]
+            self.event_args[name] = tuple(dict.fromkeys(known))
+
+    def _webhook(self, name: str, path: DataPath, spec: Any) -> None:
+        first = self.webhook_paths.get(spec.path)
+        where = (*path, "webhook", "path")
+        if first is not None:
+            location = self.source.value(first[1])
+            owner = (
+                f"this workflow's {format_path(first[1][2:-2])}"
+                if first[0] == name
+                else f"workflow {first[0]!r}"
+            )
+            self._error(
+                where, f"webhook path {spec.path!r} is already used by {owner} ({location})"
+            )
+        else:
+            self.webhook_paths[spec.path] = (name, where)
+        if isinstance(spec.auth, AuthApiKey | AuthHmac):
+            self._secret(
+                (*path, "webhook", "auth", "secret_env"),
+                spec.auth.secret_env,
+                f"the webhook secret of workflow {name!r}",
+            )
 
     def _event(self, path: DataPath, spec: EventSpec, what: str) -> tuple[str, ...] | None:
         self._declared("networks", spec.network, (*path, "network"))

@@ -280,6 +280,18 @@ def _lenient_workflow(raw: dict[str, Any]) -> WorkflowView:
         if "circuit_breaker" in raw
         else None,
         strategy=_try(Strategy, raw["strategy"]) if "strategy" in raw else None,
-        trigger=_try(Trigger, raw["trigger"]) if "trigger" in raw else None,
+        triggers=_lenient_triggers(raw),
         steps=steps,
     )
+
+
+def _lenient_triggers(raw: dict[str, Any]) -> list[tuple[tuple[str | int, ...], Any]]:
+    """The triggers of ``raw`` that validate on their own, with their paths."""
+    found: list[tuple[tuple[str | int, ...], Any]] = []
+    if "trigger" in raw and (trigger := _try(Trigger, raw["trigger"])) is not None:
+        found.append((("trigger",), trigger))
+    listed = raw.get("triggers")
+    for index, item in enumerate(listed if isinstance(listed, list) else []):
+        if (trigger := _try(Trigger, item)) is not None:
+            found.append((("triggers", index), trigger))
+    return found

@@ -250,7 +250,10 @@ class Translator:
         if kind == "step_action":
             return _one_key_message(value, "step", "action", ACTIONS, field_names(StepBase))
         if kind == "trigger_kind":
-            return _one_key_message(value, "trigger", "kind", TRIGGER_KINDS, ())
+            message = _one_key_message(value, "trigger", "kind", TRIGGER_KINDS, ("id",))
+            if isinstance(value, dict) and sum(k in value for k in TRIGGER_KINDS) > 1:
+                message += " (several triggers go in a triggers: list, one kind each)"
+            return message
         if kind == "rflow":
             return str(ctx.get("message", error["msg"]))
         if kind in ("value_error", "assertion_error"):

@@ -86,12 +86,7 @@ class ReferenceChecker:
             if isinstance(env, list)
             else frozenset()
         )
-        trigger = workflow.get("trigger")
-        manual = trigger.get("manual") if isinstance(trigger, dict) else None
-        inputs = manual.get("inputs") if isinstance(manual, dict) else None
-        self.inputs = (
-            frozenset(i for i in inputs if isinstance(i, str)) if isinstance(inputs, list) else None
-        )
+        self.inputs = _manual_inputs(workflow)
         self.steps: dict[str, _StepInfo] = {}
         self._parsed: dict[str, Any] = {}
 
@@ -239,7 +234,7 @@ class ReferenceChecker:
                 )
                 why = {"env": _ENV_BEFORE_RUN}
                 self._check_strings(path, value, _Context(frozenset(roots), why=why))
-            elif key == "trigger":
+            elif key in ("trigger", "triggers"):
                 self._check_strings(path, value, workflow_level)
             else:
                 for where, _ in _strings(path, value):
@@ -378,6 +373,22 @@ class ReferenceChecker:
         self._check_jumps()
         self._check_expressions()
         return self.diagnostics
+
+
+def _manual_inputs(workflow: Mapping[str, Any]) -> frozenset[str] | None:
+    """The inputs the manual trigger declares (``None``: unknown, nothing is checked; a
+    workflow without a manual trigger takes none)."""
+    listed = workflow.get("triggers")
+    triggers = [workflow.get("trigger"), *(listed if isinstance(listed, list) else [])]
+    for trigger in triggers:
+        manual = trigger.get("manual", False) if isinstance(trigger, dict) else False
+        if manual is False:
+            continue
+        inputs = manual.get("inputs") if isinstance(manual, dict) else []
+        if not isinstance(inputs, list):
+            return None
+        return frozenset(i for i in inputs if isinstance(i, str))
+    return None
 
 
 def _wants_one_value(path: DataPath) -> bool:

@@ -8,9 +8,18 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from rflow.lang.units import UnitError
 
-CRON_MACROS = frozenset(
-    {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
-)
+CRON_MACRO_FIELDS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+"""Each cron macro and the five fields it stands for."""
+
+CRON_MACROS = frozenset(CRON_MACRO_FIELDS)
 
 
 def parse_cron(expression: str) -> str:
@@ -39,6 +48,13 @@ def parse_cron(expression: str) -> str:
     if not croniter.is_valid(text):
         raise UnitError(f"cron expression {expression!r} does not parse: {_cron_problem(text)}")
     return text
+
+
+def cron_fields(expression: str) -> str:
+    """The five fields of a valid cron ``expression`` (a macro expanded), single-spaced:
+    two expressions with the same fields fire at the same times."""
+    text = parse_cron(expression)
+    return CRON_MACRO_FIELDS.get(text, text)
 
 
 _CRON_RANGES = (

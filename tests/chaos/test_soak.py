@@ -33,9 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.structs import TopicPartition
 from eth_utils import keccak
 
 from rflow import storage
@@ -46,7 +43,7 @@ from rflow.streams.producer import Producer
 from rflow.triggering import trigger_record
 from tests.chaos.rpc_proxy import FaultyRpc
 from tests.integration import chain
-from tests.integration.harness import WorkerProcess, consumer_lag, wait_until
+from tests.integration.harness import WorkerProcess, consumer_lag, trace, wait_until
 
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
@@ -310,43 +307,6 @@ async def query(settings: Settings, sql: str, *params: Any) -> list[tuple]:
     async with conn:
         cur = await conn.execute(sql, params)
         return list(await cur.fetchall())
-
-
-async def trace(settings: Settings, keys: set[str]) -> list[str]:
-    """Where each of ``keys`` (trigger keys, gate keys, run ids) appears on the triggers
-    topic and the changelogs, and the group's committed offsets there: for a loss report."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers, enable_auto_commit=False)
-    await admin.start()
-    await consumer.start()
-    found: list[str] = []
-    try:
-        committed = await admin.list_consumer_group_offsets(settings.app_id)
-        for name in ("rflow.triggers", "rflow.state.triggers", "rflow.state.runs", "rflow.events"):
-            tps = [TopicPartition(settings.topic_prefix + name, p) for p in range(8)]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            ends = await consumer.end_offsets(tps)
-            for tp in tps:
-                while await consumer.position(tp) < ends[tp]:
-                    batch = await consumer.getmany(tp, timeout_ms=2000)
-                    for message in batch.get(tp, []):
-                        text = (
-                            (message.key or b"").decode(errors="replace")
-                            + " "
-                            + (message.value or b"").decode(errors="replace")[:400]
-                        )
-                        hits = [k for k in keys if k in text]
-                        if hits:
-                            meta = committed.get(tp)
-                            found.append(
-                                f"{name}[{tp.partition}]@{message.offset} (group at "
-                                f"{meta.offset if meta else None}): {text[:200]}"
-                            )
-    finally:
-        await consumer.stop()
-        await admin.close()
-    return found
 
 
 async def transfers(w3, token: str, sender: str) -> list[dict[str, Any]]:

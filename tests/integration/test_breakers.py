@@ -3,11 +3,15 @@ admit one probe when half-open, close on its success or trip again on its failur
 
 from __future__ import annotations
 
+import asyncio
+import urllib.request
+
 import pytest
 
 from rflow import storage
 from rflow.storage import circuits, controls
 from tests.integration.harness import wait_until
+from tests.integration.test_operations import rflow
 from tests.integration.test_runs import fire, run_status, settled_run
 
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
@@ -137,3 +141,36 @@ async def test_a_failed_probe_trips_again_and_an_operators_pause_survives(
         await controls.pause(conn, "fragile", by="operator", reason="investigating")
     await state_is(settings, "half_open")
     assert await pause_of(settings) == ("operator", "investigating")
+
+
+async def test_an_operators_resume_closes_the_circuit_it_lets_runs_through(
+    settings, worker_factory, tmp_path, sink
+):
+    # A window of an hour: the circuit cannot turn half-open by itself during the test.
+    path = tmp_path / "slow.yaml"
+    path.write_text(PROJECT.format(url=sink.url).replace("window: 3s", "window: 1h"))
+    worker = worker_factory(project_path=path)
+    await worker.wait_ready()
+    await trip(settings, path)
+    assert (await wait_until(lambda: pause_of(settings), what="the pause"))[0] == "breaker"
+
+    resumed = rflow(settings, "workflow", "resume", "fragile")
+    assert resumed.returncode == 0, resumed.stderr
+    closed = await circuit(settings)
+    assert (closed.state, closed.failures, closed.probe) == ("closed", (), None)
+    assert (await settled_run(settings, await run(settings, path, 3, True)))["status"] == (
+        "succeeded"
+    )
+    assert (await circuit(settings)).state == "closed"
+
+    async def metric_says_closed():
+        text = await asyncio.to_thread(metrics_of, worker)
+        return 'rflow_circuit_state{state="closed",workflow="fragile"} 1.0' in text
+
+    await wait_until(metric_says_closed, timeout=30, what="rflow_circuit_state to say closed")
+
+
+def metrics_of(worker) -> str:
+    request = urllib.request.Request(worker.url + "/metrics", headers=worker.auth)
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        return resp.read().decode()

@@ -481,6 +481,7 @@ async def private_chain(settings: Settings, port: int | None = None, args: tuple
             await w3.provider.disconnect()
 
 
+@pytest.mark.ordering
 async def test_a_reorg_before_confirmation_never_fires(
     settings, tmp_path, producer, database, triggers
 ):
@@ -509,6 +510,7 @@ async def test_a_reorg_before_confirmation_never_fires(
             assert record.trigger_key == key_of(later)
 
 
+@pytest.mark.ordering
 async def test_a_reorg_after_emission_retracts_and_refires_on_the_new_block(
     settings, tmp_path, producer, database, triggers
 ):

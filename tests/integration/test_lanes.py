@@ -63,6 +63,7 @@ async def requested(sink, path: str, count: int) -> None:
     await wait_until(arrived, timeout=60, what=f"{count} requests to {path}")
 
 
+@pytest.mark.ordering
 async def test_queue_runs_a_groups_runs_one_at_a_time_in_arrival_order(
     settings, workers, sink, tmp_path
 ):
@@ -99,6 +100,7 @@ async def test_skip_records_a_run_arriving_at_a_busy_group_as_skipped(settings, 
     assert arrivals(sink, "/skip/first") == [0, 2]
 
 
+@pytest.mark.ordering
 async def test_cancel_in_progress_stops_the_running_run_at_its_next_step(settings, workers, sink):
     sink.held.add("/cancel_in_progress/first")
     old = await fired(settings, workers, "cancel_in_progress", "alice", 0)
@@ -125,6 +127,7 @@ async def test_cancel_in_progress_stops_the_running_run_at_its_next_step(setting
     assert arrivals(sink, "/cancel_in_progress/second") == [2]
 
 
+@pytest.mark.ordering
 async def test_replace_keeps_only_the_newest_waiting_run(settings, workers, sink):
     sink.held.add("/replace/first")
     running = await fired(settings, workers, "replace", "alice", 0)

@@ -472,7 +472,7 @@ async def test_a_running_scheduler_fires_the_schedules_of_the_current_deployment
         scheduler = service.scheduler
 
         async def seen() -> bool:
-            known = scheduler._known.get(workflow) if scheduler else None
+            known = scheduler._known.get((workflow, "schedule")) if scheduler else None
             return known is not None and known.wake is not None and known.wake > at
 
         await wait_until(seen, timeout=30, what=f"the scheduler to handle {workflow} at {at}")

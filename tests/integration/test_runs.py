@@ -386,3 +386,42 @@ workflows:
     for n in (2, 3):
         never = listed[run_id("flow", "manual:flow:ff", {"n": n})]
         assert never["error_message"].startswith("fail_fast: ") and never["started_at"] is None
+
+
+FAILING = """
+workflows:
+  lettered:
+    trigger: { manual: {} }
+    steps:
+      - id: check
+        command: { name: fail, args: { message: "no" } }
+  dropped:
+    trigger: { manual: {} }
+    on_failure: drop
+    steps:
+      - id: check
+        command: { name: fail, args: { message: "no" } }
+"""
+
+
+async def test_runs_list_failed_is_the_dead_letter_queue(settings, worker_factory, tmp_path):
+    import json
+
+    from tests.integration.test_api import call
+    from tests.integration.test_operations import rflow
+
+    path = tmp_path / "project.yaml"
+    path.write_text(FAILING)
+    worker = worker_factory(project_path=path)
+    await worker.wait_ready()
+    dead = await fire(settings, path, "lettered", "manual:lettered:1", {})
+    dropped = await fire(settings, path, "dropped", "manual:dropped:1", {})
+    assert (await settled_run(settings, dead))["status"] == "failed"
+    assert (await settled_run(settings, dropped))["status"] == "failed"
+
+    listing = rflow(settings, "runs", "list", "--failed", "--json")
+    assert [r["run_id"] for r in json.loads(listing.stdout)] == [dead], listing.stderr
+    every = rflow(settings, "runs", "list", "--status", "failed", "--json")
+    assert sorted(r["run_id"] for r in json.loads(every.stdout)) == sorted([dead, dropped])
+    status, body = await call(worker, "GET", "/api/runs?failed=true")
+    assert (status, [r["run_id"] for r in body["runs"]]) == (200, [dead])

@@ -25,9 +25,9 @@ from rflow.settings import Settings
 from rflow.storage import runs
 from rflow.streams.producer import Producer
 from rflow.triggering import trigger_record
-from tests.integration.harness import WorkerProcess, wait_until
+from tests.integration.harness import WorkerProcess, trace, wait_until
 
-pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
+pytestmark = [pytest.mark.usefixtures("applied_topics", "schema"), pytest.mark.ordering]
 
 WORKFLOW = "load"
 PROJECT = """
@@ -136,6 +136,34 @@ async def settle_into(settings: Settings, workers: list[WorkerProcess]) -> list[
     )
 
 
+async def settled(settings: Settings, expected: dict[str, tuple[str, int]]) -> list[dict]:
+    """The read model's rows once every expected run has settled; a timeout names the
+    firings that never settled and where each was last seen."""
+    latest: list[dict] = []
+
+    async def all_settled():
+        conn = await storage.connect(settings)
+        async with conn:
+            rows = await runs.list_runs(conn, workflow=WORKFLOW, limit=10 * len(expected))
+        latest[:] = rows
+        done = [row for row in rows if row["settled_at"] is not None]
+        return rows if len(done) >= len(expected) else None
+
+    try:
+        return await wait_until(
+            all_settled, timeout=TIMEOUT, what=f"{len(expected)} runs to settle"
+        )
+    except AssertionError as exc:
+        done = {row["run_id"] for row in latest if row["settled_at"] is not None}
+        missing = {rid: expected[rid] for rid in expected if rid not in done}
+        keys = set(missing) | {f"load:{group}:{n}" for group, n in missing.values()}
+        seen = "\n".join(await trace(settings, keys))
+        raise AssertionError(
+            f"{exc}: {len(missing)} firings never settled: {sorted(missing.values())}\n"
+            f"where each was last seen:\n{seen}"
+        ) from None
+
+
 async def test_a_group_grows_to_three_workers_and_back_under_load(
     settings, worker_factory, tmp_path, sink
 ):
@@ -175,14 +203,7 @@ async def test_a_group_grows_to_three_workers_and_back_under_load(
     fired = list(load.fired)
     expected = {run_id(WORKFLOW, f"load:{group}:{n}"): (group, n) for group, n in fired}
 
-    async def all_settled():
-        conn = await storage.connect(settings)
-        async with conn:
-            rows = await runs.list_runs(conn, workflow=WORKFLOW, limit=10 * len(fired))
-        done = [row for row in rows if row["settled_at"] is not None]
-        return rows if len(done) >= len(expected) else None
-
-    rows = await wait_until(all_settled, timeout=TIMEOUT, what=f"{len(fired)} runs to settle")
+    rows = await settled(settings, expected)
 
     # Exactly once: one run per firing, none besides, each settled once and successfully.
     assert sorted(row["run_id"] for row in rows) == sorted(expected)

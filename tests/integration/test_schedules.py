@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -14,11 +15,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from rflow import storage
 from rflow.codecs import TriggerRecord, decode
-from rflow.ingress.scheduler import PostgresCursors, Scheduler, SchedulerService, Step
+from rflow.ingress.scheduler import Moved, PostgresCursors, Scheduler, SchedulerService, TickStep
 from rflow.lang import Project, load_project
 from rflow.lang.model import ScheduleSpec
 from rflow.settings import Settings
 from rflow.storage import StorageError, schedules
+from rflow.storage.schedules import Held
 from rflow.streams.app import create_app
 from rflow.streams.database import Database
 from rflow.streams.producer import Producer
@@ -236,15 +238,17 @@ class LosesTheFirstCursorWrite:
         self.inner = inner
         self.lost: str | None = None
 
-    async def update(self, workflow: str, spec: ScheduleSpec, step: Step) -> datetime | None:
-        async def crashing(cursor: datetime | None) -> datetime | None:
-            moved = await step(cursor)
-            if self.lost is None and cursor is not None and moved is not None:
+    async def update(
+        self, workflow: str, trigger: str, spec: ScheduleSpec, step: TickStep
+    ) -> datetime | None:
+        async def crashing(row: Held) -> Moved | None:
+            moved = await step(row)
+            if self.lost is None and row.cursor is not None and moved is not None:
                 self.lost = workflow
                 raise StorageError("connection lost before commit")
             return moved
 
-        return await self.inner.update(workflow, spec, crashing)
+        return await self.inner.update(workflow, trigger, spec, crashing)
 
 
 async def test_a_firing_produced_twice_has_one_key_and_one_table_entry(
@@ -376,3 +380,195 @@ async def test_the_service_runs_the_scheduler_until_stopped(settings, tmp_path):
     assert [f.record.trigger_key for f in records] == [key(utc(2026, 3, 29, 7))]
     assert service.scheduler is not None
     assert list(service.scheduler.workflows) == ["paris-nine"]
+
+
+async def test_a_disabled_schedule_fires_nothing_and_does_not_catch_up_when_enabled(
+    settings, tmp_path
+):
+    from rflow import schedules as view
+
+    project = load_project(
+        write_project(
+            tmp_path / "project.yaml",
+            {"quarterly": schedule("*/15 * * * *", "UTC"), "by-hand": "{ manual: {} }"},
+        ),
+        {},
+    )
+    fires: list[str] = []
+    async with scheduler(settings, project) as ticking:
+        assert await ticking.tick(utc(2026, 5, 1, 10, 0, 30)) == []  # first sight
+        fires += [r.trigger_key for r in await ticking.tick(utc(2026, 5, 1, 10, 15, 2))]
+
+        conn = await storage.connect(settings)
+        async with conn:
+            done = await view.disable(
+                conn, project, "quarterly", None, by="operator", reason="maintenance"
+            )
+            assert done["enabled"] is False
+            with pytest.raises(view.ScheduleError, match="disabled already"):
+                await view.disable(conn, project, "quarterly", None, by="operator", reason="x")
+            [row] = await view.listing(conn, project, utc(2026, 5, 1, 10, 20))
+            assert (row["state"], row["next_fire"], row["disabled_reason"]) == (
+                "disabled by operator",
+                None,
+                "maintenance",
+            )
+        # Disabled through 10:30, 10:45 and 11:00: nothing fires, the cursor passes them.
+        for now in every(utc(2026, 5, 1, 10, 16), utc(2026, 5, 1, 11, 4), timedelta(minutes=4)):
+            assert await ticking.tick(now) == []
+        conn = await storage.connect(settings)
+        async with conn:
+            stored = await schedules.get(conn, "quarterly")
+        assert (stored.firing, stored.last_fired) == (False, utc(2026, 5, 1, 10, 15))
+
+        conn = await storage.connect(settings)
+        async with conn:
+            done = await view.enable(conn, project, "quarterly", None, at=utc(2026, 5, 1, 11, 5))
+            assert done["next_fire"] == utc(2026, 5, 1, 11, 15)
+            with pytest.raises(view.ScheduleError, match="was not disabled"):
+                await view.enable(conn, project, "quarterly", None, at=utc(2026, 5, 1, 11, 6))
+        # Enabled at 11:05: the fires skipped while disabled never fire...
+        assert await ticking.tick(utc(2026, 5, 1, 11, 5, 10)) == []
+        fires += [r.trigger_key for r in await ticking.tick(utc(2026, 5, 1, 11, 15, 1))]
+    # ...while a fire missed with no scheduler running (12:00, 12:15) still fires once.
+    async with scheduler(settings, project) as back:
+        fires += [r.trigger_key for r in await back.tick(utc(2026, 5, 1, 12, 20))]
+
+    assert fires == [
+        key(utc(2026, 5, 1, 10, 15)),
+        key(utc(2026, 5, 1, 11, 15)),
+        key(utc(2026, 5, 1, 12, 15)),
+    ]
+    assert keys_by_workflow(await fired(settings)) == {"quarterly": fires}
+
+
+async def test_enabled_false_fires_nothing_and_a_deploy_enabling_it_does_not_catch_up(
+    settings, tmp_path
+):
+    from rflow import schedules as view
+
+    off = load_project(
+        write_project(
+            tmp_path / "off.yaml",
+            {"nightly": '{ schedule: { cron: "0 2 * * *", enabled: false } }'},
+        ),
+        {},
+    )
+    on = load_project(
+        write_project(tmp_path / "on.yaml", {"nightly": schedule("0 2 * * *", "UTC")}), {}
+    )
+    async with scheduler(settings, off) as before:
+        for day in (1, 2, 3):
+            assert await before.tick(utc(2026, 5, day, 1)) == []
+            assert await before.tick(utc(2026, 5, day, 2, 0, 1)) == []
+    conn = await storage.connect(settings)
+    async with conn:
+        [row] = await view.listing(conn, off, utc(2026, 5, 3))
+        assert (row["state"], row["disabled_by"], row["next_fire"]) == (
+            "disabled (definition)",
+            "definition",
+            None,
+        )
+        with pytest.raises(view.ScheduleError, match=r"disabled by its definition"):
+            await view.enable(conn, off, "nightly", None, at=utc(2026, 5, 3))
+    # A deploy enables it on the 4th at 03:00; the 4th's 02:00 passed while it was off.
+    async with scheduler(settings, on) as after:
+        assert await after.tick(utc(2026, 5, 4, 3)) == []
+        assert [r.trigger_key for r in await after.tick(utc(2026, 5, 5, 2, 0, 2))] == [
+            key(utc(2026, 5, 5, 2))
+        ]
+    assert keys_by_workflow(await fired(settings)) == {"nightly": [key(utc(2026, 5, 5, 2))]}
+
+
+SCHEDULED_CHECK = """
+workflows:
+  nightly:
+    triggers:
+      - schedule: { cron: "0 0 1 1 *" }
+      - { id: backup, schedule: { cron: "30 0 1 1 *" } }
+    steps:
+      - id: check
+        command: { name: assert, args: { that: "${{ trigger.ok }}", message: "not ok" } }
+"""
+
+
+async def test_schedules_ls_shows_failures_and_last_error_and_the_cli_switches_them(
+    settings, worker_factory, tmp_path
+):
+    from rflow.engine.keys import run_id
+    from rflow.streams.producer import produce_trigger
+    from rflow.triggering import trigger_record
+    from tests.integration.test_api import call
+    from tests.integration.test_operations import rflow
+    from tests.integration.test_runs import settled_run
+
+    path = tmp_path / "project.yaml"
+    path.write_text(SCHEDULED_CHECK)
+    worker = worker_factory(project_path=path)
+    await worker.wait_ready()
+    project = load_project(path, {})
+
+    async def scheduled_run(trigger_key: str, ok: bool) -> dict:
+        # A firing as the scheduler produces it, with what the step checks in its payload.
+        record = trigger_record(
+            "nightly",
+            project.workflows["nightly"],
+            source="schedule",
+            trigger_key=trigger_key,
+            payload={"ok": ok},
+            received_at=datetime.now(UTC),
+        )
+        await produce_trigger(settings, record)
+        return await settled_run(settings, run_id("nightly", trigger_key))
+
+    def listed() -> dict[str, dict]:
+        answer = rflow(settings, "schedules", "ls", "--json")
+        assert answer.returncode == 0, answer.stderr
+        return {row["trigger"]: row for row in json.loads(answer.stdout)}
+
+    assert (await scheduled_run("schedule:2031-01-01T00:00:00Z", False))["status"] == "failed"
+    assert (await scheduled_run("schedule:2032-01-01T00:00:00Z", False))["status"] == "failed"
+    assert (await scheduled_run("schedule@backup:2031-01-01T00:30:00Z", True))["status"] == (
+        "succeeded"
+    )
+    rows = listed()
+    assert (rows["schedule"]["consecutive_failures"], rows["schedule"]["last_error"]) == (
+        2,
+        "not ok",
+    )
+    assert (rows["backup"]["consecutive_failures"], rows["backup"]["last_error"]) == (0, None)
+    assert rows["schedule"]["state"] == "enabled" and rows["schedule"]["next_fire"] is not None
+
+    # A success resets the count; the last error stays for whoever looks.
+    assert (await scheduled_run("schedule:2033-01-01T00:00:00Z", True))["status"] == "succeeded"
+    status, body = await call(worker, "GET", "/api/schedules")
+    by_trigger = {row["trigger"]: row for row in body["schedules"]}
+    assert status == 200
+    assert (
+        by_trigger["schedule"]["consecutive_failures"],
+        by_trigger["schedule"]["last_error"],
+    ) == (
+        0,
+        "not ok",
+    )
+
+    # Disable and enable: by the CLI, and by the API for the other schedule.
+    off = rflow(settings, "schedules", "disable", "nightly")
+    assert off.returncode != 0 and "has 2 schedules (schedule, backup)" in off.stderr, off
+    off = rflow(settings, "schedules", "disable", "nightly", "--trigger", "schedule")
+    assert off.returncode == 0 and "disabled schedule schedule of nightly" in off.stdout, off
+    again = rflow(settings, "schedules", "disable", "nightly", "--trigger", "schedule")
+    assert again.returncode != 0 and "disabled already" in again.stderr
+    assert listed()["schedule"]["state"] == "disabled by operator"
+    status, answer = await call(worker, "POST", "/api/schedules/nightly/backup/disable", {})
+    assert (status, answer["enabled"]) == (200, False), answer
+    assert listed()["backup"]["disabled_by"] == "operator"
+    status, answer = await call(worker, "POST", "/api/schedules/nightly/nope/disable", {})
+    assert status == 404 and "no schedule 'nope'" in answer["error"]
+    status, answer = await call(worker, "POST", "/api/schedules/nightly/backup/enable", {})
+    assert (status, answer["enabled"]) == (200, True), answer
+    on = rflow(settings, "schedules", "enable", "nightly", "--trigger", "schedule")
+    assert on.returncode == 0 and "next fire" in on.stdout, on
+    assert {row["state"] for row in listed().values()} == {"enabled"}
+    missing = rflow(settings, "schedules", "enable", "nightly", "--trigger", "schedule")
+    assert missing.returncode != 0 and "nothing to enable" in missing.stderr

@@ -384,3 +384,66 @@ async def test_bodies_of_every_size_up_to_and_over_the_limit(settings, worker):
     assert sorted(len(json.dumps(r.payload["body"])) for _, r in records) == sorted(
         s for s in sizes[1 : taken + 1]
     )
+
+
+STRIPE_LIKE = """
+workflows:
+  invoices:
+    trigger:
+      webhook:
+        path: /hooks/invoices
+        auth:
+          type: hmac
+          secret_env: RFLOW_TEST_HOOK_SECRET
+          header: Stripe-Signature
+          timestamp_header: Stripe-Signature
+          signature_prefix: "v1="
+          tolerance: 5m
+    steps:
+      - id: log
+        command: { name: log, args: { message: "${{ trigger.body.id }}" } }
+"""
+
+
+async def test_a_replayed_timestamped_webhook_is_refused(
+    settings, worker_factory, tmp_path, monkeypatch
+):
+    import time
+
+    from rflow.ingress.auth import sign_timestamped
+
+    path = tmp_path / "project.yaml"
+    path.write_text(STRIPE_LIKE)
+    monkeypatch.setenv("RFLOW_TEST_HOOK_SECRET", SECRET)
+    worker = worker_factory(project_path=path)
+    await worker.wait_ready()
+    body = json.dumps({"id": "in_1", "type": "invoice.paid"}).encode()
+
+    def stripe(at: int) -> dict[str, str]:
+        return {"Stripe-Signature": f"t={at},v1={sign_timestamped(SECRET, body, at)}"}
+
+    now = int(time.time())
+    first = await post(worker, "/hooks/invoices", body, stripe(now))
+    assert (first[0], first[1]["accepted"]) == (202, True), first
+    replay = await post(worker, "/hooks/invoices", body, stripe(now))
+    assert replay[:2] == (
+        401,
+        {
+            "error": "this signature was used already: a replayed delivery is refused (each "
+            "delivery is signed anew, with its own time)"
+        },
+    )
+    stale = await post(worker, "/hooks/invoices", body, stripe(now - 600))
+    assert stale[0] == 401 and "outside the tolerance of 5m" in stale[1]["error"], stale
+    forged = {"Stripe-Signature": f"t={now},v1={sign_timestamped('guess', body, now)}"}
+    assert (await post(worker, "/hooks/invoices", body, forged))[:2] == (
+        401,
+        {"error": "signature does not match"},
+    )
+    # Signed anew, with its own time, the same event is a new delivery.
+    resent = await post(worker, "/hooks/invoices", body, stripe(now + 1))
+    assert resent[0] == 202, resent
+
+    records = await triggers_on_topic(settings)
+    assert sorted(r.trigger_key == first[1]["trigger_key"] for _, r in records) == [False, True]
+    assert len(records) == 2

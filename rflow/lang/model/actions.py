@@ -125,6 +125,21 @@ def _status_list(value: Any) -> Any:
     return [value] if isinstance(value, int) and not isinstance(value, bool) else value
 
 
+StatusList = Annotated[
+    list[Annotated[int, Field(ge=100, le=599)]],
+    BeforeValidator(_status_list),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 100, "maximum": 599},
+                {"type": "array", "items": {"type": "integer", "minimum": 100, "maximum": 599}},
+            ]
+        }
+    ),
+]
+"""HTTP statuses: one, or a list."""
+
+
 class HttpCall(Model):
     """An HTTP request; it carries an Idempotency-Key header derived from the run."""
 
@@ -141,19 +156,11 @@ class HttpCall(Model):
     timeout: Duration | None = None
     """How long the request may take; default 30 seconds. The step's `timeout` bounds the
     whole attempt."""
-    expect_status: Annotated[
-        list[Annotated[int, Field(ge=100, le=599)]],
-        BeforeValidator(_status_list),
-        WithJsonSchema(
-            {
-                "anyOf": [
-                    {"type": "integer", "minimum": 100, "maximum": 599},
-                    {"type": "array", "items": {"type": "integer", "minimum": 100, "maximum": 599}},
-                ]
-            }
-        ),
-    ] = []
+    expect_status: StatusList = []
     """Statuses that count as success; default any 2xx."""
+    retryable_status_codes: StatusList | None = None
+    """Failed answers the step's retry policy may retry; default 408, 429, 500, 502, 503,
+    504. Any other failed status fails the step at once, whatever its retry policy."""
 
     @model_validator(mode="before")
     @classmethod
@@ -177,6 +184,17 @@ class HttpCall(Model):
     def _checks(self) -> HttpCall:
         if self.body is not None and self.method in ("GET", "HEAD"):
             raise invalid(f"a {self.method} request has no body: set method: POST")
+        codes = self.retryable_status_codes or []
+        success = [c for c in codes if c in self.expect_status] or (
+            [] if self.expect_status else [c for c in codes if 200 <= c <= 299]
+        )
+        if success:
+            listed = ", ".join(map(str, success))
+            raise invalid(
+                f"retryable_status_codes lists {listed}, which "
+                f"{'expect_status counts' if self.expect_status else 'counts'} as success: "
+                "an answer cannot be both"
+            )
         return self
 
 

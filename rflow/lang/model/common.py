@@ -56,12 +56,16 @@ def invalid(message: str) -> PydanticCustomError:
     return PydanticCustomError("rflow", "{message}", {"message": message})
 
 
-def invalid_at(model: BaseModel, loc: tuple[str, ...], message: str) -> ValidationError:
+def invalid_at(model: BaseModel, loc: tuple[str | int, ...], message: str) -> ValidationError:
     """A validation error of ``model`` located at its field ``loc`` (a model validator's
-    own errors point at the whole model; this one points at the field that is wrong)."""
+    own errors point at the whole model; this one points at the field that is wrong; an
+    integer in ``loc`` is a list's index)."""
     value: Any = model
     for part in loc:
-        value = getattr(value, part, None)
+        if isinstance(part, int):
+            value = value[part] if isinstance(value, list) and part < len(value) else None
+        else:
+            value = getattr(value, part, None)
     details = InitErrorDetails(type=invalid(message), loc=loc, input=value)
     return ValidationError.from_exception_data(type(model).__name__, [details])
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Discriminator,
+    Field,
+    Tag,
+    WithJsonSchema,
+    model_validator,
+)
 
 from rflow.lang.model.actions import COMMANDS, Command, Delay, HttpCall, Notify
 from rflow.lang.model.chain import Query, Read, SendTransaction
@@ -20,22 +28,44 @@ from rflow.lang.model.common import (
     invalid_at,
 )
 from rflow.lang.model.flow import Choose, ListChange, StateValues, WaitFor
+from rflow.lang.units import format_duration
+
+MIN_DELAY = timedelta(milliseconds=100)
+MAX_DELAY = timedelta(seconds=60)
+MIN_MAX_DELAY = timedelta(seconds=1)
+MAX_MAX_DELAY = timedelta(minutes=5)
+
+
+def _within(low: timedelta, high: timedelta, what: str) -> Any:
+    def check(value: timedelta) -> timedelta:
+        if not low <= value <= high:
+            raise invalid(
+                f"{what} must be between {format_duration(low)} and {format_duration(high)}, "
+                f"got {format_duration(value)}"
+            )
+        return value
+
+    return AfterValidator(check)
 
 
 class Backoff(Model):
     """How long to wait between attempts."""
 
     strategy: Literal["fixed", "exponential"] = "exponential"
-    """fixed: `delay` between attempts; exponential: `delay` times `multiplier` per attempt,
-    up to `max_delay`."""
-    delay: Duration = timedelta(seconds=1)
-    """The first (fixed: every) delay."""
-    multiplier: float = Field(2.0, ge=1.0, le=10.0)
-    """Exponential growth per attempt."""
-    max_delay: Duration = timedelta(seconds=60)
-    """Ceiling of the exponential delay."""
+    """fixed: every retry waits ``delay``; exponential: ``delay * multiplier ** (n - 1)``
+    before retry n, at most ``max_delay``."""
+    delay: Annotated[Duration, _within(MIN_DELAY, MAX_DELAY, "a retry's delay")] = timedelta(
+        seconds=1
+    )
+    """The first (fixed: every) delay, 100ms to 60s."""
+    multiplier: float = Field(2.0, ge=1.0, le=3.0)
+    """Exponential growth per attempt, 1 to 3."""
+    max_delay: Annotated[Duration, _within(MIN_MAX_DELAY, MAX_MAX_DELAY, "max_delay")] = timedelta(
+        seconds=60
+    )
+    """Ceiling of the exponential delay and of a Retry-After honoured, 1s to 5m."""
     jitter: bool = True
-    """Add random jitter at run time so retries do not arrive in step."""
+    """Spread each delay by up to 20% either way so retries do not arrive in step."""
 
     @model_validator(mode="after")
     def _ceiling(self) -> Backoff:
@@ -70,11 +100,14 @@ class Retry(Model):
     """
 
     max_attempts: int = Field(3, ge=1, le=50)
-    """Attempts in total, the first included."""
+    """Attempts in total, the first included (seed 004's maxRetries n is n + 1 here)."""
     retry_if: Condition | None = None
     """An expression over error.kind and error.message; default: any retryable kind."""
     backoff: BackoffSpec = Backoff()
     """A duration (a fixed delay, e.g. 10s) or {strategy, delay, multiplier, max_delay, jitter}."""
+    retry_on_timeout: bool = False
+    """Retry an attempt that failed with kind timeout too (not on a send_transaction,
+    whose timeout cancels it at its nonce, nor on a wait_for, whose on_timeout decides)."""
 
 
 def _foreach(value: Any) -> Any:
@@ -119,24 +152,59 @@ class StepBase(Model):
     """Iterations in flight at once (default 1: strictly sequential)."""
     batch_size: int | None = Field(None, ge=1, le=10_000)
     """Group elements: each iteration's item is a list of up to this many."""
+    max_iterations: int | None = Field(None, ge=1, le=1_000_000)
+    """A safety cap: a list that gives more iterations than this (batches, with
+    batch_size) fails the step before any iteration starts."""
 
     @model_validator(mode="after")
     def _foreach_options(self) -> StepBase:
-        orphans = [f for f in ("max_parallel", "batch_size") if getattr(self, f) is not None]
+        options = ("max_parallel", "batch_size", "max_iterations")
+        orphans = [f for f in options if getattr(self, f) is not None]
         if orphans and self.foreach is None:
             verb = "applies" if len(orphans) == 1 else "apply"
             raise invalid(f"{' and '.join(orphans)} only {verb} to a foreach step")
+        if isinstance(self.foreach, list) and (why := self.over_cap(len(self.foreach))):
+            raise invalid_at(self, ("foreach",), why)
         return self
+
+    def iterations(self, items: int) -> int:
+        """How many iterations a list of ``items`` elements gives (batches, with batch_size)."""
+        size = self.batch_size or 1
+        return -(-items // size)
+
+    def over_cap(self, items: int) -> str | None:
+        """Why a list of ``items`` elements is refused by ``max_iterations``, or ``None``."""
+        count = self.iterations(items)
+        if self.max_iterations is None or count <= self.max_iterations:
+            return None
+        batches = f" (batches of {self.batch_size})" if self.batch_size else ""
+        return (
+            f"foreach gives {count} iterations{batches}, more than max_iterations "
+            f"({self.max_iterations}): no iteration started"
+        )
 
     @model_validator(mode="after")
     def _timeout_honoured(self) -> StepBase:
         if self.timeout is not None and (why := self.no_timeout()) is not None:
             raise invalid_at(self, ("timeout",), why)
+        if (
+            self.retry is not None
+            and self.retry.retry_on_timeout
+            and (why := self.no_timeout_retry()) is not None
+        ):
+            raise invalid_at(self, ("retry", "retry_on_timeout"), why)
         return self
 
     def no_timeout(self) -> str | None:
         """Why a step ``timeout`` cannot be honoured on this step, or ``None`` if it can."""
         return None
+
+    def no_timeout_retry(self) -> str | None:
+        """Why a timed-out attempt of this step cannot be retried, or ``None`` if it can."""
+        if self.no_timeout() is None:
+            return None
+        what = f"the {self.action.name} command" if self.kind == "command" else f"a {self.kind}"
+        return f"{what} never times out: retry_on_timeout cannot apply (remove it)"
 
     @property
     def action(self) -> Any:
@@ -155,6 +223,12 @@ class SendTransactionStep(StepBase):
     kind: ClassVar[str] = "send_transaction"
     send_transaction: SendTransaction
     """The transaction to send."""
+
+    def no_timeout_retry(self) -> str | None:
+        return (
+            "a send_transaction that times out is cancelled at its nonce and fails for good: "
+            "it is never retried (remove retry_on_timeout)"
+        )
 
 
 class ReadStep(StepBase):
@@ -246,6 +320,9 @@ class WaitForStep(StepBase):
                 "on_timeout needs a timeout (the step's timeout or wait_for.timeout)",
             )
         return self
+
+    def no_timeout_retry(self) -> str | None:
+        return "a wait_for's timeout is decided by its on_timeout, never retried (remove retry_on_timeout)"
 
     @property
     def wait_timeout(self) -> timedelta | None:

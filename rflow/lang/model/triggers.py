@@ -16,7 +16,17 @@ from pydantic import (
     model_validator,
 )
 
-from rflow.lang.model.common import Cron, Duration, EnvVar, Model, Name, TimeZone, by_key, invalid
+from rflow.lang.model.common import (
+    Cron,
+    Duration,
+    EnvVar,
+    Model,
+    Name,
+    TimeZone,
+    by_key,
+    invalid,
+    invalid_at,
+)
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*$")
 _WEBHOOK_PATH = re.compile(r"^/[A-Za-z0-9._~/-]*$")
@@ -69,8 +79,14 @@ _HMAC_HEADERS = {
 }
 
 
+MIN_TOLERANCE = timedelta(seconds=1)
+MAX_TOLERANCE = timedelta(hours=1)
+
+
 class AuthHmac(Model):
-    """A header carries an HMAC of the body, GitHub style: ``sha256=<hex digest>``."""
+    """A header carries an HMAC of the body, GitHub style: ``sha256=<hex digest>``; or,
+    with ``timestamp_header``, an HMAC of a string holding the delivery's time and its
+    body, as Stripe and Slack sign, so that a delivery cannot be replayed."""
 
     type: Literal["hmac"]
     """`hmac`."""
@@ -81,11 +97,60 @@ class AuthHmac(Model):
     X-Hub-Signature-512 (sha512)."""
     secret_env: EnvVar
     """Environment variable holding the shared secret."""
+    signature_prefix: str | None = None
+    """What precedes the hex digest in the signature header; default ``<algorithm>=``
+    (sha256=, GitHub's). Slack's is v0=, Stripe's v1=."""
+    timestamp_header: str | None = None
+    """The header carrying the delivery's Unix time in seconds (Slack:
+    X-Slack-Request-Timestamp). It may be the signature header itself, holding
+    ``t=<time>,v1=<digest>`` as Stripe-Signature does. With it, the signature covers the
+    time and the body (``signed_string``), a delivery outside ``tolerance`` is refused,
+    and so is a signature used before."""
+    tolerance: Duration = timedelta(minutes=5)
+    """How far a timestamped delivery's time may be from the receiver's clock, 1s to 1h."""
+    signed_string: str = "{timestamp}.{body}"
+    """What a timestamped signature signs: {timestamp} and {body} in this text, each once
+    (Stripe: {timestamp}.{body}; Slack: v0:{timestamp}:{body})."""
 
     @property
     def signature_header(self) -> str:
         """The header that carries the signature."""
         return self.header or _HMAC_HEADERS[self.algorithm]
+
+    @property
+    def prefix(self) -> str:
+        """What precedes the hex digest in a signature."""
+        return self.signature_prefix if self.signature_prefix is not None else f"{self.algorithm}="
+
+    @model_validator(mode="after")
+    def _timestamped(self) -> AuthHmac:
+        # Compared with the defaults rather than the fields given: a stored definition
+        # (every default written out) must validate again.
+        given = [
+            name
+            for name in ("tolerance", "signed_string")
+            if getattr(self, name) != type(self).model_fields[name].default
+        ]
+        if given and self.timestamp_header is None:
+            raise invalid(
+                f"{' and '.join(given)} apply to a timestamped signature: set timestamp_header"
+            )
+        if not MIN_TOLERANCE <= self.tolerance <= MAX_TOLERANCE:
+            raise invalid_at(self, ("tolerance",), "tolerance must be between 1s and 1h")
+        for placeholder in ("{timestamp}", "{body}"):
+            if self.signed_string.count(placeholder) != 1:
+                raise invalid_at(
+                    self,
+                    ("signed_string",),
+                    f"signed_string must hold {placeholder} once, got {self.signed_string!r}",
+                )
+        if self.signature_prefix is not None and (
+            not self.signature_prefix or "," in self.signature_prefix
+        ):
+            raise invalid_at(
+                self, ("signature_prefix",), "signature_prefix is text such as v0= (no comma)"
+            )
+        return self
 
 
 WebhookAuth = Annotated[AuthNone | AuthApiKey | AuthHmac, Discriminator("type")]
@@ -130,6 +195,9 @@ class ScheduleSpec(Model):
     """Five-field cron (minute hour day-of-month month day-of-week) or @hourly, @daily, ..."""
     timezone: TimeZone = "UTC"
     """The IANA time zone the cron expression is read in, e.g. Europe/Paris."""
+    enabled: bool = True
+    """false: the schedule fires nothing (the workflow's other triggers still do); when it
+    is enabled again it fires from then on, never the times it skipped."""
 
 
 class ManualSpec(Model):
@@ -139,7 +207,17 @@ class ManualSpec(Model):
     """Names of the inputs a manual run takes, read as ${{ inputs.<name> }}."""
 
 
-class EventTrigger(Model):
+class TriggerBase(Model):
+    """What every trigger has beside its kind."""
+
+    kind: ClassVar[str] = ""
+    id: Name | None = None
+    """Names the trigger within its workflow (``rflow schedules disable W --trigger ID``);
+    default: its kind for the first of a kind, then ``<kind>-2``, ``<kind>-3``... Each
+    trigger fires under trigger keys of its own."""
+
+
+class EventTrigger(TriggerBase):
     """Start a run for each matching, confirmed chain event."""
 
     kind: ClassVar[str] = "event"
@@ -147,7 +225,7 @@ class EventTrigger(Model):
     """The contract, event name and network, with an optional filter."""
 
 
-class WebhookTrigger(Model):
+class WebhookTrigger(TriggerBase):
     """Start a run for each accepted webhook request."""
 
     kind: ClassVar[str] = "webhook"
@@ -155,7 +233,7 @@ class WebhookTrigger(Model):
     """The path, authentication, idempotency header and event filter."""
 
 
-class ScheduleTrigger(Model):
+class ScheduleTrigger(TriggerBase):
     """Start a run on a cron schedule."""
 
     kind: ClassVar[str] = "schedule"
@@ -167,8 +245,8 @@ def _manual_shorthand(value: Any) -> Any:
     return {} if value is None or value is True else value
 
 
-class ManualTrigger(Model):
-    """Start runs by hand only."""
+class ManualTrigger(TriggerBase):
+    """Start runs by hand (``rflow run``, ``POST /api/workflows/{name}/runs``)."""
 
     kind: ClassVar[str] = "manual"
     manual: Annotated[
@@ -206,3 +284,22 @@ Trigger = Annotated[
     ),
 ]
 """Exactly one of event, webhook, schedule or manual."""
+
+
+def default_ids(triggers: list[Any]) -> list[str]:
+    """Each trigger's id: its own, else its kind for the first of a kind and
+    ``<kind>-<n>`` for the n-th."""
+    seen: dict[str, int] = {}
+    ids = []
+    for trigger in triggers:
+        seen[trigger.kind] = seen.get(trigger.kind, 0) + 1
+        n = seen[trigger.kind]
+        ids.append(trigger.id or (trigger.kind if n == 1 else f"{trigger.kind}-{n}"))
+    return ids
+
+
+def key_prefix(kind: str, trigger_id: str) -> str:
+    """How the trigger keys of one trigger begin: its kind (``schedule``) for the trigger
+    whose id is its kind, the keys one trigger per workflow always had, else
+    ``<kind>@<id>`` (``schedule@nightly``), so that no two triggers share a key."""
+    return kind if trigger_id == kind else f"{kind}@{trigger_id}"

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
-from rflow.lang.model.common import Amount, Duration, EnvVar, Model, Name, word_or_map
+from rflow.lang.model.common import (
+    Amount,
+    Duration,
+    EnvVar,
+    Model,
+    Name,
+    invalid,
+    invalid_at,
+    word_or_map,
+)
 from rflow.lang.model.steps import Step
-from rflow.lang.model.triggers import Trigger
+from rflow.lang.model.triggers import ManualTrigger, Trigger, default_ids
 
 
 class Permissions(Model):
@@ -90,8 +99,17 @@ class Strategy(Model):
     """Combinations running at once (default: all)."""
 
 
+def _one_of_trigger_or_triggers(schema: dict[str, Any]) -> None:
+    required = [name for name in schema.get("required", []) if name != "trigger"]
+    schema["required"] = required
+    schema["anyOf"] = [{"required": ["trigger"]}, {"required": ["triggers"]}]
+    schema["properties"]["trigger"].pop("default", None)
+
+
 class Workflow(Model):
-    """One trigger and a strictly sequential list of steps."""
+    """Its triggers and a strictly sequential list of steps."""
+
+    model_config = ConfigDict(json_schema_extra=_one_of_trigger_or_triggers)
 
     description: str | None = None
     """What the workflow is for, for people; part of the definition (and its version)."""
@@ -116,8 +134,11 @@ class Workflow(Model):
     """Budgets this workflow's sends charge."""
     strategy: Strategy | None = None
     """Fan each firing out into one run per matrix combination."""
-    trigger: Trigger
-    """What starts a run: exactly one of event, webhook, schedule or manual."""
+    trigger: Trigger | None
+    """What starts a run: one trigger (or give several under triggers)."""
+    triggers: list[Trigger] | None = Field(None, min_length=1)
+    """Several triggers, active at once (a webhook, a schedule and manual runs, say);
+    each fires under trigger keys of its own and its runs record which kind fired them."""
     steps: list[Step] = Field(min_length=1)
     """What a run does, in order (at least one step)."""
     finally_: list[Step] = Field([], alias="finally")
@@ -127,6 +148,69 @@ class Workflow(Model):
     retention: int | None = Field(None, ge=1, le=36_500)
     """Days of run history (runs, step logs) kept in the read model; default: forever."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _trigger_or_triggers(cls, data: Any) -> Any:
+        # trigger is required unless triggers is given: a workflow with neither is told
+        # "missing required field 'trigger'", beside whatever else is wrong with it.
+        if isinstance(data, dict) and "triggers" in data and "trigger" not in data:
+            return {**data, "trigger": None}
+        return data
+
+    @model_validator(mode="after")
+    def _triggers(self) -> Workflow:
+        if self.trigger is None and self.triggers is None:
+            raise invalid(
+                "a workflow needs a trigger: give trigger: (one) or triggers: (a list of them)"
+            )
+        if self.trigger is not None and self.triggers is not None:
+            raise invalid_at(
+                self, ("triggers",), "give trigger: or triggers:, not both (list them all here)"
+            )
+        triggers = self.all_triggers()
+        ids = default_ids(triggers)
+        for index, trigger_id in enumerate(ids):
+            if trigger_id in ids[:index]:
+                first = ids.index(trigger_id)
+                raise invalid_at(
+                    self,
+                    ("triggers", index, "id") if triggers[index].id else ("triggers", index),
+                    f"trigger id {trigger_id!r} is taken by triggers[{first}]: give this one "
+                    "an id of its own",
+                )
+        manual = [i for i, t in enumerate(self.all_triggers()) if isinstance(t, ManualTrigger)]
+        if len(manual) > 1:
+            raise invalid_at(
+                self,
+                ("triggers", manual[1]),
+                "a workflow has at most one manual trigger (declare every input on it)",
+            )
+        return self
+
     def all_steps(self) -> list[Any]:
         """The main steps, then the finally steps."""
         return [*self.steps, *self.finally_]
+
+    def all_triggers(self) -> list[Any]:
+        """Every trigger: the one of ``trigger``, or those of ``triggers``."""
+        return [self.trigger] if self.trigger is not None else list(self.triggers or ())
+
+    def named_triggers(self) -> list[tuple[str, Any]]:
+        """``(id, trigger)`` of every trigger, in order (see ``TriggerBase.id``)."""
+        triggers = self.all_triggers()
+        return list(zip(default_ids(triggers), triggers, strict=True))
+
+    def triggers_of(self, kind: str) -> list[tuple[str, Any]]:
+        """``(id, trigger)`` of the triggers of ``kind`` (event, webhook, schedule, manual)."""
+        return [(tid, t) for tid, t in self.named_triggers() if t.kind == kind]
+
+    @property
+    def manual(self) -> ManualTrigger | None:
+        """The manual trigger, if the workflow has one."""
+        found = self.triggers_of("manual")
+        return found[0][1] if found else None
+
+    @property
+    def trigger_kinds(self) -> list[str]:
+        """The kinds of its triggers, each once, in order."""
+        return list(dict.fromkeys(t.kind for t in self.all_triggers()))

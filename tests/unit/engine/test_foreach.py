@@ -118,3 +118,30 @@ def test_a_long_list_of_instantly_settling_iterations_does_not_recurse():
     body = payout('    if: "${{ false }}"')
     state = Driver(workflow(body), trigger={"recipients": list(range(5000))}).run()
     assert state.steps["pay"].output == [None] * 5000
+
+
+def test_a_list_longer_than_max_iterations_fails_before_any_iteration():
+    d = Driver(workflow(payout("    max_iterations: 3")), trigger={"recipients": list(range(4))})
+    state = d.run()
+    assert state.status == RunStatus.FAILED
+    assert [e.path for e in d.effects if isinstance(e, Execute)] == []  # nothing started
+    assert state.steps["pay"].error.kind == "invalid_input"
+    assert state.steps["pay"].error.message == (
+        "foreach gives 4 iterations, more than max_iterations (3): no iteration started"
+    )
+    assert not any(path.startswith("pay[") for path in state.steps)
+
+
+def test_max_iterations_counts_iterations_batches_included():
+    d = Driver(
+        workflow(payout("    max_iterations: 3\n    batch_size: 2")),
+        trigger={"recipients": list(range(6))},
+    )
+    assert d.run().status == RunStatus.SUCCEEDED
+    d = Driver(
+        workflow(payout("    max_iterations: 3\n    batch_size: 2")),
+        trigger={"recipients": list(range(7))},
+    )
+    state = d.run()
+    assert state.status == RunStatus.FAILED
+    assert "gives 4 iterations (batches of 2)" in state.steps["pay"].error.message

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from rflow.engine import Execute, RunStatus, ScheduleTimer
-from rflow.engine.retry import backoff_delay
+from rflow.engine.retry import backoff_delay, decide
+from rflow.failures import FailureKind, StepError
 from rflow.lang.model.steps import Backoff
 from tests.unit.engine.driver import Driver, fail, workflow
 
@@ -119,3 +120,93 @@ def test_the_retry_timer_is_due_after_the_backoff():
     # A fixed 10 s backoff with the default jitter of +-20%, the same on every replay.
     assert timedelta(seconds=8) <= timer.due_at - d.now <= timedelta(seconds=12)
     assert d.pending(Execute) == []
+
+
+def retry_after_failure(seconds: float):
+    def answer(execute: Execute):
+        if execute.attempt == 1:
+            return StepError(kind=FailureKind.RATE_LIMITED, message="429", retry_after=seconds)
+        return {"ok": True}
+
+    return answer
+
+
+HONOURING = """
+trigger: { manual: {} }
+steps:
+  - id: a
+    http_call: { url: "http://x.test/a" }
+    retry:
+      max_attempts: 3
+      backoff: { strategy: exponential, delay: 1s, max_delay: 30s, jitter: false }
+"""
+
+
+def test_retry_after_is_honoured_when_it_asks_for_longer_than_the_backoff():
+    d = Driver(workflow(HONOURING))
+    d.start()
+    d.answer(d.pending(Execute)[0], error=retry_after_failure(12)(d.pending(Execute)[0]))
+    [timer] = d.pending(ScheduleTimer)
+    assert timer.due_at - d.now == timedelta(seconds=12)
+
+
+def test_retry_after_is_cut_to_max_delay_and_never_shortens_the_backoff():
+    d = Driver(workflow(HONOURING))
+    d.start()
+    d.answer(d.pending(Execute)[0], error=retry_after_failure(3600)(d.pending(Execute)[0]))
+    [timer] = d.pending(ScheduleTimer)
+    assert timer.due_at - d.now == timedelta(seconds=30)
+    d = Driver(workflow(HONOURING))
+    d.start()
+    d.answer(d.pending(Execute)[0], error=retry_after_failure(0.2)(d.pending(Execute)[0]))
+    [timer] = d.pending(ScheduleTimer)
+    assert timer.due_at - d.now == timedelta(seconds=1)  # the backoff's own delay
+
+
+def test_the_decision_says_where_the_delay_comes_from():
+    policy = workflow(HONOURING).steps[0].retry
+    error = StepError(kind=FailureKind.RATE_LIMITED, message="429", retry_after=90)
+    decision = decide(policy, error, 1, {}, ("r", "a", 1, 1))
+    assert decision.retry and decision.delay == timedelta(seconds=30)
+    assert decision.reason == "attempt 2 of 3 after Retry-After 90s, cut to max_delay"
+
+
+def test_a_failure_marked_non_retryable_is_not_retried_whatever_its_kind():
+    d = Driver(workflow(RETRYING))
+
+    def answer(execute: Execute):
+        return StepError(kind=FailureKind.DATA_UNAVAILABLE, message="503", non_retryable=True)
+
+    state = d.run(answer)
+    assert state.status == RunStatus.FAILED
+    assert len([e for e in d.effects if isinstance(e, Execute)]) == 1
+    assert state.steps["a"].error.non_retryable
+
+
+def test_a_timeout_is_retried_only_with_retry_on_timeout():
+    d = Driver(workflow(RETRYING))
+    answer, calls = flaky("timeout", 2)
+    assert d.run(answer).status == RunStatus.FAILED
+    assert calls["n"] == 1
+    d = Driver(
+        workflow(
+            """
+trigger: { manual: {} }
+steps:
+  - id: a
+    http_call: { url: "http://x.test/a" }
+    timeout: 2s
+    retry: { max_attempts: 3, backoff: 1s, retry_on_timeout: true }
+"""
+        )
+    )
+    answer, calls = flaky("timeout", 2)
+    assert d.run(answer).status == RunStatus.SUCCEEDED
+    assert calls["n"] == 3
+
+
+def test_backoff_10s_keeps_its_meaning_a_fixed_delay_between_attempts():
+    policy = workflow(RETRYING).steps[0].retry
+    assert (policy.backoff.strategy, policy.backoff.delay) == ("fixed", timedelta(seconds=10))
+    delays = {backoff_delay(policy.backoff, n, ("r", "a", 1, n)) for n in (1, 2, 3, 4)}
+    assert all(timedelta(seconds=8) <= d <= timedelta(seconds=12) for d in delays)

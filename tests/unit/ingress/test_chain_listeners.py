@@ -217,3 +217,17 @@ def test_a_network_rpc_variable_wins_over_the_settings(tmp_path):
     project = load_project(tmp_path / "project.yaml", {})
     found = endpoints(Settings(), project, "local", {"MY_NODE": "http://10.0.0.1:8545"})
     assert found.http == "http://10.0.0.1:8545"
+
+
+def test_two_event_triggers_of_one_workflow_fire_under_keys_of_their_own(tmp_path):
+    path = write_project(tmp_path)
+    text = path.read_text().replace(
+        "    trigger:\n      event: ",
+        "    triggers:\n      - event: { contract: Emitter, name: Swap, network: local }\n"
+        "      - id: big\n        event: ",
+    )
+    path.write_text(text)
+    first, big = listeners(path)
+    assert (first.trigger_id, big.trigger_id) == ("event", "big")
+    keys = [fire(item, swap_entry(), BLOCK, NOW).trigger_key for item in (first, big)]
+    assert keys == [f"event:31337:{BLOCK.hash}:4", f"event@big:31337:{BLOCK.hash}:4"]

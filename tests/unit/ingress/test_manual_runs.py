@@ -135,3 +135,33 @@ def test_no_project_means_no_workflow():
     with pytest.raises(ManualRunError) as err:
         manual_workflow(None, "payout")
     assert err.value.status == 404
+
+
+def test_a_workflow_with_several_triggers_runs_by_hand_through_its_manual_one():
+    several = project(
+        """
+        workflows:
+          mixed:
+            triggers:
+              - schedule: { cron: "@daily" }
+              - manual: { inputs: [note] }
+            steps: [{ id: a, command: { name: log, args: { message: "${{ inputs.note }}" } } }]
+          timed:
+            triggers:
+              - schedule: { cron: "@daily" }
+              - webhook: { path: /hooks/timed }
+            steps: [{ id: a, command: { name: log, args: { message: hi } } }]
+        """
+    )
+    workflow = manual_workflow(several, "mixed")
+    record = manual_record("mixed", workflow, {"note": "x"}, run_id="r1", received_at=NOW)
+    assert (record.trigger_key, record.source) == ("manual:mixed:r1", "manual")
+    with pytest.raises(ManualRunError) as err:
+        manual_record("mixed", workflow, {}, run_id="r2", received_at=NOW)
+    assert err.value.reason == "missing input(s) 'note' for 'mixed'; it takes: note"
+    with pytest.raises(ManualRunError) as err:
+        manual_workflow(several, "timed")
+    assert (err.value.status, err.value.reason) == (
+        422,
+        "workflow 'timed' has no manual trigger (it starts on schedule, webhook)",
+    )

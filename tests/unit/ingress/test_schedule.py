@@ -441,3 +441,10 @@ def test_payload():
         "fire_time_utc": "2026-11-01T06:30:00Z",
     }
     assert payload("@Daily", "UTC", utc(2026, 1, 1))["cron"] == "@daily"
+
+
+def test_each_schedule_of_a_workflow_has_keys_of_its_own():
+    fire = utc(2026, 3, 8, 7)
+    assert fire_key(fire, "schedule") == "schedule:2026-03-08T07:00:00Z"
+    assert fire_key(fire, "schedule-2") == "schedule@schedule-2:2026-03-08T07:00:00Z"
+    assert fire_key(fire, "nightly") == "schedule@nightly:2026-03-08T07:00:00Z"

@@ -61,11 +61,12 @@ class _Row:
 
 
 class MemoryDeliveries:
-    """:mod:`rflow.storage.webhooks`'s claim rules over a dict, on a test clock."""
+    """:mod:`rflow.storage.webhooks`'s claim rules over dicts, on a test clock."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.rows: dict[tuple[str, str], _Row] = {}
+        self.signatures: dict[tuple[str, str], tuple[uuid.UUID, datetime]] = {}
         self.down = False
 
     def _check(self) -> None:
@@ -103,4 +104,28 @@ class MemoryDeliveries:
         if row.claim_id != claim_id or row.status != "pending":
             return False
         row.claim_id = row.claimed_at = None
+        return True
+
+    async def claim_signature(
+        self,
+        scope: str,
+        signature: str,
+        *,
+        claim_id: uuid.UUID,
+        expires_at: datetime,
+        now: datetime,
+    ) -> bool:
+        self._check()
+        held = self.signatures.get((scope, signature))
+        if held is not None and held[1] > now:
+            return False
+        self.signatures[(scope, signature)] = (claim_id, expires_at)
+        return True
+
+    async def release_signature(self, scope: str, signature: str, *, claim_id: uuid.UUID) -> bool:
+        self._check()
+        held = self.signatures.get((scope, signature))
+        if held is None or held[0] != claim_id:
+            return False
+        del self.signatures[(scope, signature)]
         return True

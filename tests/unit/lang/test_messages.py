@@ -129,7 +129,7 @@ def test_a_trigger_needs_exactly_one_kind() -> None:
         """
     ) == [
         "wf.yaml:3:14: error: workflows.w.trigger: a trigger has exactly one kind, this one has 2: "
-        "schedule, manual"
+        "schedule, manual (several triggers go in a triggers: list, one kind each)"
     ]
 
 

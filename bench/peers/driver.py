@@ -1,0 +1,539 @@
+"""The peers benchmark's driver: one run of rflow, Restate and DBOS, driven alike.
+
+Started by bench/bench_peers.py (which installs the peers first) in `.bench/venv`; see that
+file for the options. For each engine in turn, alone on the machine's engines (the others
+are stopped), on a fresh deployment of it:
+
+  warm-up  a tenth of the peak phase's firings (at least 50), not counted;
+  peak     N firings at once (open loop), runs/s = N / (last notify at the sink - first
+           firing); CPU of the engine's processes, Kafka and Postgres from the first firing
+           until the engine is idle again, per run;
+  @rate    firings paced at a fixed rate (100/s) for D seconds, open loop (a late firing
+           is not made up for by waiting less later); trigger-to-sink latency p50/p99;
+  @half    the same at half of the engine's own peak.
+
+A firing counts once the engine acknowledged it durably (``Engine.fire``); its latency is
+the sink's arrival time of its notify minus when it was fired (one clock: the sink runs
+in this process). A firing whose notify never reaches the sink (no arrival for
+``--stall`` seconds while others are missing) is lost; a notify that arrives more than
+once is a duplicate. Firings are spread over ``--groups`` concurrency groups in turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # bench/_report.py (standard library only)
+from _report import emit, print_table  # noqa: E402
+from engines import Dbos, Engine, Firing, Restate, Rflow, Stack  # noqa: E402
+from measure import BenchError, CpuMeter, Ports, Sink, percentile  # noqa: E402
+
+ENGINES = ("rflow", "restate", "dbos", "restate-fsync", "rflow-ungrouped")
+
+
+@dataclass
+class Phase:
+    """One batch of firings and what the sink saw of it."""
+
+    label: str
+    firings: list[Firing]
+    sent_at: dict[str, float] = field(default_factory=dict)
+    first: float = 0.0
+    last: float = 0.0
+    achieved: float = 0.0
+    retries: int = 0
+    lost: int = 0
+    cpu: dict[str, Any] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+
+    @property
+    def ids(self) -> list[str]:
+        return [f.sink_id for f in self.firings]
+
+    @property
+    def rate(self) -> float:
+        arrived = len(self.firings) - self.lost
+        return arrived / (self.last - self.first) if self.last > self.first else 0.0
+
+
+class Driver:
+    def __init__(
+        self, args: argparse.Namespace, stack: Stack, sink: Sink, ports: Ports, workdir: Path
+    ) -> None:
+        self.args = args
+        self.stack = stack
+        self.sink = sink
+        self.ports = ports
+        self.workdir = workdir
+
+    def firings(self, engine: Engine, label: str, count: int) -> list[Firing]:
+        groups = self.args.groups
+        return [Firing(f"{engine.tag}-{label}-{i}", f"g{i % groups}", i) for i in range(count)]
+
+    async def fire(self, engine: Engine, phase: Phase, firing: Firing) -> None:
+        phase.sent_at[firing.sink_id] = time.time()
+        for attempt in range(3):
+            try:
+                await engine.fire(firing)
+                return
+            except Exception as exc:  # the engine refused or was unreachable: retry, same key
+                if attempt == 2:
+                    raise BenchError(
+                        f"{engine.name}: firing {firing.trigger_key} failed 3 times: {exc!r}"
+                    ) from None
+                phase.retries += 1
+                await asyncio.sleep(0.2)
+
+    async def burst(self, engine: Engine, phase: Phase) -> None:
+        await asyncio.gather(*(self.fire(engine, phase, f) for f in phase.firings))
+
+    async def paced(self, engine: Engine, phase: Phase, rate: float) -> None:
+        start = time.monotonic()
+        tasks = []
+        for i, firing in enumerate(phase.firings):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(self.fire(engine, phase, firing)))
+        phase.achieved = len(phase.firings) / (time.monotonic() - start)
+        await asyncio.gather(*tasks)
+
+    async def arrivals(self, engine: Engine, phase: Phase) -> None:
+        """Until every notify arrived, or none arrived for --stall seconds."""
+        ids = phase.ids
+        seen, since = -1, time.monotonic()
+        while True:
+            engine.alive()
+            arrived = self.sink.arrived(ids)
+            if arrived == len(ids):
+                break
+            if arrived != seen:
+                seen, since = arrived, time.monotonic()
+            elif time.monotonic() - since > self.args.stall:
+                break
+            await asyncio.sleep(0.02)
+        phase.lost = len(ids) - arrived
+        times = [self.sink.arrivals[i] for i in ids if i in self.sink.arrivals]
+        phase.last = max(times) if times else time.time()
+        phase.latencies = [
+            self.sink.arrivals[i] - phase.sent_at[i] for i in ids if i in self.sink.arrivals
+        ]
+
+    async def idle(self, meter: CpuMeter, idle: float) -> None:
+        """Until the engine's processes are back to their idle use of CPU (``idle`` cores,
+        plus 5% of a core) over half a second, 10 s at most: work an engine does after the
+        last notify (projecting, cleaning up) is part of what a run costs."""
+        sample = meter.sample("engine")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            cores, sample = meter.rate("engine", sample)
+            if cores < idle + 0.05:
+                return
+
+    async def idle_rate(self, engine: Engine) -> float:
+        """Cores the engine's processes use when nothing is fired, over two seconds."""
+        meter = CpuMeter({"engine": engine.processes()})
+        sample = meter.sample("engine")
+        await asyncio.sleep(2.0)
+        return meter.rate("engine", sample)[0]
+
+    async def phase(
+        self, engine: Engine, label: str, count: int, rate: float | None = None
+    ) -> Phase:
+        phase = Phase(label, self.firings(engine, label, count))
+        idle = await self.idle_rate(engine)
+        meter = CpuMeter(
+            {
+                "engine": engine.processes(),
+                "kafka": self.stack.kafka_pids,
+                "postgres": self.stack.postgres_pids,
+            }
+        )
+        phase.first = time.time()
+        if rate is None:
+            await self.burst(engine, phase)
+        else:
+            await self.paced(engine, phase, rate)
+        await self.arrivals(engine, phase)
+        await self.idle(meter, idle)
+        phase.cpu = meter.stop() | {"idle": idle}
+        return phase
+
+    async def run_engine(self, engine: Engine) -> dict[str, Any]:
+        args = self.args
+        print(f"\n[{engine.name}] starting ...", flush=True)
+        started = time.monotonic()
+        await engine.start()
+        print(
+            f"[{engine.name}] ready after {time.monotonic() - started:.1f} s; durability: {engine.durability()}",
+            flush=True,
+        )
+        phases: list[Phase] = []
+        warm = await self.phase(engine, "warm", max(50, args.runs // 10))
+        print(
+            f"[{engine.name}] warm-up: {len(warm.firings)} runs at {warm.rate:.1f} runs/s",
+            flush=True,
+        )
+        peak = await self.phase(engine, "peak", args.runs)
+        phases.append(peak)
+        show(engine, peak, "peak (open loop)")
+        fixed = await self.phase(
+            engine, "fixed", max(10, round(args.rate * args.duration)), args.rate
+        )
+        phases.append(fixed)
+        show(engine, fixed, f"paced at {args.rate:g}/s")
+        half_rate = peak.rate / 2
+        half = await self.phase(
+            engine, "half", max(10, round(half_rate * args.duration)), half_rate
+        )
+        phases.append(half)
+        show(engine, half, f"paced at half its peak, {half_rate:.1f}/s")
+        ids = [i for p in [warm, *phases] for i in p.ids]
+        return {
+            "engine": engine,
+            "peak": peak,
+            "fixed": fixed,
+            "half": half,
+            "half_rate": half_rate,
+            "lost": sum(p.lost for p in [warm, *phases]),
+            "duplicates": self.sink.duplicates(ids),
+            "fired": len(ids),
+            "retries": sum(p.retries for p in [warm, *phases]),
+        }
+
+
+def show(engine: Engine, phase: Phase, what: str) -> None:
+    cpu, n = phase.cpu, len(phase.firings)
+    line = f"[{engine.name}] {what}: {n} runs, {phase.rate:.1f} runs/s to the sink"
+    if phase.achieved:
+        line += f" (fired at {phase.achieved:.1f}/s)"
+    if phase.latencies and phase.achieved:
+        line += (
+            f", latency p50 {percentile(phase.latencies, 50) * 1000:.1f} ms, "
+            f"p99 {percentile(phase.latencies, 99) * 1000:.1f} ms, "
+            f"max {max(phase.latencies) * 1000:.0f} ms"
+        )
+    if phase.achieved and phase.rate < 0.9 * phase.achieved:
+        line += " (above its peak: a backlog builds up)"
+    if phase.lost:
+        line += f", LOST {phase.lost}"
+    print(line, flush=True)
+    print(
+        f"[{engine.name}]   CPU per run: {engine.label} {cpu['cpu']['engine'] / n * 1000:.2f} ms, "
+        f"Kafka {cpu['cpu']['kafka'] / n * 1000:.2f} ms, Postgres {cpu['cpu']['postgres'] / n * 1000:.2f} ms, "
+        f"driver {cpu['driver'] / n * 1000:.2f} ms (idle, the engine used {cpu['idle']:.2f} "
+        f"cores); machine {cpu['machine_busy']:.0%} busy, {cpu['others']:.2f} cores busy outside "
+        "the metered processes",
+        flush=True,
+    )
+
+
+def make_engine(
+    name: str, stack: Stack, ports: Ports, workdir: Path, sink: Sink, rflow: Path | None
+) -> Engine:
+    """A fresh engine of kind ``name``, with a directory of its own in ``workdir``."""
+    (workdir / name).mkdir()
+    base = (stack, ports, workdir / name, sink.url)
+    if name == "rflow":
+        return Rflow(*base, command=rflow)
+    if name == "rflow-ungrouped":
+        engine = Rflow(*base, grouped=False, command=rflow)
+        engine.name = name
+        return engine
+    if name == "restate":
+        return Restate(*base)
+    if name == "restate-fsync":
+        return Restate(*base, fsync=True)
+    return Dbos(*base)
+
+
+# --- the report -----------------------------------------------------------------------
+
+
+def ms(value: float) -> str:
+    return f"{value * 1000:.1f} ms"
+
+
+def figures(result: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """Each figure of one engine: (number, text)."""
+    peak, fixed, half = result["peak"], result["fixed"], result["half"]
+    n = len(peak.firings)
+
+    def lat(phase: Phase, p: float) -> tuple[float, str]:
+        if not phase.latencies:
+            return float("nan"), "-"
+        value = percentile(phase.latencies, p)
+        # Fired faster than the engine ran them: the latency is mostly the backlog's.
+        backlog = " (backlog)" if phase.rate < 0.9 * phase.achieved else ""
+        return value, ms(value) + backlog
+
+    cpu = {k: v / n for k, v in peak.cpu["cpu"].items()}
+    # Everything the engine needs: rflow's worker needs Kafka and Postgres, DBOS Postgres.
+    uses = {"rflow": ("kafka", "postgres"), "dbos": ("postgres",)}.get(
+        result["engine"].name.partition("-")[0], ()
+    )
+    total = cpu["engine"] + sum(cpu[k] for k in uses)
+    return {
+        "peak runs/s": (peak.rate, f"{peak.rate:.1f}"),
+        "p50 @fixed": lat(fixed, 50),
+        "p99 @fixed": lat(fixed, 99),
+        "p50 @half": lat(half, 50),
+        "p99 @half": lat(half, 99),
+        "half rate": (result["half_rate"], f"{result['half_rate']:.1f}/s"),
+        "cpu engine": (cpu["engine"], ms(cpu["engine"])),
+        "cpu kafka": (cpu["kafka"], ms(cpu["kafka"])),
+        "cpu postgres": (cpu["postgres"], ms(cpu["postgres"])),
+        "cpu total": (total, ms(total)),
+        "duplicates": (result["duplicates"], str(result["duplicates"])),
+        "lost": (result["lost"], f"{result['lost']} of {result['fired']}"),
+        "retries": (result["retries"], str(result["retries"])),
+        "noise": (peak.cpu["others"], f"{peak.cpu['others']:.2f} cores"),
+    }
+
+
+LABELS = {
+    "peak runs/s": "peak runs/s (open loop, {runs} firings, to the last notify)",
+    "p50 @fixed": "latency p50 at {rate:g} runs/s ({duration:g} s)",
+    "p99 @fixed": "latency p99 at {rate:g} runs/s",
+    "half rate": "half of its own peak",
+    "p50 @half": "latency p50 at half its peak",
+    "p99 @half": "latency p99 at half its peak",
+    "cpu engine": "CPU per run, engine processes (peak phase)",
+    "cpu kafka": "CPU per run, Kafka",
+    "cpu postgres": "CPU per run, Postgres",
+    "cpu total": "CPU per run, with the servers it needs",
+    "duplicates": "duplicate notifies at the sink",
+    "lost": "lost runs (never reached the sink)",
+    "retries": "firings the engine refused and that were sent again",
+    "noise": "cores busy outside the metered processes, peak",
+}
+
+
+def report(
+    args: argparse.Namespace, results: dict[str, dict[str, Any]], durability: list[str]
+) -> None:
+    names = list(results)
+    table = {name: figures(r) for name, r in results.items()}
+    header = ("figure", *names)
+    rows = []
+    for key, label in LABELS.items():
+        rows.append(
+            (
+                label.format(runs=args.runs, rate=args.rate, duration=args.duration),
+                *(table[n][key][1] for n in names),
+            )
+        )
+    print(
+        "\nAll engines, this run (CPU: "
+        + "; ".join(f"{n}: {results[n]['engine'].label}" for n in names)
+        + "):\n"
+    )
+    print_table(rows, header)
+    print(
+        "\nDurability, equal on all sides: an acknowledged write has reached the operating system"
+    )
+    print("(it survives the crash of any process, not of the machine):")
+    for line in durability:
+        print(f"  {line}")
+    if "rflow" not in table or "restate" not in table:
+        print("\n(no ratios: the report compares rflow with restate, run both)")
+        return
+    rf, rs = table["rflow"], table["restate"]
+
+    def row(label: str, key: str, target: str, met: bool | None) -> tuple[str, ...]:
+        ratio = rf[key][0] / rs[key][0] if rs[key][0] else float("nan")
+        verdict = "-" if met is None else ("met" if met else "NOT met")
+        return (label, rf[key][1], f"{rs[key][1]} (Restate)", f"{ratio:.2f}", target, verdict)
+
+    fixed = f"{args.rate:g} runs/s"
+    out = [
+        row(
+            "peak runs/s",
+            "peak runs/s",
+            ">= 1.0x Restate",
+            rf["peak runs/s"][0] >= rs["peak runs/s"][0],
+        ),
+        row(
+            f"latency p50 at {fixed}",
+            "p50 @fixed",
+            "<= 2x Restate",
+            rf["p50 @fixed"][0] <= 2 * rs["p50 @fixed"][0],
+        ),
+        row(f"latency p99 at {fixed}", "p99 @fixed", "<= 50 ms", rf["p99 @fixed"][0] <= 0.050),
+        row("latency p50 at half its own peak", "p50 @half", "-", None),
+        row(
+            "latency p99 at half its own peak", "p99 @half", "< 250 ms", rf["p99 @half"][0] < 0.250
+        ),
+        row(
+            "CPU per run, rflow worker / Restate server + service",
+            "cpu engine",
+            "<= 3 ms",
+            rf["cpu engine"][0] <= 0.003,
+        ),
+        (
+            "CPU per run, Kafka / Postgres (Restate needs neither)",
+            f"{rf['cpu kafka'][1]} / {rf['cpu postgres'][1]}",
+            "-",
+            "-",
+            "-",
+            "-",
+        ),
+        row("CPU per run, with the servers each needs", "cpu total", "-", None),
+        (
+            "duplicates / lost at the sink",
+            f"{rf['duplicates'][1]} / {rf['lost'][1]}",
+            f"{rs['duplicates'][1]} / {rs['lost'][1]} (Restate)",
+            "-",
+            "0 / 0",
+            "met" if rf["duplicates"][0] == 0 and rf["lost"][0] == 0 else "NOT met",
+        ),
+    ]
+    for name in names:
+        if name in ("rflow", "restate"):
+            continue
+        other = table[name]
+        for key, label in (
+            ("peak runs/s", "peak runs/s"),
+            ("p50 @fixed", f"latency p50 at {fixed}"),
+            ("p99 @fixed", f"latency p99 at {fixed}"),
+            ("cpu engine", "CPU per run, engine processes"),
+        ):
+            ratio = other[key][0] / rs[key][0] if rs[key][0] else float("nan")
+            out.append(
+                (
+                    f"{name}: {label}",
+                    other[key][1],
+                    f"{rs[key][1]} (Restate)",
+                    f"{ratio:.2f}",
+                    "-",
+                    "-",
+                )
+            )
+    print(f"\nrflow against Restate (ratio = rflow / Restate; {args.groups} concurrency groups):")
+    emit("peers", out)
+
+
+async def run(args: argparse.Namespace, workdir: Path) -> int:
+    stack = Stack.from_env()
+    try:
+        settings = await asyncio.wait_for(stack.prepare(), 60)
+    except Exception as exc:  # Kafka's, Postgres's or the network's: the same fix
+        raise BenchError(
+            f"the local stack is not reachable ({type(exc).__name__}: {exc}); "
+            "check with `scripts/stack status`, start it with `scripts/stack up`"
+        ) from None
+    ports = Ports(args.ports)
+    sink = await Sink(ports.take()).start()
+    print(
+        f"bench_peers: {', '.join(args.engines)}; {args.runs} firings per peak phase, "
+        f"{args.duration:g} s paced phases, {args.groups} concurrency groups, "
+        f"{os.cpu_count()} CPUs; sink {sink.url}; logs in {workdir}",
+        flush=True,
+    )
+    if not stack.kafka_pids or not stack.postgres_pids:
+        print("  (Kafka or Postgres was not started by scripts/stack: its CPU is not metered)")
+    driver = Driver(args, stack, sink, ports, workdir)
+    results: dict[str, dict[str, Any]] = {}
+    durability = [
+        "Kafka (rflow): acks=all, broker defaults: "
+        + ", ".join(
+            f"{k.removeprefix('kafka ')}={v}" for k, v in settings.items() if k.startswith("kafka")
+        )
+        + " (no fsync before acknowledging), one replica",
+        f"Postgres (rflow's read model and state, DBOS): synchronous_commit="
+        f"{settings['postgres synchronous_commit']} for every session of the benchmark (role peers_bench), "
+        f"server fsync={settings['postgres fsync']} as scripts/stack runs it",
+    ]
+    try:
+        for name in args.engines:
+            engine = make_engine(name, stack, ports, workdir, sink, args.rflow)
+            try:
+                results[name] = await driver.run_engine(engine)
+                if name.startswith("restate"):
+                    durability.append(f"{name}: {engine.durability()}")
+            finally:
+                await engine.stop()
+    finally:
+        await sink.stop()
+    if sink.unnamed:
+        print(f"  the sink got {sink.unnamed} requests without an Idempotency-Key", file=sys.stderr)
+    report(args, results, durability)
+    failed = [n for n, r in results.items() if r["lost"] or r["duplicates"]]
+    if failed:
+        print(f"\nbench_peers: runs lost or notified twice by {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="bench/bench_peers.py", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a short run (400 firings, 5 s phases)"
+    )
+    parser.add_argument(
+        "--runs", type=int, help="firings of the peak phase (default 2000; quick 400)"
+    )
+    parser.add_argument("--duration", type=float, help="seconds of each paced phase (20; quick 5)")
+    parser.add_argument("--rate", type=float, default=100.0, help="the fixed rate (default 100/s)")
+    parser.add_argument("--groups", type=int, default=64, help="concurrency groups (default 64)")
+    parser.add_argument(
+        "--engines", nargs="+", choices=ENGINES, default=["rflow", "restate", "dbos"]
+    )
+    parser.add_argument(
+        "--stall", type=float, default=30.0, help="seconds without a notify that end a phase"
+    )
+    parser.add_argument(
+        "--ports", default="19000-19099", help="ports for the servers started (LO-HI)"
+    )
+    parser.add_argument(
+        "--rflow",
+        type=Path,
+        help="the rflow executable to start workers with (default: .venv/bin/rflow), "
+        "to measure another checkout",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    args = parser.parse_args()
+    args.runs = args.runs or (400 if args.quick else 2000)
+    args.duration = args.duration or (5.0 if args.quick else 20.0)
+    if args.groups < 1 or args.runs < 1 or args.rate <= 0 or args.duration <= 0:
+        parser.error("--groups, --runs, --rate and --duration must be positive")
+
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
+    # Under .bench/ (git-ignored), on the disk the stack's Kafka and Postgres write to.
+    runs = HERE.parent.parent / ".bench" / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="peers-", dir=runs))
+    code = 1
+    try:
+        code = asyncio.run(run(args, workdir))
+    except BenchError as exc:
+        print(f"bench_peers: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("bench_peers: interrupted (cleaned up)", file=sys.stderr)
+    finally:
+        if code or args.keep:
+            print(f"bench_peers: logs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

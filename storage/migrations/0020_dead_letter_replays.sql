@@ -1,7 +1,0 @@
--- A dead letter produced back to its topic by `rflow dead-letters replay`: when, and where
--- the record landed. A replay claims the row under its lock and records this in the same
--- transaction as it produces, so a dead letter is replayed once.
-ALTER TABLE dead_letters
-    ADD COLUMN replayed_at        timestamptz,
-    ADD COLUMN replayed_partition integer,
-    ADD COLUMN replayed_offset    bigint;

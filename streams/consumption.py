@@ -1,0 +1,666 @@
+"""How rflow reads its topics: the guarantees, in one module.
+
+Every rflow agent takes its records through :class:`Consumption`. For each partition of
+a topic an agent reads (a *TP*), while this worker owns it:
+
+1. **In order, once.** Records are taken in offset order, each at most once by this
+   owner. The *cursor* is the next offset to take.
+2. **Duplicates are dropped.** A record below the cursor was taken already.
+3. **A gap is read again first.** A record above the cursor means records were fetched
+   and thrown away (around a rebalance), or the fetch position was left behind by an
+   earlier assignment. Nothing past the cursor is taken until the TP has been read again
+   from the cursor; a TP whose records stop coming while the broker has more is read
+   again the same way (:data:`STALL`).
+4. **Commits cover what is done and durable.** Decisions change tables and journals in
+   memory; a checkpoint, every :data:`COMMIT_INTERVAL`, writes everything decided so far
+   (the runs' journals first, then the newest value of each table key changed, see
+   :attr:`Consumption.flushers`), waits until the broker has acknowledged those writes
+   and no later ones, and then commits, per TP, the offset below which every record is
+   processed. So offsets are committed during a burst too, and a run that starts and
+   settles between two checkpoints costs its table entry one write.
+5. **One owner at a time.** A TP is opened once the group's rebalance is complete (its
+   tables recovered), at the group's committed offset, and closed when a rebalance
+   revokes partitions: decisions under way finish, and a last checkpoint writes and
+   commits before Faust hands the partitions over.
+6. **One lock per partition.** Records of partition *n* of the topics joined by key and
+   the results of this worker's own actions for runs on partition *n* are decided under
+   one lock (:meth:`Consumption.decide`), and their table writes go to partition *n*.
+
+Faust counts a record as read when its fetcher yields it, drops records from its queues
+on every flow resume, and commits the first consecutive run of acknowledged offsets; the
+records of rflow's topics are therefore read without Faust's acknowledgements (their
+topics are declared with ``acks=False``) and committed here.
+
+What relies on names faust, aiokafka and mode keep private is in this module and nowhere
+else, listed in :data:`INTERNALS` and checked against the installed versions when a worker
+starts (:func:`check_internals`); ``tests/unit/streams/test_consumption.py`` has a test for
+each behaviour relied on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+import faust
+from aiokafka import AIOKafkaConsumer
+from faust.transport import consumer as faust_consumer
+from faust.transport.drivers import aiokafka as aiokafka_driver
+from faust.transport.producer import ProducerBuffer
+from faust.types import TP
+from mode.utils.queues import ThrowableQueue
+
+if TYPE_CHECKING:
+    from rflow.streams.app import RflowApp
+
+log = logging.getLogger(__name__)
+
+COMMIT_INTERVAL = 1.0
+"""Seconds between checkpoints: at most this much work is done again after a crash."""
+STALL = 5.0
+"""Seconds a TP may go without a record taken, while the broker has records past its
+cursor, before it is read again from the cursor."""
+REREAD_BACKOFF = (0.05, 0.2, 1.0)
+"""Seconds before each further attempt to read a gap again (the fetcher may still be
+yielding a batch fetched before the seek; its records are dropped meanwhile)."""
+FETCH_MAX_WAIT_MS = 50
+"""How long the broker may hold a fetch with nothing new. The fetcher leaves out of its
+next request every TP whose records the worker has not taken yet and sends that broker
+nothing else meanwhile: Faust's 1.5 s let a quiet TP's records wait that long."""
+BUFFER_MESSAGES = 10_000
+"""Table writes the producer buffer may hold before Faust stops feeding the streams
+(Faust's 100 stalled every burst, logging ``producer buffer full``)."""
+
+PINNED = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0", "mode-streaming": "0.7.1"}
+"""The versions whose behaviour this module was written against (and ``requirements.lock``
+pins)."""
+
+
+class InternalsChanged(RuntimeError):
+    """An installed streaming library is not the version rflow's consumption relies on,
+    or no longer has a name it uses."""
+
+
+def _defines(owner: Any, name: str) -> bool:
+    return name in vars(owner)
+
+
+def _assigns(function: Any, name: str) -> bool:
+    return name in function.__code__.co_names
+
+
+INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
+    "faust App._on_partitions_revoked, _new_consumer, _new_producer": (
+        "faust-streaming",
+        lambda: all(
+            _defines(faust.App, name)
+            for name in ("_on_partitions_revoked", "_new_consumer", "_new_producer")
+        ),
+    ),
+    "faust ThreadDelegateConsumer._new_consumer_thread": (
+        "faust-streaming",
+        lambda: _defines(aiokafka_driver.Consumer, "_new_consumer_thread"),
+    ),
+    "faust ThreadDelegateConsumer._commit": (
+        "faust-streaming",
+        lambda: _defines(faust_consumer.ThreadDelegateConsumer, "_commit"),
+    ),
+    "faust AIOKafkaConsumerThread._create_worker_consumer": (
+        "faust-streaming",
+        lambda: _defines(aiokafka_driver.AIOKafkaConsumerThread, "_create_worker_consumer"),
+    ),
+    "aiokafka AIOKafkaConsumer._fetch_max_wait_ms": (
+        "aiokafka",
+        lambda: (
+            _assigns(AIOKafkaConsumer.__init__, "_fetch_max_wait_ms")
+            and _assigns(AIOKafkaConsumer.start, "_fetch_max_wait_ms")
+        ),
+    ),
+}
+"""Each private name this module uses: the distribution it belongs to, and how to tell it
+is still there."""
+
+
+def check_internals() -> None:
+    """Refuse to run on streaming libraries other than the pinned ones, naming the
+    installed version and what is missing or different."""
+    problems = []
+    for distribution, pinned in PINNED.items():
+        try:
+            installed = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            installed = "not installed"
+        if installed != pinned:
+            problems.append(f"{distribution} {installed} is installed; rflow needs {pinned}")
+    for name, (distribution, present) in INTERNALS.items():
+        if not present():
+            installed = metadata.version(distribution)
+            problems.append(f"{distribution} {installed} has no {name}")
+    if problems:
+        raise InternalsChanged(
+            "rflow's consumption relies on how these libraries handle offsets: "
+            + "; ".join(problems)
+            + " (install from requirements.lock: scripts/bootstrap)"
+        )
+
+
+# --- table writes ---------------------------------------------------------------------
+
+_WRITING_TO: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "rflow_writing_to", default=None
+)
+
+
+def current_partition() -> int:
+    """The partition being decided (:meth:`Consumption.decide`)."""
+    partition = _WRITING_TO.get()
+    if partition is None:
+        raise RuntimeError("a table is changed only while a partition is being decided")
+    return partition
+
+
+@contextmanager
+def writing_to(partition: int) -> Iterator[None]:
+    """Table writes in this block go to ``partition`` of their changelogs."""
+    token = _WRITING_TO.set(partition)
+    try:
+        yield
+    finally:
+        _WRITING_TO.reset(token)
+
+
+class RflowTable(faust.Table):
+    """A Faust table whose writes go to the partition being decided (:func:`writing_to`);
+    outside one, to the partition of the event being processed, as Faust's do."""
+
+    def partition_for_key(self, key: Any) -> int | None:
+        partition = _WRITING_TO.get()
+        return partition if partition is not None else super().partition_for_key(key)
+
+
+class WriteBuffer(ProducerBuffer):
+    """Faust's producer buffer (where table writes wait for the Kafka client), keeping
+    each write's future until the broker has acknowledged it, so that a checkpoint can
+    wait for exactly the writes made before it began."""
+
+    max_messages = BUFFER_MESSAGES
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.outstanding: deque[asyncio.Future[Any]] = deque()
+        self.failure: BaseException | None = None
+        """The first write the broker refused: the tables are ahead of their changelogs
+        from then on, and no checkpoint may pass it."""
+
+    def put(self, fut: Any) -> None:
+        while self.outstanding and self.outstanding[0].done():
+            self._acknowledged(self.outstanding.popleft())
+        self.outstanding.append(fut)
+        fut.add_done_callback(self._acknowledged)
+        super().put(fut)
+
+    def _acknowledged(self, fut: asyncio.Future[Any]) -> None:
+        if not fut.cancelled() and fut.exception() is not None and self.failure is None:
+            self.failure = fut.exception()
+
+    def written(self) -> list[asyncio.Future[Any]]:
+        """The writes handed to this buffer so far and not yet acknowledged."""
+        return [fut for fut in self.outstanding if not fut.done()]
+
+    async def flush(self) -> None:
+        """Wait until every write handed over before this call is acknowledged."""
+        await self.durable(self.written())
+
+    async def durable(self, writes: list[asyncio.Future[Any]]) -> None:
+        """Wait for ``writes``; raise if the broker refused any write so far."""
+        while self.should_stop and self.pending.qsize():
+            # The buffer's own task has ended (the worker is stopping): hand over what
+            # is left, in order.
+            fut = self.pending.get_nowait()
+            await fut.message.channel.publish_message(fut, wait=False)
+        if writes:
+            await asyncio.gather(*writes, return_exceptions=True)
+        for fut in self.outstanding:
+            if fut.done():
+                self._acknowledged(fut)
+        if self.failure is not None:
+            raise self.failure
+
+
+# --- the consumer ---------------------------------------------------------------------
+
+
+class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
+    """Faust's consumer thread, with a short fetch wait (:data:`FETCH_MAX_WAIT_MS`)."""
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        # Faust passes its own value and no setting reaches it; the fetcher reads this
+        # attribute when the consumer starts.
+        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
+        return consumer
+
+
+class RflowConsumer(aiokafka_driver.Consumer):
+    """Faust's consumer, telling the consumption layer the committed offsets it seeks to."""
+
+    consumption: Consumption | None = None
+
+    def _new_consumer_thread(self) -> RflowConsumerThread:
+        return RflowConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def seek_to_committed(self) -> Mapping[Any, int | None]:
+        committed = await super().seek_to_committed()
+        if self.consumption is not None:
+            await self.consumption.open(committed)
+        return committed
+
+    async def seek_wait(self, partitions: Mapping[Any, int]) -> None:
+        """Faust's table recovery seeking changelogs; an offset it lost track of (seen
+        when a rebalance interrupts a recovery, and aiokafka refuses) reads the changelog
+        partition from its start instead of crashing the recovery: applying a changelog
+        again from its start gives the same table."""
+        fixed = {}
+        for tp, offset in partitions.items():
+            if not isinstance(offset, int) or offset < 0:
+                log.warning(
+                    "%s[%d]: table recovery asked to read from %r: reading it from its start",
+                    tp.topic,
+                    tp.partition,
+                    offset,
+                )
+                offset = 0
+            fixed[tp] = offset
+        await super().seek_wait(fixed)
+
+    async def commit_offsets(self, offsets: Mapping[TP, int]) -> bool:
+        """Commit ``offsets`` as they are (Faust commits only what its streams acked)."""
+        return await self._commit(offsets)
+
+
+def queue(app: faust.App, maxsize: int | None = None) -> ThrowableQueue:
+    """A stream's, channel's or changelog's queue that a flow resume never empties.
+
+    Faust empties them on every flow resume, several times in one rebalance, the last
+    time after it has sought to the committed offsets and fetched again: records thrown
+    away then were counted as read, and a changelog's table recovery waited forever for
+    records it had already fetched. Here they stay: :class:`Consumption` drops what is
+    not the next record of a TP it owns, and a changelog is read in order, every record
+    after one applied again.
+    """
+    return ThrowableQueue(maxsize=maxsize, flow_control=app.flow_control, clear_on_resume=False)
+
+
+class ConsumingApp(faust.App):
+    """A Faust app whose agents consume through a :class:`Consumption` (``consumption``),
+    with the consumer, producer buffer and queues that the layer needs."""
+
+    consumption: Consumption | None = None
+    before_revoke: list[Callable[[], Awaitable[None]]]
+    """Called first when a rebalance revokes partitions, before Faust stops the streams
+    and flushes the producer: whatever writes tables outside an agent stops here."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.before_revoke = []
+
+    async def _on_partitions_revoked(self, revoked: Any) -> None:
+        if not self.should_stop:
+            for hook in self.before_revoke:
+                await hook()
+        await super()._on_partitions_revoked(revoked)
+
+    def FlowControlQueue(
+        self, maxsize: int | None = None, *, clear_on_resume: bool = False
+    ) -> ThrowableQueue:
+        """Every queue of a stream, channel or changelog: never emptied by a flow resume
+        (:func:`queue`)."""
+        return queue(self, maxsize)
+
+    async def on_stop(self) -> None:
+        if self.consumption is not None:
+            await self.consumption.stop_taking()
+            await self.consumption.close()
+        await super().on_stop()
+
+    def _new_consumer(self) -> RflowConsumer:
+        return RflowConsumer(
+            self.transport,
+            callback=self.topics.on_message,
+            on_partitions_revoked=self._on_partitions_revoked,
+            on_partitions_assigned=self._on_partitions_assigned,
+            beacon=self.beacon,
+            loop=self.transport.loop,
+        )
+
+    def _new_producer(self) -> Any:
+        producer = super()._new_producer()
+        buffer = WriteBuffer(loop=producer.loop, beacon=producer.beacon)
+        buffer.app = self
+        producer.buffer = buffer
+        return producer
+
+
+# --- the layer --------------------------------------------------------------------------
+
+
+@dataclass
+class Cursor:
+    """Where one owned TP is."""
+
+    tp: TP
+    """The TP (as Faust names it: pausing and resuming want Faust's type)."""
+    next: int
+    """The next offset to take."""
+    done: int
+    """Every record below it is processed."""
+    committed: int
+    """The offset the group has committed."""
+    taken_at: float = field(default_factory=time.monotonic)
+    rereading: int = 0
+    """Attempts to read a gap again since the last record taken (0: none under way)."""
+
+
+@dataclass
+class Partition:
+    """Partition *n* of the topics joined by key: whether it is decided here, and its lock."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    accepting: bool = False
+    """Open: records are taken and results decided here."""
+
+
+class Consumption:
+    """The guarantees of the module docstring for one worker's agents.
+
+    ``topics``: every topic an agent reads through it (full names). ``joined``: those of
+    them joined by key (the runner's triggers and runs), whose partition *n* has one lock.
+    """
+
+    def __init__(self, app: RflowApp, topics: Iterable[str], joined: Iterable[str]) -> None:
+        self.app = app
+        self.topics = frozenset(topics)
+        self.joined = frozenset(joined)
+        self.cursors: dict[TP, Cursor] = {}
+        self.partitions: dict[int, Partition] = {}
+        self.reading = False
+        """Whether records are taken at all (not between a revocation and an opening)."""
+        self.opening: set[TP] = set()
+        """TPs assigned by the last rebalance, opened when Faust seeks to committed."""
+        self.flushers: list[Callable[[], Callable[[], Awaitable[None]]]] = []
+        """Called in order at one instant when a checkpoint begins: each takes what was
+        decided so far and returns how to write it. The writes are then made in the same
+        order, each finished before the next begins (the runs' journals before the
+        tables, so that no table says a run is settled whose journal may be lost)."""
+        self.on_open: list[Callable[[frozenset[int]], Awaitable[None]]] = []
+        """Called with the joined partitions opened, after each rebalance."""
+        self.epoch = 0
+        """Counts closings: work begun in an earlier epoch does not touch a reopened TP."""
+        self._checkpoint = asyncio.Lock()
+        self._seeking: set[asyncio.Task[Any]] = set()
+        self.commits = 0
+        """Checkpoints that committed something (for tests and metrics)."""
+
+    # --- records ------------------------------------------------------------------
+
+    def take(self, message: Any) -> bool:
+        """Whether to process ``message`` now: the next record of a TP this worker
+        owns. Taking it moves the cursor past it."""
+        cursor = self.cursors.get(message.tp)
+        if cursor is None or not self.reading:
+            return False  # not ours (any more, or yet): its owner reads it
+        if message.topic in self.joined and not self.owns(message.partition):
+            return False
+        offset = message.offset
+        if offset < cursor.next:
+            return False  # taken before
+        if offset > cursor.next:
+            self._reread(cursor, f"offset {offset} arrived")
+            return False
+        cursor.next = offset + 1
+        cursor.taken_at = time.monotonic()
+        cursor.rereading = 0
+        return True
+
+    def processed(self, message: Any) -> None:
+        """``message`` (taken) is processed: a checkpoint may commit past it."""
+        cursor = self.cursors.get(message.tp)
+        if cursor is not None and message.offset == cursor.done < cursor.next:
+            cursor.done += 1
+
+    async def process(self, message: Any, work: Callable[[], Awaitable[Any]]) -> bool:
+        """Process ``message`` (taken, of a joined topic) with ``work`` under its
+        partition's lock; False if the partition was revoked meanwhile (its next owner
+        reads it)."""
+        if not await self.decide(message.partition, work):
+            return False
+        self.processed(message)
+        return True
+
+    def batch(self, events: Iterable[Any]) -> list[Any]:
+        """The events of a batch to process, in order (mark each :meth:`processed`)."""
+        return [event for event in events if self.take(event.message)]
+
+    def processed_all(self, events: Iterable[Any]) -> None:
+        """Every event of a batch is processed."""
+        for event in events:
+            self.processed(event.message)
+
+    # --- partitions of the joined topics ------------------------------------------
+
+    def partition(self, number: int) -> Partition:
+        found = self.partitions.get(number)
+        if found is None:
+            found = self.partitions[number] = Partition()
+        return found
+
+    def owns(self, number: int) -> bool:
+        """Whether records and results for partition ``number`` of the joined topics are
+        decided here now."""
+        found = self.partitions.get(number)
+        return found is not None and found.accepting
+
+    def owned(self) -> frozenset[int]:
+        """The partitions of the joined topics decided here now."""
+        return frozenset(n for n, p in self.partitions.items() if p.accepting)
+
+    async def decide(self, number: int, work: Callable[[], Awaitable[Any]]) -> bool:
+        """Run ``work`` under partition ``number``'s lock, its table changes going to
+        that partition, if this worker owns the partition; False if it does not
+        (nothing was run)."""
+        partition = self.partition(number)
+        if not partition.accepting:
+            return False
+        async with partition.lock:
+            if not partition.accepting:
+                return False
+            with writing_to(number):
+                await work()
+        return True
+
+    # --- checkpoints --------------------------------------------------------------
+
+    async def checkpoint(self) -> bool:
+        """Write what was decided, then commit what is processed; True if offsets were
+        committed."""
+        async with self._checkpoint:
+            offsets = {tp: c.done for tp, c in self.cursors.items() if c.done > c.committed}
+            writes = [flush() for flush in self.flushers]  # one instant: nothing awaits
+            for write in writes:
+                await write()
+            buffer = self.app.producer.buffer
+            await buffer.durable(buffer.written())
+            if not offsets:
+                return False
+            return await self._commit(offsets)
+
+    async def _commit(self, offsets: dict[TP, int]) -> bool:
+        if not await self.app.consumer.commit_offsets(offsets):
+            return False
+        for tp, offset in offsets.items():
+            cursor = self.cursors.get(tp)
+            if cursor is not None:
+                cursor.committed = max(cursor.committed, offset)
+        self.commits += 1
+        return True
+
+    def committed(self) -> dict[TP, int]:
+        """The offsets committed for the TPs this worker owns."""
+        return {tp: c.committed for tp, c in self.cursors.items()}
+
+    # --- rebalances ---------------------------------------------------------------
+
+    async def stop_taking(self) -> None:
+        """A rebalance revokes partitions (or the worker stops): take no more records,
+        decide nothing new, and let the decisions under way end."""
+        self.reading = False
+        numbers = sorted(n for n, p in self.partitions.items() if p.accepting)
+        for number in numbers:
+            self.partitions[number].accepting = False
+        for number in numbers:
+            async with self.partitions[number].lock:
+                pass  # a decision under way has finished
+
+    async def close(self) -> None:
+        """After :meth:`stop_taking`, once Faust's streams are idle: write what was
+        decided, commit, and own nothing until the next opening."""
+        self.reading = False
+        try:
+            await self.checkpoint()
+        except Exception as exc:  # the next owner reads from the last commit instead
+            log.warning("the last checkpoint before the rebalance failed: %r", exc)
+        self.epoch += 1
+        self.cursors.clear()
+        self.opening.clear()
+
+    def assigned(self, tps: Iterable[TP]) -> None:
+        """The rebalance is complete: these TPs of ours open when Faust seeks them."""
+        self.opening = {TP(tp.topic, tp.partition) for tp in tps if tp.topic in self.topics}
+
+    async def open(self, committed: Mapping[Any, int | None]) -> None:
+        """Open the TPs waiting to open at the group's committed offsets (their first
+        offsets where the group committed none), and read each from there."""
+        found = {TP(tp.topic, tp.partition): offset for tp, offset in committed.items()}
+        opening = [tp for tp in sorted(self.opening) if tp in found]
+        if not opening:
+            return
+        consumer = self.app.consumer
+        fresh = [tp for tp in opening if not found[tp]]
+        earliest = await consumer.earliest_offsets(*fresh) if fresh else {}
+        epoch = self.epoch
+        for tp in opening:
+            offset = found[tp] or earliest.get(tp) or 0
+            await consumer.seek(tp, offset)
+            self.cursors[tp] = Cursor(tp, next=offset, done=offset, committed=found[tp] or 0)
+        if epoch != self.epoch:
+            return
+        self.opening.difference_update(opening)
+        numbers = frozenset(tp.partition for tp in opening if tp.topic in self.joined)
+        for number in sorted(numbers):
+            self.partition(number).accepting = True
+        self.reading = True
+        log.info("reading %d partitions from their committed offsets", len(opening))
+        for callback in self.on_open:
+            await callback(numbers)
+
+    # --- gaps -----------------------------------------------------------------------
+
+    def _reread(self, cursor: Cursor, why: str) -> None:
+        """Read the cursor's TP again from the cursor (unless an attempt is under way)."""
+        tp = cursor.tp
+        if cursor.rereading and time.monotonic() - cursor.taken_at < REREAD_BACKOFF[-1]:
+            return
+        cursor.rereading += 1
+        if cursor.rereading == 1:
+            log.warning(
+                "%s[%d]: %s while offset %d was expected: reading again from %d",
+                tp.topic,
+                tp.partition,
+                why,
+                cursor.next,
+                cursor.next,
+            )
+        cursor.taken_at = time.monotonic()
+        task = asyncio.ensure_future(self._seek_back(cursor, self.epoch))
+        self._seeking.add(task)
+        task.add_done_callback(self._seeking.discard)
+
+    async def _seek_back(self, cursor: Cursor, epoch: int) -> None:
+        consumer = self.app.consumer
+        tp = cursor.tp
+        consumer.pause_partitions([tp])
+        try:
+            # The fetcher may still be yielding what it fetched before: once it has
+            # moved on, its read offset for tp is set back to the cursor by the seek.
+            delay = REREAD_BACKOFF[min(cursor.rereading, len(REREAD_BACKOFF)) - 1]
+            await asyncio.sleep(delay)
+            if epoch == self.epoch and self.reading and self.cursors.get(tp) is cursor:
+                await consumer.seek(tp, cursor.next)
+        except Exception as exc:  # a rebalance under way seeks everything itself
+            log.warning("reading %s[%d] again failed: %r", tp.topic, tp.partition, exc)
+        finally:
+            if epoch == self.epoch and self.reading and self.cursors.get(tp) is cursor:
+                consumer.resume_partitions([tp])
+
+    def stalled(self, now: float | None = None) -> list[TP]:
+        """TPs with records past the cursor in the broker and none taken for
+        :data:`STALL`: read again from the cursor."""
+        now = time.monotonic() if now is None else now
+        found: list[TP] = []
+        if not self.reading:
+            return found
+        for tp, cursor in list(self.cursors.items()):
+            if tp.topic in self.joined and not self.owns(tp.partition):
+                continue
+            highwater = self.app.consumer.highwater(tp)
+            if highwater is not None and highwater > cursor.next and now - cursor.taken_at >= STALL:
+                found.append(tp)
+                self._reread(cursor, f"no record taken for {STALL:g}s")
+        return found
+
+    async def run(self) -> None:
+        """Checkpoint and look for stalled TPs, every :data:`COMMIT_INTERVAL`."""
+        while True:
+            await asyncio.sleep(COMMIT_INTERVAL)
+            if self.app.rebalancing:
+                continue
+            try:
+                await self.checkpoint()
+            except Exception as exc:
+                # A write the broker refused: the tables here are ahead of their
+                # changelogs, and only a restart recovers them from the changelogs.
+                log.error("a table write was not acknowledged: %r; stopping", exc)
+                await self.app.crash(exc)
+                return
+            self.stalled()
+
+
+def attach(app: RflowApp, topics: Iterable[str], joined: Iterable[str]) -> Consumption:
+    """Give ``app`` its consumption layer (see :class:`Consumption` for the arguments)."""
+    consumption = Consumption(app, topics, joined)
+    app.consumption = app.consumer.consumption = consumption
+
+    async def on_rebalance_complete(sender: Any = None, **kwargs: Any) -> None:
+        consumption.assigned(app.assignor.assigned_actives())
+
+    async def on_revoked(sender: Any = None, *args: Any, **kwargs: Any) -> None:
+        await consumption.close()
+
+    app.on_rebalance_complete.connect(on_rebalance_complete)
+    app.before_revoke.append(consumption.stop_taking)
+    # Sent once Faust's streams are idle and its producer flushed, before the handover.
+    app.on_partitions_revoked.connect(on_revoked)
+
+    @app.task
+    async def checkpoints() -> None:
+        await consumption.run()
+
+    return consumption

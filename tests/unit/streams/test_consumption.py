@@ -1,0 +1,543 @@
+"""The consumption layer's guarantees, one test per behaviour (no broker).
+
+A simulated fetcher stands in for Faust's: it hands records of a partition log to the
+layer as Faust would around a rebalance (dropping a stretch its queue threw away, handing
+records again after a seek to committed, yielding a stale batch before a re-read), and
+obeys seeks. Each scenario also runs through :class:`PassThrough`, which takes every
+record as Faust's own consumer does, to show that the scenario is a real violation that
+only the layer catches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from faust.types import TP
+
+from rflow.settings import Settings
+from rflow.streams import consumption
+from rflow.streams.consumption import (
+    FETCH_MAX_WAIT_MS,
+    Consumption,
+    InternalsChanged,
+    RflowTable,
+    WriteBuffer,
+    check_internals,
+    writing_to,
+)
+
+TRIGGERS = TP("t.rflow.triggers", 0)
+RUNS = TP("t.rflow.runs", 0)
+EVENTS = TP("t.rflow.events", 3)
+
+
+@dataclass
+class Message:
+    tp: TP
+    offset: int
+
+    @property
+    def topic(self) -> str:
+        return self.tp.topic
+
+    @property
+    def partition(self) -> int:
+        return self.tp.partition
+
+
+@dataclass
+class Fetcher:
+    """Stands in for Faust's consumer and fetcher: a log per TP and a position."""
+
+    logs: dict[TP, int] = field(default_factory=dict)
+    """Highwater of each TP (records are their offsets)."""
+    position: dict[TP, int] = field(default_factory=dict)
+    committed: dict[TP, int] = field(default_factory=dict)
+    paused: set[TP] = field(default_factory=set)
+    seeks: list[tuple[TP, int]] = field(default_factory=list)
+    commits: list[dict[TP, int]] = field(default_factory=list)
+    refuse_commit: bool = False
+
+    async def seek(self, tp: TP, offset: int) -> None:
+        self.seeks.append((tp, offset))
+        self.position[tp] = offset
+
+    def pause_partitions(self, tps: Any) -> None:
+        self.paused.update(tps)
+
+    def resume_partitions(self, tps: Any) -> None:
+        for tp in tps:
+            assert isinstance(tp, TP), "Faust wants its own TP type here"
+        self.paused.difference_update(tps)
+
+    def highwater(self, tp: TP) -> int | None:
+        return self.logs.get(tp)
+
+    async def earliest_offsets(self, *tps: TP) -> dict[TP, int]:
+        return {tp: 0 for tp in tps}
+
+    async def commit_offsets(self, offsets: dict[TP, int]) -> bool:
+        if self.refuse_commit:
+            return False
+        self.commits.append(dict(offsets))
+        self.committed.update(offsets)
+        return True
+
+    def fetch(self, tp: TP) -> list[Message]:
+        """Everything from the position to the highwater (unless paused)."""
+        if tp in self.paused:
+            return []
+        start, end = self.position.get(tp, 0), self.logs.get(tp, 0)
+        self.position[tp] = end
+        return [Message(tp, offset) for offset in range(start, end)]
+
+
+class Buffer(WriteBuffer):
+    """The producer buffer, with writes that the test acknowledges."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.app = SimpleNamespace(conf=SimpleNamespace(producer_threaded=False))
+
+    def write(self) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self.put(future)
+        return future
+
+
+def layer(joined: tuple[str, ...] = (TRIGGERS.topic, RUNS.topic)) -> tuple[Consumption, Fetcher]:
+    fetcher = Fetcher()
+    app = SimpleNamespace(
+        consumer=fetcher, producer=SimpleNamespace(buffer=Buffer()), rebalancing=False
+    )
+    made = Consumption(app, [TRIGGERS.topic, RUNS.topic, EVENTS.topic], joined)
+    return made, fetcher
+
+
+async def opened(made: Consumption, committed: dict[TP, int | None]) -> None:
+    made.assigned(committed)
+    await made.open(committed)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+class PassThrough:
+    """Faust's own consumption: every record handed over is processed."""
+
+    def take(self, message: Message) -> bool:
+        return True
+
+
+def process(taker: Any, messages: list[Message], into: list[int]) -> None:
+    for message in messages:
+        if taker.take(message):
+            into.append(message.offset)
+            if isinstance(taker, Consumption):
+                taker.processed(message)
+
+
+# --- in order, once ----------------------------------------------------------------------
+
+
+async def test_records_are_taken_in_order_and_once():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 10})
+    assert fetcher.seeks == [(TRIGGERS, 10)]
+    processed: list[int] = []
+    process(made, [Message(TRIGGERS, n) for n in (10, 11, 11, 10, 12)], processed)
+    assert processed == [10, 11, 12]
+    assert made.cursors[TRIGGERS].done == 13
+
+
+async def test_a_partition_never_committed_is_read_from_its_first_offset():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: None, RUNS: 0})
+    assert set(fetcher.seeks) == {(TRIGGERS, 0), (RUNS, 0)}
+    assert made.take(Message(TRIGGERS, 0))
+
+
+async def test_records_of_partitions_not_owned_are_not_taken():
+    made, _ = layer()
+    await opened(made, {TRIGGERS: 0})
+    assert not made.take(Message(TP(TRIGGERS.topic, 1), 0))  # another worker's
+    assert not made.take(Message(EVENTS, 0))  # not assigned here
+
+
+# --- scenarios Faust produces around a rebalance -----------------------------------------
+
+
+async def test_a_stretch_thrown_away_by_a_flow_resume_is_read_again_before_what_follows():
+    """Faust empties its queues on a flow resume: records 5..7, fetched and counted as
+    read, are gone; the fetcher goes on at 8."""
+    for taker in (PassThrough(), None):
+        made, fetcher = layer()
+        await opened(made, {TRIGGERS: 0})
+        fetcher.logs[TRIGGERS] = 10
+        processed: list[int] = []
+        batch = fetcher.fetch(TRIGGERS)
+        thrown_away = batch[5:8]
+        delivered = [m for m in batch if m not in thrown_away]
+        process(taker or made, delivered, processed)
+        if taker is not None:
+            assert processed == [0, 1, 2, 3, 4, 8, 9]  # Faust's own: 5..7 lost
+            continue
+        assert processed == [0, 1, 2, 3, 4]  # nothing past the gap
+        await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
+        assert fetcher.seeks[-1] == (TRIGGERS, 5) and TRIGGERS not in fetcher.paused
+        process(made, fetcher.fetch(TRIGGERS), processed)
+        assert processed == list(range(10))
+
+
+async def test_records_handed_again_after_a_seek_to_committed_are_not_processed_twice():
+    for taker in (PassThrough(), None):
+        made, fetcher = layer()
+        await opened(made, {TRIGGERS: 0})
+        fetcher.logs[TRIGGERS] = 6
+        processed: list[int] = []
+        process(taker or made, fetcher.fetch(TRIGGERS), processed)
+        fetcher.position[TRIGGERS] = 2  # Faust seeks back to the (older) commit
+        fetcher.logs[TRIGGERS] = 8
+        process(taker or made, fetcher.fetch(TRIGGERS), processed)
+        if taker is not None:
+            assert processed == [0, 1, 2, 3, 4, 5, 2, 3, 4, 5, 6, 7]  # twice
+        else:
+            assert processed == list(range(8))
+
+
+async def test_a_stale_batch_yielded_before_the_records_read_again_keeps_the_order():
+    """Records 8, 9 reach the stream ahead of 5..7, which are being read again."""
+    for taker in (PassThrough(), None):
+        made, fetcher = layer()
+        await opened(made, {TRIGGERS: 5})
+        processed: list[int] = []
+        stale = [Message(TRIGGERS, 8), Message(TRIGGERS, 9)]
+        fetcher.logs[TRIGGERS] = 10
+        process(taker or made, stale, processed)
+        await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
+        process(taker or made, fetcher.fetch(TRIGGERS), processed)
+        if taker is not None:
+            assert processed == [8, 9, 5, 6, 7, 8, 9]
+        else:
+            assert processed == [5, 6, 7, 8, 9]
+
+
+async def test_a_gap_read_again_while_the_stale_batch_goes_on_is_attempted_again():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 0})
+    assert not made.take(Message(TRIGGERS, 3))
+    await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
+    assert fetcher.seeks[-1] == (TRIGGERS, 0)
+    # The fetcher yielded more of what it had fetched before the seek: still a gap,
+    # and once the first attempt is old, a second one seeks again.
+    assert not made.take(Message(TRIGGERS, 4))
+    made.cursors[TRIGGERS].taken_at -= consumption.REREAD_BACKOFF[-1]
+    assert not made.take(Message(TRIGGERS, 5))
+    await asyncio.sleep(consumption.REREAD_BACKOFF[1] * 2)
+    assert [s for s in fetcher.seeks if s[0] == TRIGGERS] == [(TRIGGERS, 0)] * 3
+    assert made.take(Message(TRIGGERS, 0))
+
+
+async def test_a_partition_whose_records_stop_coming_is_read_again():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 4})
+    fetcher.logs[TRIGGERS] = 9  # the broker has 4..8, nothing reached the stream
+    now = made.cursors[TRIGGERS].taken_at
+    assert made.stalled(now + 1) == []
+    assert made.stalled(now + consumption.STALL) == [TRIGGERS]
+    await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
+    assert fetcher.seeks[-1] == (TRIGGERS, 4)
+
+
+# --- checkpoints --------------------------------------------------------------------------
+
+
+async def test_a_checkpoint_commits_only_what_is_processed():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 0, EVENTS: 40})
+    assert made.take(Message(TRIGGERS, 0)) and made.take(Message(TRIGGERS, 1))
+    made.processed(Message(TRIGGERS, 0))  # 1 is still being processed
+    assert made.take(Message(EVENTS, 40))
+    assert await made.checkpoint()
+    assert fetcher.commits == [{TRIGGERS: 1}]
+    assert not await made.checkpoint()  # nothing new
+    made.processed(Message(TRIGGERS, 1))
+    made.processed(Message(EVENTS, 40))
+    assert await made.checkpoint()
+    assert fetcher.commits[-1] == {TRIGGERS: 2, EVENTS: 41}
+
+
+async def test_a_record_not_processed_holds_back_the_commit_of_those_after_it():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 0})
+    for n in range(3):
+        assert made.take(Message(TRIGGERS, n))
+    made.processed(Message(TRIGGERS, 1))  # 0 failed (never marked processed)
+    made.processed(Message(TRIGGERS, 2))
+    assert not await made.checkpoint()
+    assert fetcher.commits == []
+
+
+async def test_a_checkpoint_waits_for_the_writes_made_before_it_and_no_later_ones():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 0})
+    buffer = made.app.producer.buffer
+    before = buffer.write()
+    assert made.take(Message(TRIGGERS, 0))
+    made.processed(Message(TRIGGERS, 0))
+    checkpoint = asyncio.ensure_future(made.checkpoint())
+    await settle()
+    after = buffer.write()  # a burst goes on writing
+    assert not checkpoint.done()
+    before.set_result(None)
+    assert await checkpoint
+    assert fetcher.commits == [{TRIGGERS: 1}] and not after.done()
+
+
+async def test_a_write_the_broker_refused_fails_the_checkpoint_and_commits_nothing():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 0})
+    write = made.app.producer.buffer.write()
+    assert made.take(Message(TRIGGERS, 0))
+    made.processed(Message(TRIGGERS, 0))
+    write.set_exception(RuntimeError("not enough replicas"))
+    with pytest.raises(RuntimeError, match="not enough replicas"):
+        await made.checkpoint()
+    assert fetcher.commits == []
+
+
+async def test_a_checkpoint_writes_what_was_decided_in_order_before_it_commits():
+    made, fetcher = layer()
+    await opened(made, {RUNS: 0})
+    written: list[str] = []
+    journal_acknowledged = asyncio.Event()
+    decided = {"journal": ["run settled"], "tables": ["run marked settled"]}
+
+    def flusher(name: str):
+        def flush():
+            taken, decided[name] = decided[name], []  # taken at the checkpoint's start
+
+            async def write() -> None:
+                if name == "journal":
+                    await journal_acknowledged.wait()
+                written.extend(taken)
+
+            return write
+
+        return flush
+
+    made.flushers += [flusher("journal"), flusher("tables")]
+    assert made.take(Message(RUNS, 0))
+    made.processed(Message(RUNS, 0))
+    checkpoint = asyncio.ensure_future(made.checkpoint())
+    await settle()
+    decided["journal"].append("decided after the checkpoint began")
+    assert written == [] and fetcher.commits == []  # no table before the journal
+    journal_acknowledged.set()
+    assert await checkpoint
+    assert written == ["run settled", "run marked settled"]
+    assert fetcher.commits == [{RUNS: 1}]
+
+
+async def test_a_checkpoint_writes_decisions_that_no_record_brought():
+    made, fetcher = layer()
+    await opened(made, {RUNS: 0})
+    written: list[str] = []
+    made.flushers.append(lambda: lambda: _append(written, "result of an action"))
+    assert not await made.checkpoint()  # nothing to commit, but written
+    assert written == ["result of an action"] and fetcher.commits == []
+
+
+async def _append(into: list, item: str) -> None:
+    into.append(item)
+
+
+async def test_a_commit_the_group_refuses_leaves_the_cursor_uncommitted():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 0})
+    assert made.take(Message(TRIGGERS, 0))
+    made.processed(Message(TRIGGERS, 0))
+    fetcher.refuse_commit = True
+    assert not await made.checkpoint()
+    assert made.committed() == {TRIGGERS: 0}
+
+
+# --- rebalances ---------------------------------------------------------------------------
+
+
+async def test_a_revocation_waits_for_the_decision_under_way_then_commits_and_owns_nothing():
+    made, fetcher = layer()
+    await opened(made, {RUNS: 0})
+    steps: list[str] = []
+    release = asyncio.Event()
+
+    async def decision() -> None:
+        steps.append("deciding")
+        await release.wait()
+        steps.append("decided")
+
+    assert made.take(Message(RUNS, 0))
+    processing = asyncio.ensure_future(made.process(Message(RUNS, 0), decision))
+    await settle()
+    stopping = asyncio.ensure_future(made.stop_taking())
+    await settle()
+    assert not stopping.done() and not made.owns(0)
+    assert not made.take(Message(RUNS, 1))  # nothing new is taken meanwhile
+    release.set()
+    await stopping
+    assert await processing and steps == ["deciding", "decided"]
+    await made.close()
+    assert fetcher.commits == [{RUNS: 1}]
+    assert made.cursors == {} and not made.take(Message(RUNS, 1))
+
+
+async def test_opening_tells_which_joined_partitions_are_decided_here():
+    made, _ = layer()
+    told: list[frozenset[int]] = []
+
+    async def on_open(numbers: frozenset[int]) -> None:
+        told.append(numbers)
+
+    made.on_open.append(on_open)
+    await opened(made, {TRIGGERS: 0, RUNS: 0, TP(RUNS.topic, 5): 3, EVENTS: 0})
+    assert told == [frozenset({0, 5})]
+    assert made.owned() == {0, 5}
+
+
+async def test_only_the_tps_waiting_to_open_are_opened_by_a_seek_to_committed():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 10})
+    assert made.take(Message(TRIGGERS, 10))
+    await made.open({TRIGGERS: 3})  # Faust seeks to committed again, mid-generation
+    assert made.cursors[TRIGGERS].next == 11  # the cursor does not go back
+    assert fetcher.seeks == [(TRIGGERS, 10)]
+
+
+# --- one lock per partition ---------------------------------------------------------------
+
+
+async def test_decisions_of_one_partition_wait_for_each_other_and_others_do_not():
+    made, _ = layer()
+    await opened(made, {RUNS: 0, TP(RUNS.topic, 1): 0})
+    order: list[str] = []
+    first_started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def first() -> None:
+        order.append("0:first")
+        first_started.set()
+        await release.wait()
+
+    async def second() -> None:
+        order.append("0:second")
+
+    async def other() -> None:
+        order.append("1:other")
+
+    one = asyncio.ensure_future(made.decide(0, first))
+    await first_started.wait()
+    two = asyncio.ensure_future(made.decide(0, second))
+    assert await made.decide(1, other)
+    release.set()
+    assert await one and await two
+    assert order == ["0:first", "1:other", "0:second"]
+
+
+async def test_a_partition_not_owned_decides_nothing():
+    made, _ = layer()
+
+    async def work() -> None:
+        raise AssertionError("must not run")
+
+    assert not await made.decide(3, work)
+
+
+def test_table_writes_go_to_the_partition_being_decided():
+    table = RflowTable.__new__(RflowTable)
+    with writing_to(6):
+        assert table.partition_for_key("any") == 6
+
+
+# --- Faust, aiokafka and mode as rflow relies on them ------------------------------------
+
+
+def test_the_installed_libraries_are_the_ones_relied_on():
+    check_internals()
+
+
+def test_another_version_is_refused_naming_it(monkeypatch):
+    monkeypatch.setitem(consumption.PINNED, "aiokafka", "0.99.0")
+    with pytest.raises(
+        InternalsChanged, match=r"aiokafka 0\.14\.0 is installed; rflow needs 0\.99\.0"
+    ):
+        check_internals()
+
+
+def test_a_missing_private_name_is_refused_naming_it(monkeypatch):
+    monkeypatch.setitem(
+        consumption.INTERNALS, "faust Consumer._nothing", ("faust-streaming", lambda: False)
+    )
+    with pytest.raises(
+        InternalsChanged, match=r"faust-streaming 0\.15\.3 has no faust Consumer\._nothing"
+    ):
+        check_internals()
+
+
+async def test_the_worker_consumer_waits_briefly_for_a_fetch():
+    from rflow.streams.app import create_app
+
+    app = create_app(Settings(api_token="t"))
+    consumer = app.consumer._thread._create_worker_consumer(app.transport)
+    assert consumer._fetch_max_wait_ms == FETCH_MAX_WAIT_MS == 50
+
+
+async def test_a_flow_resume_empties_no_queue():
+    from rflow.streams.app import create_app
+
+    app = create_app(Settings(api_token="t"))
+    queue = app.FlowControlQueue(maxsize=10, clear_on_resume=True)
+    queue.put_nowait("record")
+    app.flow_control.resume()
+    app.flow_control.clear()
+    assert queue.qsize() == 1
+
+
+async def test_a_table_recovery_offset_aiokafka_refuses_reads_the_changelog_from_its_start(
+    monkeypatch,
+):
+    from rflow.streams.app import create_app
+
+    app = create_app(Settings(api_token="t"))
+    sought: list[dict] = []
+
+    async def seek_wait(self, partitions):
+        sought.append(dict(partitions))
+
+    monkeypatch.setattr(consumption.aiokafka_driver.Consumer, "seek_wait", seek_wait)
+    changelog = TP("t.rflow.state.runs", 2)
+    await app.consumer.seek_wait({changelog: None, TP("t.rflow.state.runs", 3): 17})
+    assert sought == [{changelog: 0, TP("t.rflow.state.runs", 3): 17}]
+
+
+async def test_the_write_buffer_keeps_what_is_not_yet_acknowledged():
+    from rflow.streams.app import create_app
+
+    app = create_app(Settings(api_token="t"))
+    buffer = app.producer.buffer
+    assert isinstance(buffer, WriteBuffer)
+    loop = asyncio.get_running_loop()
+    done, waiting = loop.create_future(), loop.create_future()
+    done.set_result(None)
+    buffer.outstanding.extend([done, waiting])
+    assert buffer.written() == [waiting]
+    flushing = asyncio.ensure_future(buffer.flush())
+    await settle()
+    assert not flushing.done()
+    waiting.set_result(None)
+    await flushing
