@@ -21,7 +21,8 @@ ON CONFLICT ON CONSTRAINT dead_letters_origin DO NOTHING
 """
 
 _RECENT = """
-SELECT id, topic, "partition", "offset", record_key, reason, raw, failed_at, recorded_at
+SELECT id, topic, "partition", "offset", record_key, reason, raw, failed_at, recorded_at,
+       replayed_at, replayed_partition, replayed_offset
 FROM dead_letters
 WHERE %(topic)s::text IS NULL OR topic = %(topic)s
 ORDER BY recorded_at DESC, id DESC
@@ -110,7 +111,8 @@ async def record(conn: psycopg.AsyncConnection, letter: DeadLetter) -> bool:
 async def recent(
     conn: psycopg.AsyncConnection, *, topic: str | None = None, limit: int = 50
 ) -> list[dict[str, Any]]:
-    """The newest dead letters, optionally of one topic."""
+    """The newest dead letters with their records, optionally of one topic; a replayed
+    one has ``replayed_at`` and where it went."""
     with translated():
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_RECENT, {"topic": topic, "limit": limit})

@@ -24,16 +24,10 @@ from rflow import approvals, storage
 from rflow.approvals import Decision
 from rflow.codecs import (
     MAX_RECORD_BYTES,
-    DecodeError,
     Record,
     RetryRecord,
     RunEvent,
-    RunJournal,
-    SendControl,
-    SendRequest,
     TriggerRecord,
-    TriggerRetracted,
-    decode,
     encode,
 )
 from rflow.deployment import ProjectAt, project_reader
@@ -44,7 +38,6 @@ from rflow.lang.model import Workflow
 from rflow.settings import Settings
 from rflow.storage import (
     controls,
-    dead_letters,
     runs,
     sends,
     versions,
@@ -59,16 +52,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Work = Callable[[psycopg.AsyncConnection], Awaitable[T]]
-
-REPLAYABLE: dict[str, tuple[type[Record], ...]] = {
-    "rflow.triggers": (TriggerRecord, TriggerRetracted, RetryRecord),
-    "rflow.runs": (RunEvent,),
-    "rflow.sends": (SendRequest, SendControl),
-    "rflow.events": (RunJournal,),
-}
-"""The topics a dead-lettered record may be replayed to, with the records each takes.
-Every one of them is deduplicated where it lands (the gate, the step's attempt, the send
-key, the projection), so a record replayed twice does nothing twice."""
 
 
 class ControlError(Exception):
@@ -298,36 +281,6 @@ class Control:
         project = self.project
         if project is None or workflow not in project.workflows:
             raise ControlError(f"no workflow {workflow!r} in this project", 404)
-
-    async def replay(self, letter_id: int, topic_prefix: str) -> dict[str, Any]:
-        """Produce dead letter ``letter_id``'s record again to the topic it came from
-        (``topic_prefix`` + a declared name), under its key.
-
-        Refused, with why, when the record is not one that topic takes or still does not
-        decode: sending it again would only dead-letter it again."""
-        letter = await self.database(lambda conn: dead_letters.get(conn, letter_id))
-        if letter is None:
-            raise ControlError(f"no dead letter {letter_id}", 404)
-        topic = letter["topic"]
-        declared = topic.removeprefix(topic_prefix) if topic.startswith(topic_prefix) else None
-        if declared not in REPLAYABLE:
-            replayable = ", ".join(sorted(REPLAYABLE))
-            raise ControlError(
-                f"dead letter {letter_id} came from {topic}, which takes no replays (only "
-                f"{replayable}, under this worker's prefix {topic_prefix!r})",
-                409,
-            )
-        try:
-            record = decode(letter["raw"].encode(), REPLAYABLE[declared])
-        except DecodeError as exc:
-            raise ControlError(
-                f"dead letter {letter_id} cannot be replayed: its record still does not "
-                f"decode ({exc.reason}); nothing was sent",
-                409,
-            ) from None
-        key = letter["record_key"] or record.partition_key
-        partition, offset = await self.producer.send(declared, key, record)
-        return {"id": letter_id, "topic": topic, "partition": partition, "offset": offset}
 
     async def _run(self, run_id: str) -> dict[str, Any]:
         run = await self.database(lambda conn: runs.get_run(conn, run_id))
