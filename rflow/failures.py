@@ -35,8 +35,9 @@ class FailureKind(StrEnum):
     """A node refused a transaction for its nonce (``nonce too low``, an underpriced
     replacement) in a way the relayer could not settle itself."""
     TIMEOUT = "timeout"
-    """A step's ``timeout`` passed: an action that ran too long, a ``wait_for`` without a
-    decision (``on_timeout: fail``), a command killed, or a send cancelled at its deadline."""
+    """A step's ``timeout`` passed: an action that ran too long, an HTTP call without an
+    answer within its ``timeout``, a ``wait_for`` without a decision (``on_timeout:
+    fail``), a command killed, or a send cancelled at its deadline."""
     EXPIRED = "expired"
     """A transaction stayed unmined for ``RFLOW_SEND_EXPIRE_AFTER`` seconds: its nonce was
     taken by a zero-value self-transfer and its reservation released."""

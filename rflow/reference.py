@@ -239,8 +239,14 @@ def render_failures() -> str:
     from rflow.failures import RETRYABLE, FailureKind
 
     docs = attribute_docstrings(FailureKind)
+    # rflow.engine.retry.decide: timeout is retried only when the policy asks for it.
+    asked = {FailureKind.TIMEOUT: "with `retry_on_timeout`"}
     rows = [
-        [_code(kind.value), "yes" if kind in RETRYABLE else "no", docs.get(kind.name, "")]
+        [
+            _code(kind.value),
+            "yes" if kind in RETRYABLE else asked.get(kind, "no"),
+            docs.get(kind.name, ""),
+        ]
         for kind in FailureKind
     ]
     return _table(["kind", "`retry` retries it", "what happened"], rows)
@@ -258,6 +264,49 @@ def render_metrics() -> str:
         for spec in Metrics().specs
     ]
     return _table(["metric", "type", "labels", "what it counts"], rows)
+
+
+def _constants(path: Path) -> Iterator[tuple[str, str, str | None]]:
+    """The module-level constants of ``path`` whose value is a literal: each name, its
+    value as written, and the docstring under it (``None`` without one). Read from the
+    source, so the module (and what it imports) is not loaded."""
+    import ast
+
+    source = path.read_text()
+    body = ast.parse(source).body
+    for statement, following in zip(body, [*body[1:], None], strict=True):
+        target = statement.target if isinstance(statement, ast.AnnAssign) else None
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            target = statement.targets[0]
+        if not isinstance(target, ast.Name) or statement.value is None:
+            continue
+        if not target.id.isupper() or target.id.startswith("_"):
+            continue
+        try:
+            ast.literal_eval(statement.value)
+        except ValueError:
+            continue  # computed (a table of checks, say): not a figure to tune
+        doc = None
+        if (
+            isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            doc = following.value.value
+        yield target.id, ast.get_source_segment(source, statement.value) or "", doc
+
+
+CONSUMPTION = ROOT / "streams" / "consumption.py"
+"""The consumption layer: how every agent reads its topics (its figures are fixed)."""
+
+
+def render_consumption() -> str:
+    """The consumption layer's fixed figures, which no variable changes."""
+    rows = [
+        [_code(name), _code(value), inspect.cleandoc(doc or "")]
+        for name, value, doc in _constants(CONSUMPTION)
+    ]
+    return _table(["constant", "value", "what it is"], rows)
 
 
 def _setting_default(field: Any) -> str:
@@ -352,6 +401,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "metrics": render_metrics,
     "settings": render_settings,
     "cli": render_cli,
+    "consumption": render_consumption,
 }
 """Block name -> what renders it; ``model:NAME`` renders one model."""
 
@@ -393,6 +443,7 @@ def gaps() -> list[str]:
         *_failure_gaps(),
         *_metric_gaps(),
         *_setting_gaps(),
+        *_consumption_gaps(),
         *_cli_gaps(),
         *_page_gaps(),
     ]
@@ -448,15 +499,17 @@ def _failure_gaps() -> Iterator[str]:
 
 
 def _metric_gaps() -> Iterator[str]:
-    from rflow.streams.metrics import Metrics
+    from rflow.streams.metrics import ExactGauge, Metrics
 
     metrics = Metrics()
     listed = {spec.name.removesuffix("_total") for spec in metrics.specs}
-    for family in metrics.registry.collect():
-        if family.name not in listed:
+    served = [family.name for family in metrics.registry.collect()]
+    served += [value.name for value in vars(metrics).values() if isinstance(value, ExactGauge)]
+    for name in served:
+        if name not in listed:
             yield (
-                f"metrics: {family.name} is not in Metrics.specs: declare it with "
-                "Metrics._counter, _gauge or _histogram (streams/metrics.py)"
+                f"metrics: {name} is not in Metrics.specs: declare it with "
+                "Metrics._counter, _gauge, _histogram or _exact (streams/metrics.py)"
             )
     for spec in metrics.specs:
         if not spec.help.strip():
@@ -472,6 +525,31 @@ def _setting_gaps() -> Iterator[str]:
             yield f"settings: Settings.{name} has no description (rflow/settings.py)"
         if name not in variables:
             yield f"settings: Settings.{name} is read from no variable (rflow/settings.py)"
+
+
+def _consumption_gaps() -> Iterator[str]:
+    for name, _value, doc in _constants(CONSUMPTION):
+        if not (doc or "").strip():
+            yield (
+                f"consumption: {name} has no description: write a docstring under it "
+                "(streams/consumption.py)"
+            )
+
+
+_CONSOLE_ROUTE = re.compile(
+    r'(?:console\.route\(|app\.page\(auth\.PREFIX \+ )\s*"(?P<path>/[^"]*)"'
+)
+
+
+def console_paths() -> list[str]:
+    """Every path the console serves (its pages, forms, sign-in and static files), read
+    from the source of ``rflow/console/`` so that nothing is started."""
+    from rflow.console.auth import PREFIX
+
+    found = {PREFIX + "/"}
+    for path in sorted((ROOT / "rflow" / "console").glob("*.py")):
+        found.update(PREFIX + m["path"] for m in _CONSOLE_ROUTE.finditer(path.read_text()))
+    return sorted(found)
 
 
 def _cli_gaps() -> Iterator[str]:
@@ -513,6 +591,10 @@ def _page_gaps() -> Iterator[str]:
     for variable in sorted(_variables_read()):
         if variable not in settings:
             yield f"docs/settings.md: {variable} is read but not described"
+    console = page("console.md")
+    for path in console_paths():
+        if f"`{path}`" not in console:
+            yield f"docs/console.md: the console's path `{path}` is not described"
     if "docs/README.md" not in (ROOT / "README.md").read_text():
         yield "README.md does not link the reference (docs/README.md)"
 

@@ -78,7 +78,7 @@ class Settings(BaseModel):
     api_token: SecretStr | None = Field(
         None,
         description="bearer token of the built-in principal `operator`, for the worker's "
-        "HTTP API (every route but webhooks) and the CLI",
+        "HTTP API (every route but webhooks), signing in to its console, and the CLI",
     )
     cli_token: SecretStr | None = Field(
         None,

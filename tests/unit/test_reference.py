@@ -71,18 +71,59 @@ def test_a_field_without_a_description_is_a_gap(monkeypatch: pytest.MonkeyPatch)
 def test_a_page_that_misses_a_name_the_code_defines_is_a_gap(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    for page in ("expressions.md", "commands.md", "settings.md"):
+    for page in ("expressions.md", "commands.md", "settings.md", "console.md"):
         text = (reference.DOCS / page).read_text()
         (tmp_path / page).write_text(
             text.replace("`item_index`", "`item_position`")
             .replace("## `fail`", "## fail")
             .replace("RFLOW_PAGERDUTY_URL", "RFLOW_PAGER_URL")
+            .replace("`/console/dead-letters/{letter_id}/replay`", "the replay form")
         )
     monkeypatch.setattr(reference, "DOCS", tmp_path)
     assert list(reference._page_gaps()) == [
         "docs/expressions.md: the root name `item_index` is not described",
         "docs/commands.md: the built-in command fail has no section (## `fail`)",
         "docs/settings.md: RFLOW_PAGERDUTY_URL is read but not described",
+        "docs/console.md: the console's path `/console/dead-letters/{letter_id}/replay` "
+        "is not described",
+    ]
+
+
+def test_every_path_the_console_serves_is_found(tmp_path: Path) -> None:
+    paths = reference.console_paths()
+    for path in ("/console/sign-in", "/console/runs/{run_id}", "/console/static/{name}"):
+        assert path in paths
+    assert "/console/dead-letters/{letter_id}/replay" in paths
+
+
+def test_a_metric_served_but_not_declared_is_a_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rflow.streams import metrics
+
+    class Undeclared(metrics.Metrics):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hidden = metrics.Gauge("rflow_hidden", "Hidden", registry=self.registry)
+            self.hidden_wei = metrics.ExactGauge("rflow_hidden_wei", "Hidden wei", [])
+
+    monkeypatch.setattr(metrics, "Metrics", Undeclared)
+    assert list(reference._metric_gaps()) == [
+        f"metrics: {name} is not in Metrics.specs: declare it with Metrics._counter, _gauge, "
+        "_histogram or _exact (streams/metrics.py)"
+        for name in ("rflow_hidden", "rflow_hidden_wei")
+    ]
+
+
+def test_a_figure_of_the_consumption_layer_without_a_docstring_is_a_gap(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    module = tmp_path / "consumption.py"
+    module.write_text(
+        'STALL = 5.0\n"""Seconds."""\nBARE = 3\nCHECKS = {"a": lambda: True}\n_PRIVATE = 1\n'
+    )
+    monkeypatch.setattr(reference, "CONSUMPTION", module)
+    assert list(reference._constants(module)) == [("STALL", "5.0", "Seconds."), ("BARE", "3", None)]
+    assert list(reference._consumption_gaps()) == [
+        "consumption: BARE has no description: write a docstring under it (streams/consumption.py)"
     ]
 
 
