@@ -1,6 +1,7 @@
 """Operator actions on runs: answer an approval, cancel a run, retry a failed run; on
-workflows: pause and resume; on dead letters: replay a record (and, through
-:attr:`Control.sends`, on pending sends: :mod:`rflow.streams.send_actions`).
+workflows: pause and resume (and, through :attr:`Control.sends`, on pending sends:
+:mod:`rflow.streams.send_actions`; through :attr:`Control.dead_letters`, on dead-lettered
+records, replayed once: :mod:`rflow.streams.dead_letter_actions`).
 
 The HTTP API, the console and the CLI call these same methods, so an action keeps its
 checks whichever way it is asked for.
