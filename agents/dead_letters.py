@@ -6,7 +6,7 @@ import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rflow.codecs import DeadLetter, DecodeError, decode, encode
+from rflow.codecs import DEAD_LETTER_RAW_LIMIT, DeadLetter, DecodeError, decode, encode
 from rflow.storage import StorageError
 from rflow.storage import dead_letters as store
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
 
 log = logging.getLogger(__name__)
-RAW_LIMIT = 64 * 1024
+RAW_LIMIT = DEAD_LETTER_RAW_LIMIT
 
 
 def letter_for(message: Message, reason: str) -> DeadLetter:

@@ -29,6 +29,7 @@ from rflow.engine.keys import header_value
 from rflow.failures import FailureKind, RflowError
 from rflow.hosts import check_url
 from rflow.lang.abi import parse_signature
+from rflow.lang.units import parse_duration
 from rflow.secrets import Secrets
 from rflow.storage import workflow_state
 
@@ -119,36 +120,53 @@ class Executors:
         # Attempts of one step share the key, so the receiver can deduplicate retries.
         headers.setdefault("Idempotency-Key", header_value(effect.key))
         body = action.get("body")
-        async with self.session.request(
-            action.get("method", "GET"),
-            action["url"],
-            headers=headers,
-            json=body if body is not None else None,
-            allow_redirects=False,
-        ) as response:
-            raw = await response.content.read(MAX_BODY + 1)
-            text = raw[:MAX_BODY].decode("utf-8", "replace")
-            expected = action.get("expect_status") or []
-            ok = response.status in expected if expected else 200 <= response.status < 300
-            if not ok:
-                # Scrubbed before it is cut, so no part of a value is left to quote.
-                raise http_failure(
-                    response.status,
-                    f"HTTP {response.status} from {action['url']}: {secrets.scrub(text)[:QUOTED]}",
-                    retryable=action.get("retryable_status_codes"),
-                    retry_after=retry_after_seconds(response.headers.get("Retry-After")),
-                )
-            output: dict[str, Any] = {
-                "status": response.status,
-                "body": text,
-                "headers": dict(response.headers),
-            }
-            if response.content_type == "application/json":
-                try:
-                    output["json"] = json.loads(raw[:MAX_BODY])
-                except json.JSONDecodeError:
-                    output["json"] = None
-            return output
+        limit = action.get("timeout")
+        # Only a given timeout replaces the session's: aiohttp reads timeout=None as none.
+        timeout = {"timeout": aiohttp.ClientTimeout(total=_seconds(limit))} if limit else {}
+        try:
+            async with self.session.request(
+                action.get("method", "GET"),
+                action["url"],
+                headers=headers,
+                json=body if body is not None else None,
+                allow_redirects=False,
+                **timeout,
+            ) as response:
+                return await self._http_answer(action, response, secrets)
+        except TimeoutError:
+            if not limit:
+                raise
+            raise RflowError(
+                FailureKind.TIMEOUT, f"no answer from {action['url']} within {limit}"
+            ) from None
+
+    async def _http_answer(
+        self, action: dict[str, Any], response: aiohttp.ClientResponse, secrets: Secrets
+    ) -> dict[str, Any]:
+        """The step's output from ``response``; a status not expected is a failure."""
+        raw = await response.content.read(MAX_BODY + 1)
+        text = raw[:MAX_BODY].decode("utf-8", "replace")
+        expected = action.get("expect_status") or []
+        ok = response.status in expected if expected else 200 <= response.status < 300
+        if not ok:
+            # Scrubbed before it is cut, so no part of a value is left to quote.
+            raise http_failure(
+                response.status,
+                f"HTTP {response.status} from {action['url']}: {secrets.scrub(text)[:QUOTED]}",
+                retryable=action.get("retryable_status_codes"),
+                retry_after=retry_after_seconds(response.headers.get("Retry-After")),
+            )
+        output: dict[str, Any] = {
+            "status": response.status,
+            "body": text,
+            "headers": dict(response.headers),
+        }
+        if response.content_type == "application/json":
+            try:
+                output["json"] = json.loads(raw[:MAX_BODY])
+            except json.JSONDecodeError:
+                output["json"] = None
+        return output
 
     # --- notify -----------------------------------------------------------------------
 
@@ -389,3 +407,8 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "hex") and not isinstance(value, (int, str)):
         return "0x" + value.hex().removeprefix("0x")
     return value
+
+
+def _seconds(duration: str) -> float:
+    """An ``http_call.timeout`` as written in the step's input (``10s``), in seconds."""
+    return parse_duration(duration).total_seconds()

@@ -6,6 +6,7 @@ fails to decode raises :class:`DecodeError` with a reason meant for the dead-let
 
 from rflow.codecs.envelope import MAX_RECORD_BYTES, DecodeError, decode, encode
 from rflow.codecs.records import (
+    DEAD_LETTER_RAW_LIMIT,
     DeadLetter,
     PauseChanged,
     Record,
@@ -19,6 +20,7 @@ from rflow.codecs.records import (
 )
 
 __all__ = [
+    "DEAD_LETTER_RAW_LIMIT",
     "MAX_RECORD_BYTES",
     "DeadLetter",
     "DecodeError",

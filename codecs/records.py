@@ -112,6 +112,10 @@ class RetryRecord(Record):
         return f"{self.workflow}:retry-of:{self.retry_of}"
 
 
+DEAD_LETTER_RAW_LIMIT = 64 * 1024
+"""Bytes of a record a dead letter keeps; a longer record is cut there."""
+
+
 class DeadLetter(Record):
     """A record that could not be processed, with where it came from and why."""
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rflow.lang.model import Budget, Project
+if TYPE_CHECKING:
+    from rflow.lang.model import Budget, Project
+
 
 NATIVE = "native"
 """The asset name of native value (wei) in reservations and ``rflow budgets ls``."""

@@ -19,21 +19,53 @@ class FailureKind(StrEnum):
     """Why a step failed."""
 
     SIMULATION_FAILED = "simulation_failed"
+    """The relayer's simulation of a send (``eth_call``) reverted, or the node refused the
+    transaction outright; nothing was signed into a block. The message has the revert reason."""
     REVERTED = "reverted"
+    """The transaction was mined and reverted (status 0): its gas is paid, its value and
+    budget reservation are released."""
     INSUFFICIENT_FUNDS = "insufficient_funds"
+    """The relayer's account cannot pay the value plus gas."""
     RPC_TIMEOUT = "rpc_timeout"
+    """The chain's JSON-RPC endpoint did not answer, or answered with an error that is not
+    about the request (a connection refused, a node error)."""
     RATE_LIMITED = "rate_limited"
+    """An endpoint answered 429 (an HTTP call, or an RPC node's rate limit)."""
     NONCE_CONFLICT = "nonce_conflict"
+    """A node refused a transaction for its nonce (``nonce too low``, an underpriced
+    replacement) in a way the relayer could not settle itself."""
     TIMEOUT = "timeout"
+    """A step's ``timeout`` passed: an action that ran too long, an HTTP call without an
+    answer within its ``timeout``, a ``wait_for`` without a decision (``on_timeout:
+    fail``), a command killed, or a send cancelled at its deadline."""
     EXPIRED = "expired"
+    """A transaction stayed unmined for ``RFLOW_SEND_EXPIRE_AFTER`` seconds: its nonce was
+    taken by a zero-value self-transfer and its reservation released."""
     DROPPED = "dropped"
+    """The node no longer knows a pending transaction (and none of its replacements was
+    mined): its nonce was taken by a zero-value self-transfer and its reservation released."""
     DATA_UNAVAILABLE = "data_unavailable"
+    """What a step reads was not there to read: an HTTP 408 or 5xx answer, a connection
+    that failed, a database that did not answer."""
     ASSERT_FAILED = "assert_failed"
+    """A check did not hold: the ``assert`` command, the ``fail`` command, an HTTP status
+    outside ``expect_status``, a command that exited non-zero, or an unexpected error."""
     GAS_CAP_EXCEEDED = "gas_cap_exceeded"
+    """The next block's base fee plus the tip is above the step's ``max_fee_per_gas``."""
     BUDGET_EXCEEDED = "budget_exceeded"
+    """A send would take an attached budget past a cap in its window (native value, a
+    token amount, or gas under ``max_gas_spend``); nothing was signed."""
     PERMISSION_DENIED = "permission_denied"
+    """The workflow's ``permissions`` do not allow it: a relayer it may not use, a value
+    over ``max_value_per_tx``, a host not in ``http_hosts``, or a worker that could not load
+    the newest deployment."""
     INVALID_INPUT = "invalid_input"
+    """A step's input cannot be used: an expression that fails at run time, a value of the
+    wrong type or out of range, an environment variable not set on the worker."""
     CANCELLED = "cancelled"
+    """The run was stopped: ``rflow runs cancel``, a newer run of its concurrency group
+    (``cancel_in_progress``, ``replace``), ``rflow sends cancel``, or a retracted trigger.
+    An ending, not a fault."""
     REJECTED = "rejected"
     """A person (or an approval's timeout) decided no: a decision, not a fault."""
 

@@ -66,7 +66,10 @@ class Settings(BaseModel):
         "rflow", description="Faust app id: workers with the same id share partitions"
     )
     topic_prefix: str = Field("", description="prefix for every topic name (isolates test runs)")
-    topics_file: Path = Field(_REPO_ROOT / "topics.yaml")
+    topics_file: Path = Field(
+        _REPO_ROOT / "topics.yaml",
+        description="the topic catalog: names, partition counts and configs (topics.yaml)",
+    )
     project_path: Path | None = Field(
         None, description="the workflow files a worker runs (a file or a folder)"
     )
@@ -75,14 +78,21 @@ class Settings(BaseModel):
     api_token: SecretStr | None = Field(
         None,
         description="bearer token of the built-in principal `operator`, for the worker's "
-        "HTTP API (every route but webhooks) and the CLI",
+        "HTTP API (every route but webhooks), signing in to its console, and the CLI",
     )
     cli_token: SecretStr | None = Field(
         None,
         description="the token the CLI acts with (a principal's); default: RFLOW_API_TOKEN",
     )
-    broker_session_timeout: float = 30.0
-    broker_heartbeat_interval: float = 3.0
+    broker_session_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="seconds without a heartbeat before Kafka takes a worker's partitions "
+        "away (a killed worker's partitions move after this long)",
+    )
+    broker_heartbeat_interval: float = Field(
+        3.0, gt=0, description="seconds between a worker's heartbeats to the consumer group"
+    )
     stream_processing_timeout: float = Field(
         300.0,
         gt=0,
@@ -98,6 +108,14 @@ class Settings(BaseModel):
     send_poll_interval: float = Field(
         0.05, gt=0, description="seconds between receipt checks of pending transactions"
     )
+
+    @classmethod
+    def variables(cls) -> dict[str, str]:
+        """Each setting's environment variable -> the field it sets (``rpc_urls`` is set
+        by ``RFLOW_RPC_URL_<NETWORK>``, one variable per network)."""
+        found = {_PREFIX + suffix: field for suffix, field in _VARIABLES.items()}
+        found[_RPC_PREFIX + "<NETWORK>"] = "rpc_urls"
+        return found
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

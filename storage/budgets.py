@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -26,10 +26,12 @@ from psycopg.types.json import Jsonb
 
 from rflow.budgets import NATIVE, Charge, GasBreaker
 from rflow.failures import FailureKind, RflowError
-from rflow.lang.model import Budget
 from rflow.lang.units import format_duration
 from rflow.storage.columns import columns
 from rflow.storage.errors import translated
+
+if TYPE_CHECKING:
+    from rflow.lang.model import Budget
 
 GAS = "gas"
 """The asset name of a ``max_gas_spend`` cap in :func:`usage` and :class:`BudgetExceeded`."""

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from rflow.engine.effects import Journal, Settle
 from rflow.storage.columns import columns
 from rflow.storage.errors import InvalidValue, storable, translated
+
+if TYPE_CHECKING:
+    from rflow.engine.effects import Journal, Settle
 
 # Each statement takes a whole batch as parallel arrays (one column each), so a batch is
 # one statement per kind instead of one per entry.
@@ -166,6 +168,8 @@ async def project(conn: psycopg.AsyncConnection, entries: Iterable[Journal | Set
     settled, runs settled, dead letters. Every statement is idempotent, so a batch
     replayed after a crash changes nothing; step order comes from the journal's ``seq``.
     """
+    from rflow.engine.effects import Settle  # the readers of runs need none of the engine
+
     batches: dict[str, list[tuple[Any, ...]]] = {name: [] for name in _ORDER}
     count = 0
     for entry in entries:

@@ -1,6 +1,7 @@
 """Operator actions on runs: answer an approval, cancel a run, retry a failed run; on
-workflows: pause and resume; on dead letters: replay a record (and, through
-:attr:`Control.sends`, on pending sends: :mod:`rflow.streams.send_actions`).
+workflows: pause and resume (and, through :attr:`Control.sends`, on pending sends:
+:mod:`rflow.streams.send_actions`; through :attr:`Control.dead_letters`, on dead-lettered
+records, replayed once: :mod:`rflow.streams.dead_letter_actions`).
 
 The HTTP API, the console and the CLI call these same methods, so an action keeps its
 checks whichever way it is asked for.
@@ -24,16 +25,10 @@ from rflow import approvals, storage
 from rflow.approvals import Decision
 from rflow.codecs import (
     MAX_RECORD_BYTES,
-    DecodeError,
     Record,
     RetryRecord,
     RunEvent,
-    RunJournal,
-    SendControl,
-    SendRequest,
     TriggerRecord,
-    TriggerRetracted,
-    decode,
     encode,
 )
 from rflow.deployment import ProjectAt, project_reader
@@ -44,7 +39,6 @@ from rflow.lang.model import Workflow
 from rflow.settings import Settings
 from rflow.storage import (
     controls,
-    dead_letters,
     runs,
     sends,
     versions,
@@ -54,20 +48,11 @@ from rflow.storage import (
 from rflow.streams.producer import ProduceError, Producer
 
 if TYPE_CHECKING:
+    from rflow.streams.dead_letter_actions import DeadLetterActions
     from rflow.streams.send_actions import SendActions
 
 T = TypeVar("T")
 Work = Callable[[psycopg.AsyncConnection], Awaitable[T]]
-
-REPLAYABLE: dict[str, tuple[type[Record], ...]] = {
-    "rflow.triggers": (TriggerRecord, TriggerRetracted, RetryRecord),
-    "rflow.runs": (RunEvent,),
-    "rflow.sends": (SendRequest, SendControl),
-    "rflow.events": (RunJournal,),
-}
-"""The topics a dead-lettered record may be replayed to, with the records each takes.
-Every one of them is deduplicated where it lands (the gate, the step's attempt, the send
-key, the projection), so a record replayed twice does nothing twice."""
 
 
 class ControlError(Exception):
@@ -84,6 +69,11 @@ class ControlError(Exception):
 
 class Sender(Protocol):
     async def send(self, topic: str, key: str, record: Record) -> tuple[int, int]: ...
+
+    async def send_raw(self, topic: str, key: bytes | None, value: bytes) -> tuple[int, int]: ...
+
+    @property
+    def topic_prefix(self) -> str: ...
 
     async def trigger(self, record: TriggerRecord) -> tuple[int, int]: ...
 
@@ -114,6 +104,14 @@ class Control:
         from rflow.streams.send_actions import SendActions
 
         return SendActions(self.database, self.producer)
+
+    @property
+    def dead_letters(self) -> DeadLetterActions:
+        """The dead letters of records: list, show, replay, over the same database and
+        producer."""
+        from rflow.streams.dead_letter_actions import DeadLetterActions
+
+        return DeadLetterActions(self.database, self.producer)
 
     async def decide(
         self,
@@ -288,36 +286,6 @@ class Control:
         project = self.project
         if project is None or workflow not in project.workflows:
             raise ControlError(f"no workflow {workflow!r} in this project", 404)
-
-    async def replay(self, letter_id: int, topic_prefix: str) -> dict[str, Any]:
-        """Produce dead letter ``letter_id``'s record again to the topic it came from
-        (``topic_prefix`` + a declared name), under its key.
-
-        Refused, with why, when the record is not one that topic takes or still does not
-        decode: sending it again would only dead-letter it again."""
-        letter = await self.database(lambda conn: dead_letters.get(conn, letter_id))
-        if letter is None:
-            raise ControlError(f"no dead letter {letter_id}", 404)
-        topic = letter["topic"]
-        declared = topic.removeprefix(topic_prefix) if topic.startswith(topic_prefix) else None
-        if declared not in REPLAYABLE:
-            replayable = ", ".join(sorted(REPLAYABLE))
-            raise ControlError(
-                f"dead letter {letter_id} came from {topic}, which takes no replays (only "
-                f"{replayable}, under this worker's prefix {topic_prefix!r})",
-                409,
-            )
-        try:
-            record = decode(letter["raw"].encode(), REPLAYABLE[declared])
-        except DecodeError as exc:
-            raise ControlError(
-                f"dead letter {letter_id} cannot be replayed: its record still does not "
-                f"decode ({exc.reason}); nothing was sent",
-                409,
-            ) from None
-        key = letter["record_key"] or record.partition_key
-        partition, offset = await self.producer.send(declared, key, record)
-        return {"id": letter_id, "topic": topic, "partition": partition, "offset": offset}
 
     async def _run(self, run_id: str) -> dict[str, Any]:
         run = await self.database(lambda conn: runs.get_run(conn, run_id))

@@ -68,6 +68,15 @@ class IngressProducer(Service):
         """Tell every partition of the triggers topic that ``workflow`` was (un)paused."""
         await self._kafka.pause_changed(workflow, paused=paused)
 
+    async def send_raw(self, topic: str, key: bytes | None, value: bytes) -> tuple[int, int]:
+        """Produce ``value`` as it is to ``topic`` (a full name): a dead letter replayed."""
+        return await self._kafka.send_raw(topic, key, value)
+
+    @property
+    def topic_prefix(self) -> str:
+        """The prefix of the topics it writes to."""
+        return self._kafka.settings.topic_prefix
+
     async def on_stop(self) -> None:
         await self._kafka.close()
 

@@ -10,6 +10,7 @@ dashboards take ``max`` over instances.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 REFRESH_INTERVAL = 5.0
 CIRCUIT_STATES = ("closed", "half_open", "open")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric as a scraper sees it: its exposed name, type, help and labels."""
+
+    name: str
+    type: str
+    help: str
+    labels: tuple[str, ...]
 
 
 class ExactGauge:
@@ -74,102 +85,114 @@ def _escape(value: str) -> str:
 
 
 class Metrics:
-    """One worker's metrics, in a registry of its own (amounts in :class:`ExactGauge`)."""
+    """One worker's metrics, in a registry of its own (amounts in :class:`ExactGauge`);
+    :attr:`specs` lists them all (``docs/metrics.md`` is generated from it)."""
 
     def __init__(self) -> None:
-        self.registry = registry = CollectorRegistry()
-        self.triggers = Counter(
+        self.registry = CollectorRegistry()
+        self.specs: list[MetricSpec] = []
+        self.triggers = self._counter(
             "rflow_triggers",
             "Trigger firings admitted, by workflow and source",
-            ["workflow", "source"],
-            registry=registry,
+            "workflow",
+            "source",
         )
-        self.runs_started = Counter(
-            "rflow_runs_started", "Runs started, by workflow", ["workflow"], registry=registry
+        self.runs_started = self._counter(
+            "rflow_runs_started", "Runs started, by workflow", "workflow"
         )
-        self.runs_settled = Counter(
-            "rflow_runs_settled",
-            "Runs settled, by workflow and status",
-            ["workflow", "status"],
-            registry=registry,
+        self.runs_settled = self._counter(
+            "rflow_runs_settled", "Runs settled, by workflow and status", "workflow", "status"
         )
-        self.step_duration = Histogram(
+        self.step_duration = self._histogram(
             "rflow_step_duration_seconds",
             "Time from a step's start to its settling, by kind",
-            ["kind"],
-            registry=registry,
+            "kind",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
         )
-        self.retries = Counter(
-            "rflow_step_retries",
-            "Step attempts retried, by failure kind",
-            ["kind"],
-            registry=registry,
+        self.retries = self._counter(
+            "rflow_step_retries", "Step attempts retried, by failure kind", "kind"
         )
-        self.deferrals = Counter(
+        self.deferrals = self._counter(
             "rflow_start_deferrals",
             "Run starts deferred, by workflow and reason "
             "(rate_limit, or waiting behind a half-open circuit's probe)",
-            ["workflow", "reason"],
-            registry=registry,
+            "workflow",
+            "reason",
         )
-        self.lane_waiting = Gauge(
+        self.lane_waiting = self._gauge(
             "rflow_lane_waiting",
             "Runs waiting in concurrency lanes on this worker, by workflow",
-            ["workflow"],
-            registry=registry,
+            "workflow",
         )
-        self.circuit = Gauge(
+        self.circuit = self._gauge(
             "rflow_circuit_state",
             "1 for each workflow's circuit breaker state",
-            ["workflow", "state"],
-            registry=registry,
+            "workflow",
+            "state",
         )
-        self.budget_cap = ExactGauge(
-            "rflow_budget_cap", "Budget caps (raw units)", ["budget", "asset"]
+        self.budget_cap = self._exact(
+            "rflow_budget_cap", "Budget caps (raw units)", "budget", "asset"
         )
-        self.budget_consumed = ExactGauge(
+        self.budget_consumed = self._exact(
             "rflow_budget_consumed",
             "Reserved and spent in the budget's window (raw units)",
-            ["budget", "asset"],
+            "budget",
+            "asset",
         )
-        self.budget_remaining = ExactGauge(
-            "rflow_budget_remaining", "Cap minus consumed (raw units)", ["budget", "asset"]
+        self.budget_remaining = self._exact(
+            "rflow_budget_remaining", "Cap minus consumed (raw units)", "budget", "asset"
         )
-        self.sends = Gauge(
-            "rflow_sends",
-            "Sends recorded by the relayer, by status",
-            ["status"],
-            registry=registry,
+        self.sends = self._gauge(
+            "rflow_sends", "Sends recorded by the relayer, by status", "status"
         )
-        self.gas_spent = ExactGauge(
+        self.gas_spent = self._exact(
             "rflow_gas_spent_wei",
             "Gas paid by sends (gas used x effective price), in wei",
-            ["network", "relayer"],
+            "network",
+            "relayer",
         )
-        self.consumer_lag = Gauge(
+        self.consumer_lag = self._gauge(
             "rflow_consumer_lag",
             "Records not yet committed, by topic and partition",
-            ["topic", "partition"],
-            registry=registry,
+            "topic",
+            "partition",
         )
-        self.backlog = Gauge(
+        self.backlog = self._gauge(
             "rflow_runs_backlog",
             "Runs admitted but not started (pending, by reason: lane, rate_limit, paused, "
             "probe, matrix) and runs parked in an approval, a wait or a delay (waiting)",
-            ["workflow", "status", "reason"],
-            registry=registry,
+            "workflow",
+            "status",
+            "reason",
         )
         self.backlog_seen: set[tuple[str, str, str]] = set()
-        self.dead_letters = Gauge(
-            "rflow_dead_letters", "Dead-lettered records and runs", ["kind"], registry=registry
+        self.dead_letters = self._gauge(
+            "rflow_dead_letters", "Dead-lettered records and runs", "kind"
         )
-        self.approvals_pending = Gauge(
+        self.approvals_pending = self._gauge(
             "rflow_approvals_pending",
             "Approvals waiting for a decision, by workflow and priority",
-            ["workflow", "priority"],
-            registry=registry,
+            "workflow",
+            "priority",
         )
+
+    def _counter(self, name: str, help: str, *labels: str) -> Counter:
+        self.specs.append(MetricSpec(name + "_total", "counter", help, labels))
+        return Counter(name, help, labels, registry=self.registry)
+
+    def _gauge(self, name: str, help: str, *labels: str) -> Gauge:
+        self.specs.append(MetricSpec(name, "gauge", help, labels))
+        return Gauge(name, help, labels, registry=self.registry)
+
+    def _histogram(
+        self, name: str, help: str, *labels: str, buckets: tuple[float, ...]
+    ) -> Histogram:
+        self.specs.append(MetricSpec(name, "histogram", help, labels))
+        return Histogram(name, help, labels, registry=self.registry, buckets=buckets)
+
+    def _exact(self, name: str, help: str, *labels: str) -> ExactGauge:
+        self.specs.append(MetricSpec(name, "gauge", help, labels))
+        return ExactGauge(name, help, list(labels))
 
     @property
     def exact(self) -> tuple[ExactGauge, ...]:

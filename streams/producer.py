@@ -94,6 +94,25 @@ class Producer:
             ) from None
         return meta.partition, meta.offset
 
+    @property
+    def topic_prefix(self) -> str:
+        """The prefix of the topics it writes to (``RFLOW_TOPIC_PREFIX``)."""
+        return self.settings.topic_prefix
+
+    async def send_raw(self, topic: str, key: bytes | None, value: bytes) -> tuple[int, int]:
+        """Produce ``value`` as it is under ``key`` to ``topic``, a full name (a dead letter's
+        record going back where it came from); returns (partition, offset)."""
+        try:
+            if self._poisoned:
+                await self._renew()
+            meta = await self._producer.send_and_wait(topic, value=value, key=key)
+        except KafkaError as exc:
+            self._poisoned = self._poisoned or isinstance(exc, POISONED)
+            raise ProduceError(
+                f"Kafka at {self.settings.kafka_brokers} did not accept the record: {exc}"
+            ) from None
+        return meta.partition, meta.offset
+
     async def trigger(self, record: TriggerRecord | TriggerRetracted) -> tuple[int, int]:
         """Produce a firing (or its retraction) to the triggers topic, keyed by its group."""
         return await self.send("rflow.triggers", record.partition_key, record)
@@ -147,6 +166,15 @@ class LazyProducer:
     async def send(self, topic: str, key: str, record: Record) -> tuple[int, int]:
         """:meth:`Producer.send`, starting the producer first if need be."""
         return await (await self._started()).send(topic, key, record)
+
+    @property
+    def topic_prefix(self) -> str:
+        """The prefix of the topics it writes to (``RFLOW_TOPIC_PREFIX``)."""
+        return self.settings.topic_prefix
+
+    async def send_raw(self, topic: str, key: bytes | None, value: bytes) -> tuple[int, int]:
+        """:meth:`Producer.send_raw`, starting the producer first if need be."""
+        return await (await self._started()).send_raw(topic, key, value)
 
     async def trigger(self, record: TriggerRecord | TriggerRetracted) -> tuple[int, int]:
         """:meth:`Producer.trigger`, starting the producer first if need be."""

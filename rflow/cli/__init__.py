@@ -8,7 +8,6 @@ and ``--version`` answer at once.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 
 import click
@@ -18,6 +17,7 @@ from rflow import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "approvals": ("approvals", "Approvals: the inbox of pending decisions, and answering them."),
     "budgets": ("budgets", "Durable spend budgets: their caps and what the window has used."),
+    "dead-letters": ("dead_letters", "Dead-lettered records: list them, show one, replay one."),
     "deploy": ("deploy", "Validate the project at PATH, then publish it as the new deployment."),
     "deployments": ("deploy", "The newest deployments, and which one each worker runs."),
     "doctor": ("doctor", "Validate PATH, then check Kafka, Postgres, RPCs, relayer and more."),
@@ -53,6 +53,8 @@ class LazyGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0] if args else ""
         if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib  # only a mistyped command needs it
+
             near = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
             hint = f"; did you mean '{near[0]}'?" if near else ""
             ctx.fail(f"no such command '{name}'{hint}")

@@ -39,27 +39,29 @@ def list_budgets(project: Path | None, as_json: bool) -> None:
     """Each cap of each budget in its rolling window, in raw units (wei, token units).
 
     consumed is reserved (sends in flight) plus spent (settled) inside the window: what
-    counts against the cap now.
+    counts against the cap now. Only the project's budgets are read (rflow validate
+    checks the rest).
     """
-    from rflow.lang import ConfigError, load_project
+    from rflow.lang.diagnostics import ConfigError
+    from rflow.lang.sections import load_budgets
     from rflow.storage import budgets as store
 
     path = project or Settings.from_env().project_path
     if path is None:
         fail("no project: give --project or set RFLOW_PROJECT")
     try:
-        loaded = load_project(path, environ())
+        declared = load_budgets(path, environ())
     except FileNotFoundError as exc:
         fail(str(exc), 2)
     except ConfigError as exc:
         fail(f"{path} has {len(exc.diagnostics)} problems; run rflow validate {path}", 2)
-    if not loaded.budgets:
+    if not declared:
         if as_json:
             click.echo("[]")
         else:
             click.echo(f"no budgets declared in {path}")
         return
-    rows = asyncio.run(with_database(lambda conn: store.usage(conn, loaded.budgets)))
+    rows = asyncio.run(with_database(lambda conn: store.usage(conn, declared)))
     if as_json:
         click.echo(json.dumps([row.document() for row in rows], indent=2))
         return

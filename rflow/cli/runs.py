@@ -15,7 +15,7 @@ import click
 from rflow.cli import main
 from rflow.cli.approvals import approve_command, reject_command
 from rflow.cli.common import fail, known_workflow, operate, project_option, table, with_database
-from rflow.engine.state import RunStatus
+from rflow.engine.statuses import RunStatus
 from rflow.settings import Settings
 
 

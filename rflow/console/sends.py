@@ -92,7 +92,6 @@ def attach(console: Console) -> None:
             letter = int(visit.params["letter_id"])
         except ValueError:
             return console.done(visit, "A dead letter's id is a number.", kind="error")
-        prefix = console.runtime.settings.topic_prefix
 
         def said(result: dict[str, Any]) -> str:
             return (
@@ -100,8 +99,12 @@ def attach(console: Console) -> None:
                 f"{result['partition']}, offset {result['offset']})."
             )
 
+        # The CLI's replay: the row locked and marked, so a letter is replayed once.
         return await console.act(
-            visit, lambda: control.replay(letter, prefix), said, to=f"{PREFIX}/dead-letters"
+            visit,
+            lambda: control.dead_letters.replay(letter),
+            said,
+            to=f"{PREFIX}/dead-letters",
         )
 
     console.route("/sends", get=sends_page)

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
         run_id,
         run_key,
     )
-    from rflow.engine.state import Escalated, Fanout, RunState, RunStatus, StepRecord, StepStatus
+    from rflow.engine.state import Escalated, Fanout, RunState, StepRecord
+    from rflow.engine.statuses import RunStatus, StepStatus
 
 _HOMES = {
     "MAX_EXECUTIONS": "advance",
@@ -61,9 +62,9 @@ _HOMES = {
     "Escalated": "state",
     "Fanout": "state",
     "RunState": "state",
-    "RunStatus": "state",
+    "RunStatus": "statuses",
     "StepRecord": "state",
-    "StepStatus": "state",
+    "StepStatus": "statuses",
 }
 """Each exported name and the submodule that defines it."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from rflow.expr.errors import limit_error, syntax_error
@@ -31,7 +31,16 @@ _T = TypeVar("_T")
 _CONSTANTS = {"true": True, "false": False, "null": None}
 _KEYWORDS = frozenset({"and", "or", "not", "in"})
 _OPERATOR_ALIASES = {"&&": "and", "||": "or"}
-_ROOT_LIST = ", ".join(sorted(ROOTS))
+
+
+def _nearest(word: str, known: Iterable[str]) -> str:
+    """`` — did you mean 'x'?`` for a close name, else the list of every known one."""
+    import difflib  # an error's path only: parsing valid text does not pay for it
+
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    if close:
+        return f" — did you mean '{close[0]}'?"
+    return " — expected one of: " + ", ".join(sorted(known))
 
 
 def parse(source: str) -> Expr:
@@ -220,7 +229,7 @@ class _Parser:
             raise syntax_error(f"expected an expression, found '{name}'", token.offset)
         if name in FUNCTIONS:
             raise syntax_error(f"'{name}' is a function; call it as {name}(...)", token.offset)
-        raise syntax_error(f"unknown name '{name}' — expected one of: {_ROOT_LIST}", token.offset)
+        raise syntax_error(f"unknown name '{name}'{_nearest(name, ROOTS)}", token.offset)
 
     def _call(self, token: Token) -> Expr:
         name = str(token.value)
@@ -228,9 +237,8 @@ class _Parser:
         if function is None:
             if name in ROOTS:
                 raise syntax_error(f"'{name}' is not a function", token.offset)
-            known = ", ".join(sorted(FUNCTIONS))
             raise syntax_error(
-                f"unknown function '{name}' — expected one of: {known}", token.offset
+                f"unknown function '{name}'{_nearest(name, FUNCTIONS)}", token.offset
             )
         self._enter(self._advance())
         args = self._sequence(")", self._expression)

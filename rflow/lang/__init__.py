@@ -25,34 +25,74 @@ unset secret, a budget token with no matching contract) never make a project inv
 files load (``$${`` is a literal ``${``); ``${{ ... }}`` expressions are checked here and
 evaluated at run time by :mod:`rflow.expr`. Amounts and durations parse with
 :mod:`rflow.lang.units`.
+
+The names below are imported from their module when first used, so a reader of one
+submodule (``rflow.lang.units``, say: the CLI's budget listing) does not pay for the
+models, the checks and the YAML loader.
 """
 
-from rflow.lang.diagnostics import (
-    ConfigError,
-    Diagnostic,
-    Location,
-    Severity,
-    ValidationReport,
-    format_path,
-)
-from rflow.lang.loader import (
-    load_project,
-    project_files,
-    validate_path,
-    validate_sources,
-    validate_text,
-)
-from rflow.lang.model import Project, Step, Workflow
-from rflow.lang.schema import project_schema, schema_text
-from rflow.lang.source import ProjectSource, read_source
-from rflow.lang.units import (
-    UnitError,
-    format_amount,
-    format_duration,
-    parse_amount,
-    parse_duration,
-    parse_token_amount,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rflow.lang.diagnostics import (
+        ConfigError,
+        Diagnostic,
+        Location,
+        Severity,
+        ValidationReport,
+        format_path,
+    )
+    from rflow.lang.loader import load_project, validate_path, validate_sources, validate_text
+    from rflow.lang.model import Project, Step, Workflow
+    from rflow.lang.reading import project_files
+    from rflow.lang.schema import project_schema, schema_text
+    from rflow.lang.source import ProjectSource, read_source
+    from rflow.lang.units import (
+        UnitError,
+        format_amount,
+        format_duration,
+        parse_amount,
+        parse_duration,
+        parse_token_amount,
+    )
+
+_HOMES = {
+    **dict.fromkeys(
+        ("ConfigError", "Diagnostic", "Location", "Severity", "ValidationReport", "format_path"),
+        "diagnostics",
+    ),
+    **dict.fromkeys(
+        ("load_project", "validate_path", "validate_sources", "validate_text"), "loader"
+    ),
+    **dict.fromkeys(("Project", "Step", "Workflow"), "model"),
+    "project_files": "reading",
+    **dict.fromkeys(("project_schema", "schema_text"), "schema"),
+    **dict.fromkeys(("ProjectSource", "read_source"), "source"),
+    **dict.fromkeys(
+        (
+            "UnitError",
+            "format_amount",
+            "format_duration",
+            "parse_amount",
+            "parse_duration",
+            "parse_token_amount",
+        ),
+        "units",
+    ),
+}
+"""Each exported name and the submodule that defines it."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'rflow.lang' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"rflow.lang.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ConfigError",

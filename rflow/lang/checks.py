@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,14 +171,22 @@ class Checker:
         self.diagnostics.append(Diagnostic.at(self.source.value(path), message, path, "warning"))
 
     def _declared(
-        self, section: str, name: str, path: DataPath, *, key: bool = False, via: str = ""
+        self,
+        section: str,
+        name: str,
+        path: DataPath,
+        *,
+        key: bool = False,
+        via: str = "",
+        builtin: Iterable[str] = (),
     ) -> bool:
         names = self.view.declared.get(section, frozenset())
         if section == "principals":
             names = names | {OPERATOR}
         if name in names:
             return True
-        hint = did_you_mean(name, names) or f" (declare it under {section})"
+        # A near miss of a built-in name ('lg' for log) is a typo, not a missing declaration.
+        hint = did_you_mean(name, [*names, *builtin]) or f" (declare it under {section})"
         self._error(path, f"unknown {_KIND[section]} {name!r}{via}{hint}", key=key)
         return False
 
@@ -398,7 +406,7 @@ class Checker:
         elif step.kind == "notify":
             self._declared("channels", action.channel, (*where, "channel"))
         elif step.kind == "command" and action.name not in COMMANDS:
-            self._declared("commands", action.name, (*where, "name"))
+            self._declared("commands", action.name, (*where, "name"), builtin=COMMANDS)
         elif step.kind == "wait_for" and action.event is not None:
             self._event((*where, "event"), action.event, "a wait for an event")
         elif step.kind == "wait_for" and action.approval is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -21,6 +20,8 @@ from rflow.lang.yamlsrc import SourceMap
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """`` — did you mean 'x'?`` when ``word`` is close to one of ``candidates``, else ``''``."""
+    import difflib  # only a problem's message needs it
+
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f" — did you mean {close[0]!r}?" if close else ""
 

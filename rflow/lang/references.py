@@ -21,6 +21,12 @@ from rflow.lang.yamlsrc import SourceMap
 STEP_FIELDS = ("output", "status", "tx", "error")
 """What ``steps.<id>`` offers."""
 
+RUN_FIELDS = ("id", "workflow", "version", "trigger_key", "status")
+"""What ``run`` offers (built by :func:`rflow.engine.context.run_context`)."""
+
+ERROR_FIELDS = ("kind", "message")
+"""What ``error`` offers: the failure's kind and its message."""
+
 _BLOCKS = ("steps", "finally")
 _KNOWN_STEP_KEYS = frozenset([*ACTIONS, *(f.alias or n for n, f in StepBase.model_fields.items())])
 _STEP_ROOTS = frozenset({"trigger", "steps", "run", "state", "env", "inputs"})
@@ -304,6 +310,10 @@ class ReferenceChecker:
             declared = ", ".join(sorted(self.inputs)) or "none"
             hint = did_you_mean(str(ref[1]), self.inputs)
             return f"unknown input {ref[1]!r}{hint} (the manual trigger declares: {declared})"
+        fixed = {"run": RUN_FIELDS, "error": ERROR_FIELDS}.get(str(root))
+        if fixed is not None and len(ref) > 1 and isinstance(ref[1], str) and ref[1] not in fixed:
+            hint = did_you_mean(ref[1], fixed)
+            return f"{root} has no {ref[1]!r}{hint} (use {', '.join(fixed)})"
         if root == "env" and len(ref) > 1 and ref[1] not in self.env_names:
             return f"env.{ref[1]} is not allow-listed: add {ref[1]} to the workflow's env list"
         if (

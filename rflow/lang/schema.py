@@ -7,8 +7,10 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.json_schema import GenerateJsonSchema
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
+from rflow.docstrings import field_docstrings
 from rflow.lang.model.project import Project
 from rflow.lang.units import format_duration
 
@@ -23,6 +25,18 @@ class _Generator(GenerateJsonSchema):
         if isinstance(dflt, BaseModel):
             return dflt.model_dump(mode="json", by_alias=True)
         return super().encode_default(dflt)
+
+    # A field's docstring is its description (the models do not read them as they load).
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        json_schema = super().model_schema(schema)
+        model = schema["cls"]
+        properties = json_schema.get("properties", {})
+        for name, text in field_docstrings(model).items():
+            info = model.model_fields[name]
+            field = properties.get(info.alias or name)
+            if field is not None and info.description is None:
+                field["description"] = text
+        return json_schema
 
 
 def project_schema() -> dict[str, Any]:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
-
-from croniter import croniter
 
 from rflow.lang.units import UnitError
 
@@ -46,6 +43,8 @@ def parse_cron(expression: str) -> str:
             f"cron expression {expression!r} has {len(fields)} fields; "
             "use five: minute hour day-of-month month day-of-week"
         )
+    from croniter import croniter  # only projects with schedules pay for importing it
+
     if not croniter.is_valid(text):
         raise UnitError(f"cron expression {expression!r} does not parse: {_cron_problem(text)}")
     return text
@@ -68,6 +67,8 @@ _CRON_RANGES = (
 
 
 def _cron_problem(text: str) -> str:
+    from croniter import croniter
+
     for index, ((name, low, high), field) in enumerate(
         zip(_CRON_RANGES, text.split(" "), strict=True)
     ):
@@ -85,6 +86,8 @@ def parse_timezone(name: str) -> str:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
+        import difflib  # only a problem's message needs it
+
         close = difflib.get_close_matches(name, _zones(), n=1)
         hint = f" — did you mean {close[0]!r}?" if close else ""
         raise UnitError(f"unknown time zone {name!r}{hint}") from None

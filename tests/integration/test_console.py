@@ -434,7 +434,7 @@ async def test_an_operator_retries_rejects_cancels_and_replays_a_dead_letter(
     await page.goto(f"{base}/console/dead-letters")
     await page.locator(f"#dead-records tr[data-letter='{garbage['id']}'] button").click()
     await expect(page.locator(".flash.error")).to_contain_text(
-        f"dead letter {garbage['id']} cannot be replayed: its record still does not decode"
+        f"dead letter {garbage['id']} cannot be replayed: it does not decode"
     )
     letter = await wait_until(lambda: _letter_of_workflow(settings, "later"), what="its letter")
     assert "unknown workflow 'later'" in letter["reason"]
@@ -450,10 +450,22 @@ async def test_an_operator_retries_rejects_cancels_and_replays_a_dead_letter(
     )
     assert deployed.returncode == 0, deployed.stderr
     await wait_until(lambda: _worker_knows(worker, "later"), what="the worker to take `later`")
+    # Two operators open the page; the second to press Replay is refused, with why.
+    other = await browser.new_page()
+    await other.goto(f"{base}/console/dead-letters")
     await page.goto(f"{base}/console/dead-letters")
     await page.locator(f"#dead-records tr[data-letter='{letter['id']}'] button").click()
     await expect(page.locator(".flash")).to_contain_text(f"Dead letter {letter['id']} replayed")
     assert (await settled_run(settings, late))["status"] == "succeeded"
+    row = page.locator(f"#dead-records tr[data-letter='{letter['id']}']")
+    await expect(row).to_contain_text("replayed")
+    await expect(row.locator("button")).to_have_count(0)
+    await other.locator(f"#dead-records tr[data-letter='{letter['id']}'] button").click()
+    await expect(other.locator(".flash.error")).to_contain_text(
+        f"dead letter {letter['id']}: already replayed at"
+    )
+    replayed = await dead_letter_of(settings, letter["record_key"])
+    assert replayed["replayed_at"] is not None
 
 
 async def _has_status(settings, rid: str, status: str) -> bool:

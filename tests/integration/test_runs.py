@@ -198,6 +198,30 @@ async def test_a_step_without_a_result_in_time_fails_with_kind_timeout(
     assert sink.keys("/slow") == {"flow:manual:flow:slow:slow": 1}
 
 
+async def test_an_http_call_gives_up_after_its_own_timeout(
+    settings, worker_factory, tmp_path, sink
+):
+    sink.held.add("/slow")
+    steps = f"""
+    steps:
+      - id: slow
+        http_call: {{ url: "{sink.url}/slow", method: POST, timeout: 500ms }}
+"""
+    project = write_project(tmp_path, sink.url, steps)
+    worker = worker_factory(project_path=project)
+    await worker.wait_ready()
+    rid = await fire(settings, project, "flow", "manual:flow:slow-call", {})
+    try:
+        run = await settled_run(settings, rid, timeout=20)
+    finally:
+        sink.release()
+    [step] = run["steps"]
+    assert (step["error_kind"], step["error_message"]) == (
+        "timeout",
+        f"no answer from {sink.url}/slow within 500ms",
+    )
+
+
 async def test_a_killed_worker_successor_finishes_every_run_without_rerunning_steps(
     settings, worker_factory, tmp_path, sink
 ):

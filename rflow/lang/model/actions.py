@@ -34,14 +34,18 @@ class LogArgs(Model):
     """Arguments of the log command."""
 
     message: str
+    """The line to write (expressions allowed); it is the step's output."""
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """debug, info, warning or error."""
 
 
 class LogCommand(Model):
     """Write a line to the run's step log."""
 
     name: Literal["log"]
+    """`log`."""
     args: LogArgs
+    """The message and its level."""
 
 
 class AssertArgs(Model):
@@ -50,26 +54,32 @@ class AssertArgs(Model):
     that: Condition
     """The condition that must hold."""
     message: str = "assertion failed"
+    """The step's error message when the condition does not hold."""
 
 
 class AssertCommand(Model):
     """Fail the step with kind assert_failed unless a condition holds."""
 
     name: Literal["assert"]
+    """`assert`."""
     args: AssertArgs
+    """The condition and the message."""
 
 
 class FailArgs(Model):
     """Arguments of the fail command."""
 
     message: str
+    """The step's error message (expressions allowed)."""
 
 
 class FailCommand(Model):
     """Fail the step with kind assert_failed and a message."""
 
     name: Literal["fail"]
+    """`fail`."""
     args: FailArgs
+    """The message."""
 
 
 class RunCommand(Model):
@@ -136,10 +146,16 @@ class HttpCall(Model):
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "GET"
     """Default GET, or POST when a body is given."""
     url: str
+    """http:// or https:// URL (expressions allowed); checked against
+    permissions.http_hosts as rendered. Redirects are not followed."""
     headers: dict[str, str] = {}
+    """Request headers (expressions and ${{ env.NAME }} allowed); an Idempotency-Key
+    header derived from the step is added unless given."""
     body: Any = None
     """JSON body; strings inside may hold expressions."""
     timeout: Duration | None = None
+    """How long the request may take; default 30 seconds. The step's `timeout` bounds the
+    whole attempt."""
     expect_status: StatusList = []
     """Statuses that count as success; default any 2xx."""
     retryable_status_codes: StatusList | None = None
@@ -188,13 +204,17 @@ class Notify(Model):
     channel: Name
     """A channel declared under `channels`."""
     message: str
+    """The text (expressions allowed)."""
     severity: Literal["info", "warning", "critical"] = "info"
+    """info, warning or critical: in a webhook channel's JSON, and PagerDuty's severity
+    (Slack and log channels get the message alone)."""
 
 
 class Delay(Model):
     """Sleep durably for a duration or until an instant."""
 
     duration: Duration | None = None
+    """How long to sleep, e.g. 10m (give this or until)."""
     until: str | None = None
     """An ISO 8601 date-time (read in `timezone` when it has no offset) or an expression."""
     timezone: TimeZone = "UTC"

@@ -71,8 +71,11 @@ class Call(Model):
     to: AddressOrExpr | None = None
     """A raw address, instead of `contract`."""
     function: FunctionSignature | None = None
+    """The function signature, e.g. transfer(address,uint256)."""
     args: Args = []
+    """The call's arguments: a list (items may be expressions) or one expression giving it."""
     value: AmountOrExpr = 0
+    """Native value sent with this call."""
 
     @model_validator(mode="after")
     def _target(self) -> Call:
@@ -88,20 +91,29 @@ class SendTransaction(Model):
     """Send a transaction through a relayer (budget-checked, exactly once)."""
 
     network: NameRef
+    """A network declared under `networks`, or an expression."""
     relayer: NameRef
     """A relayer declared under `relayers` and listed in the workflow's permissions."""
     contract: NameRef | None = None
+    """A contract declared under `contracts` (give this, `to` or `calls`)."""
     to: AddressOrExpr | None = None
+    """A raw address (or an expression): a plain transfer, or a call to an undeclared contract."""
     calls: list[Call] | None = Field(None, min_length=1)
     """A multicall batch instead of a single call."""
     function: FunctionSignature | None = None
     """The function signature, e.g. transfer(address,uint256)."""
     args: Args = []
+    """The call's arguments: a list (items may be expressions) or one expression giving it."""
     value: AmountOrExpr = 0
     """Native value to send: 1 ether, 10 gwei, wei, or an expression."""
     gas_limit: IntOrExpr | None = None
+    """Gas limit; default: the node's estimate."""
     max_fee_per_gas: AmountOrExpr | None = None
+    """The most the send may pay per gas (an amount such as 50 gwei): a send whose next
+    block's base fee plus tip is above it fails gas_cap_exceeded, and fee bumps stop there
+    (unset: no such check, and bumps stop at four times the first fee)."""
     max_priority_fee_per_gas: AmountOrExpr | None = None
+    """The tip per gas; default: what recent blocks paid."""
 
     @model_validator(mode="after")
     def _target(self) -> SendTransaction:
@@ -153,12 +165,18 @@ class Read(Model):
     """Call a view function (eth_call); the decoded result is the step's output."""
 
     network: NameRef
+    """A network declared under `networks`, or an expression."""
     contract: NameRef | None = None
+    """A contract declared under `contracts` (give this or `to`)."""
     to: AddressOrExpr | None = None
+    """A raw address (or an expression), instead of `contract`."""
     function: FunctionSignature
     """Signature with return types, e.g. balanceOf(address)(uint256)."""
     args: Args = []
+    """The call's arguments: a list (items may be expressions) or one expression giving it."""
     block: Block = "latest"
+    """The block to read at: a number, latest, safe, finalized, pending, earliest, or an
+    expression."""
 
     @model_validator(mode="after")
     def _target(self) -> Read:
@@ -174,8 +192,12 @@ class Query(Model):
     """A read-only JSON-RPC call such as eth_getBalance or eth_blockNumber."""
 
     network: NameRef
+    """A network declared under `networks`, or an expression."""
     method: str
+    """A read-only JSON-RPC method (eth_*, net_*, web3_*; eth_send* and eth_sign* are
+    refused)."""
     params: Args = []
+    """The method's parameters: a list (items may be expressions) or one expression."""
 
     @field_validator("method")
     @classmethod

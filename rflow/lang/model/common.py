@@ -32,7 +32,13 @@ EXPR_OPEN = "${{"
 
 
 class Model(BaseModel):
-    """Base of every model: immutable, and unknown fields are errors."""
+    """Base of every model: immutable, and unknown fields are errors.
+
+    A field is documented by the docstring under it. Those are read when the JSON Schema
+    or the reference is generated (:mod:`rflow.docstrings`), not as each class is
+    created, and a model's validator is built when it is first used (``defer_build``):
+    loading the language parses no source, and a project's validator is built once.
+    """
 
     model_config = ConfigDict(
         frozen=True,
@@ -40,8 +46,8 @@ class Model(BaseModel):
         serialize_by_alias=True,
         validate_by_alias=True,
         validate_by_name=True,
-        use_attribute_docstrings=True,
         hide_input_in_errors=False,
+        defer_build=True,
     )
 
 

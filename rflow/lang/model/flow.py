@@ -91,6 +91,7 @@ class Approval(Model):
     """approve_reject, choice (one of several options; multi_choice is the same type under
     the seed's name) or freeform (a text answer)."""
     prompt: str
+    """The question the reviewer answers, rendered when the run parks (expressions allowed)."""
     choices: list[
         Annotated[
             Annotated[str, Tag("word")] | Annotated[ChoiceOption, Tag("map")],
@@ -152,6 +153,7 @@ class WaitWebhook(Model):
     match: dict[str, Any] = {}
     """JSON path -> value every accepted request must carry."""
     auth: WebhookAuth = AuthNone(type="none")
+    """How the request authenticates: none, api_key or hmac, as for a webhook trigger."""
 
     @field_validator("path")
     @classmethod
@@ -168,6 +170,7 @@ class Goto(Model):
 
     kind: ClassVar[str] = "goto"
     goto: Name
+    """The id of the step to jump to, in the same list (steps or finally)."""
 
 
 Expiry = Annotated[
@@ -200,6 +203,7 @@ class Escalate(Model):
 
     kind: ClassVar[str] = "escalate"
     escalate: Escalation
+    """The channel to notify, how much longer to wait, and what the second deadline does."""
 
 
 def _on_timeout_form(value: Any) -> str | None:
@@ -230,8 +234,11 @@ class WaitFor(Model):
     """Park the run until a chain event, a webhook or a human decision."""
 
     event: EventSpec | None = None
+    """Wait for a contract event (contract, name, network, filter)."""
     webhook: WaitWebhook | None = None
+    """Wait for a request on a webhook path."""
     approval: Approval | None = None
+    """Wait for a person's decision."""
     timeout: Duration | None = None
     """How long to wait (or give the step's timeout, not both); approvals default to
     config.approval_timeout."""
@@ -277,6 +284,8 @@ class Comparison(Model):
     value: Any
     """The left side, usually an expression."""
     op: Literal[OPERATORS]  # type: ignore[valid-type]
+    """equals, not_equals, greater_than, less_than, greater_equal, less_equal, contains,
+    not_contains, starts_with, ends_with, is_empty or is_not_empty."""
     to: Any = None
     """The right side; not used by is_empty and is_not_empty."""
 
@@ -310,6 +319,7 @@ class Branch(Model):
     when: Test
     """An expression, or {value, op, to}."""
     goto: Name
+    """The id of the step to jump to when the test holds."""
 
 
 Otherwise = Annotated[
@@ -322,6 +332,7 @@ class Choose(Model):
     """Jump to the first branch whose test holds, else follow the default."""
 
     branches: list[Branch] = Field(min_length=1)
+    """Tested in order; the first that holds decides (at least one)."""
     default: Otherwise = "continue"
     """continue (the next step) or goto: <step>."""
 
@@ -330,7 +341,10 @@ class ListChange(Model):
     """Add a value to, or remove it from, a named list in the workflow's state."""
 
     list_: Name = Field(alias="list")
+    """The name of the list in the workflow's state (read as ${{ state.<list> }})."""
     value: Any
+    """The value (expressions allowed): list_add appends it, once per step key; list_remove
+    removes every item equal to it."""
 
 
 StateValues = Annotated[dict[Name, Any], Field(min_length=1)]

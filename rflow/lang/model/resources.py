@@ -77,15 +77,18 @@ class WebhookChannel(Model):
     """POST a JSON message to a URL."""
 
     type: Literal["webhook"]
+    """`webhook`."""
     url: str
     """The URL; use ${VAR} to keep it out of the file."""
     headers: dict[str, str] = {}
+    """Headers sent with each message (${VAR} allowed)."""
 
 
 class SlackChannel(Model):
     """A Slack-style incoming webhook (Slack, Mattermost, Discord's /slack endpoint)."""
 
     type: Literal["slack"]
+    """`slack`."""
     webhook_url_env: EnvVar
     """Environment variable holding the incoming-webhook URL (it is a secret)."""
 
@@ -94,6 +97,7 @@ class PagerDutyChannel(Model):
     """PagerDuty Events API v2; circuit-breaker trips arrive as critical."""
 
     type: Literal["pagerduty"]
+    """`pagerduty`."""
     routing_key_env: EnvVar
     """Environment variable holding the integration routing key."""
 
@@ -102,7 +106,9 @@ class LogChannel(Model):
     """Write the message to the worker's log."""
 
     type: Literal["log"]
+    """`log`."""
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """The log level of the messages: debug, info, warning or error."""
 
 
 Channel = Annotated[
@@ -138,7 +144,9 @@ class BudgetScope(Model):
     """Which sends charge a budget; an omitted list means every one."""
 
     relayers: list[Name] | None = None
+    """Only sends from these relayers charge the budget; unset: every relayer."""
     networks: list[Name] | None = None
+    """Only sends on these networks charge the budget; unset: every network."""
 
 
 class Budget(Model):
@@ -153,6 +161,7 @@ class Budget(Model):
     max_gas_spend: Amount | None = None
     """Cap on gas paid (gas_used x effective_gas_price of settled sends) in the window."""
     scope: BudgetScope = BudgetScope()
+    """Which sends charge the budget (default: every send of an attached workflow)."""
 
     @model_validator(mode="after")
     def _has_a_cap(self) -> Budget:

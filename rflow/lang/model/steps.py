@@ -137,6 +137,8 @@ class StepBase(Model):
     if_: Condition | None = Field(None, alias="if")
     """Run the step only when this holds (per item inside foreach); else it is skipped."""
     retry: Retry | None = None
+    """Retry a failed attempt of a retryable kind (rpc_timeout, rate_limited,
+    data_unavailable, gas_cap_exceeded): max_attempts, backoff, retry_if."""
     timeout: Duration | None = None
     """How long one attempt may take: an action fails with kind timeout; a send_transaction
     still unmined is cancelled (a zero-value self-transfer at its nonce) and fails timeout
@@ -220,6 +222,7 @@ class SendTransactionStep(StepBase):
 
     kind: ClassVar[str] = "send_transaction"
     send_transaction: SendTransaction
+    """The transaction to send."""
 
     def no_timeout_retry(self) -> str | None:
         return (
@@ -233,6 +236,7 @@ class ReadStep(StepBase):
 
     kind: ClassVar[str] = "read"
     read: Read
+    """The view function to call."""
 
 
 class QueryStep(StepBase):
@@ -240,6 +244,7 @@ class QueryStep(StepBase):
 
     kind: ClassVar[str] = "query"
     query: Query
+    """The JSON-RPC method to call."""
 
 
 class CommandStep(StepBase):
@@ -247,6 +252,7 @@ class CommandStep(StepBase):
 
     kind: ClassVar[str] = "command"
     command: Command
+    """A built-in command (log, assert, fail) or one declared under `commands`."""
 
     def no_timeout(self) -> str | None:
         if self.command.name in COMMANDS:
@@ -262,6 +268,7 @@ class HttpCallStep(StepBase):
 
     kind: ClassVar[str] = "http_call"
     http_call: HttpCall
+    """The request to make."""
 
 
 class NotifyStep(StepBase):
@@ -269,6 +276,7 @@ class NotifyStep(StepBase):
 
     kind: ClassVar[str] = "notify"
     notify: Notify
+    """The channel and the message."""
 
 
 class DelayStep(StepBase):
@@ -276,6 +284,7 @@ class DelayStep(StepBase):
 
     kind: ClassVar[str] = "delay"
     delay: Delay
+    """How long to sleep, or until when."""
 
     def no_timeout(self) -> str | None:
         return (
@@ -289,6 +298,7 @@ class WaitForStep(StepBase):
 
     kind: ClassVar[str] = "wait_for"
     wait_for: WaitFor
+    """What to wait for, how long, and what a timeout or a rejection does."""
 
     @model_validator(mode="after")
     def _one_timeout(self) -> WaitForStep:
@@ -326,6 +336,7 @@ class ChooseStep(StepBase):
 
     kind: ClassVar[str] = "choose"
     choose: Choose
+    """The branches and the default."""
 
     def no_timeout(self) -> str | None:
         return "a choose step decides at once and never waits: a timeout cannot apply (remove it)"
@@ -336,6 +347,8 @@ class StateSetStep(StepBase):
 
     kind: ClassVar[str] = "state_set"
     state_set: StateValues
+    """Keys of the workflow's state and the values to store (expressions allowed);
+    later runs read them as ${{ state.<key> }}."""
 
 
 class ListAddStep(StepBase):
@@ -343,6 +356,7 @@ class ListAddStep(StepBase):
 
     kind: ClassVar[str] = "list_add"
     list_add: ListChange
+    """The list and the value to add."""
 
 
 class ListRemoveStep(StepBase):
@@ -350,6 +364,7 @@ class ListRemoveStep(StepBase):
 
     kind: ClassVar[str] = "list_remove"
     list_remove: ListChange
+    """The list and the value to remove."""
 
 
 STEP_CLASSES: tuple[type[StepBase], ...] = (

@@ -58,13 +58,16 @@ class AuthNone(Model):
     """No authentication: anyone who knows the URL can trigger the workflow."""
 
     type: Literal["none"]
+    """`none`."""
 
 
 class AuthApiKey(Model):
     """A header must carry a shared key."""
 
     type: Literal["api_key"]
+    """`api_key`."""
     header: str = "X-API-Key"
+    """The header that carries the key."""
     secret_env: EnvVar
     """Environment variable holding the expected key."""
 
@@ -86,7 +89,9 @@ class AuthHmac(Model):
     body, as Stripe and Slack sign, so that a delivery cannot be replayed."""
 
     type: Literal["hmac"]
+    """`hmac`."""
     algorithm: Literal["sha256", "sha1", "sha512"] = "sha256"
+    """The HMAC's hash: sha256, sha1 or sha512."""
     header: str | None = None
     """Signature header; default X-Hub-Signature-256 (sha256), X-Hub-Signature (sha1),
     X-Hub-Signature-512 (sha512)."""
@@ -161,6 +166,7 @@ class WebhookSpec(Model):
     idempotency_header: str | None = None
     """Request header carrying an idempotency key; repeats within the TTL are ignored."""
     idempotency_ttl: Duration = timedelta(hours=24)
+    """How long an idempotency key is remembered."""
     event_type_field: str | None = None
     """JSON path of the event type in the body, e.g. $.type."""
     accepted_event_types: list[str] = []
@@ -188,6 +194,7 @@ class ScheduleSpec(Model):
     cron: Cron
     """Five-field cron (minute hour day-of-month month day-of-week) or @hourly, @daily, ..."""
     timezone: TimeZone = "UTC"
+    """The IANA time zone the cron expression is read in, e.g. Europe/Paris."""
     enabled: bool = True
     """false: the schedule fires nothing (the workflow's other triggers still do); when it
     is enabled again it fires from then on, never the times it skipped."""
@@ -215,6 +222,7 @@ class EventTrigger(TriggerBase):
 
     kind: ClassVar[str] = "event"
     event: EventSpec
+    """The contract, event name and network, with an optional filter."""
 
 
 class WebhookTrigger(TriggerBase):
@@ -222,6 +230,7 @@ class WebhookTrigger(TriggerBase):
 
     kind: ClassVar[str] = "webhook"
     webhook: WebhookSpec
+    """The path, authentication, idempotency header and event filter."""
 
 
 class ScheduleTrigger(TriggerBase):
@@ -229,6 +238,7 @@ class ScheduleTrigger(TriggerBase):
 
     kind: ClassVar[str] = "schedule"
     schedule: ScheduleSpec
+    """The cron expression and its time zone."""
 
 
 def _manual_shorthand(value: Any) -> Any:
@@ -257,6 +267,7 @@ class ManualTrigger(TriggerBase):
             }
         ),
     ] = ManualSpec()
+    """Optionally the names of the inputs a run takes."""
 
 
 TRIGGER_KINDS = ("event", "webhook", "schedule", "manual")

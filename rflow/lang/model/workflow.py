@@ -47,7 +47,9 @@ class RateLimit(Model):
     """At most `max` run starts per `per`; the excess waits, it is never dropped."""
 
     max: int = Field(ge=1)
+    """Run starts allowed per window."""
     per: Duration
+    """The window, e.g. 1h."""
     durable: bool = False
     """Keep the window in Postgres so a restart cannot reset it."""
 
@@ -56,13 +58,16 @@ class TripNotify(Model):
     """Alert a channel when the circuit trips."""
 
     channel: Name
+    """A channel declared under `channels`; the alert's severity is critical."""
     message: str | None = None
+    """The alert; default: the workflow and why the circuit tripped."""
 
 
 class NotifyOnTrip(Model):
     """The `notify:` entry of on_trip."""
 
     notify: TripNotify
+    """The channel to alert and the message."""
 
 
 OnTrip = Annotated[
@@ -75,7 +80,10 @@ class CircuitBreaker(Model):
     """Trip after `max_failures` terminally failed runs inside `window`."""
 
     max_failures: int = Field(ge=1)
+    """Terminally failed runs inside `window` that trip the circuit (cancelled and
+    rejected runs never count)."""
     window: Duration
+    """How far back failures count; a full window without one half-opens a tripped circuit."""
     on_trip: list[OnTrip] = ["pause"]
     """pause and/or notify: {channel}."""
 
@@ -104,6 +112,7 @@ class Workflow(Model):
     model_config = ConfigDict(json_schema_extra=_one_of_trigger_or_triggers)
 
     description: str | None = None
+    """What the workflow is for, for people; part of the definition (and its version)."""
     paused: bool = False
     """A paused workflow starts no runs."""
     paused_firings: Literal["hold", "skip"] = "hold"
@@ -114,18 +123,24 @@ class Workflow(Model):
     """Environment variables a step may hand its effect as ${{ env.NAME }}: the input holds
     the placeholder ${NAME}, filled in when the effect runs (never stored)."""
     permissions: Permissions = Permissions()
+    """What its sends and HTTP calls may do: relayers, max_value_per_tx, http_hosts."""
     concurrency: Concurrency | None = None
+    """Runs of one group (an expression over the trigger) run one at a time, in order."""
     rate_limit: RateLimit | None = None
+    """At most `max` run starts per `per`; the excess waits."""
     circuit_breaker: CircuitBreaker | None = None
+    """Pause or alert after too many failed runs."""
     budgets: list[Name] = []
     """Budgets this workflow's sends charge."""
     strategy: Strategy | None = None
+    """Fan each firing out into one run per matrix combination."""
     trigger: Trigger | None
     """What starts a run: one trigger (or give several under triggers)."""
     triggers: list[Trigger] | None = Field(None, min_length=1)
     """Several triggers, active at once (a webhook, a schedule and manual runs, say);
     each fires under trigger keys of its own and its runs record which kind fired them."""
     steps: list[Step] = Field(min_length=1)
+    """What a run does, in order (at least one step)."""
     finally_: list[Step] = Field([], alias="finally")
     """Steps that run after the run settles, success or failure."""
     on_failure: Literal["dead_letter", "drop", "halt"] = "dead_letter"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -63,4 +64,38 @@ def test_an_unknown_command_suggests_the_nearest() -> None:
 def test_the_read_commands_modules_import_neither_engine_nor_kafka_nor_web3() -> None:
     heavy = (*HEAVY[:3], "rflow.engine.advance", "rflow.lang", "rflow.streams")
     run = "import rflow.cli.runs, rflow.cli.budgets, rflow.cli.approvals\n"
+    assert imported_after(run, heavy) == "[]"
+
+
+def test_loading_the_language_builds_no_validator_and_reads_no_source() -> None:
+    """The models build their validators on first use, once for a whole project, and
+    read no class source as they are created (the docstrings are read for the schema)."""
+    run = (
+        "import ast\n"
+        "read, parse = [], ast.parse\n"
+        "ast.parse = lambda source, *a, **k: read.append(source[:40]) or parse(source, *a, **k)\n"
+        "from rflow.cli import validate\n"
+        "from rflow.lang.model import Project\n"
+        "assert not Project.__pydantic_complete__, 'Project was built on import'\n"
+        "assert read == [], read\n"
+    )
+    assert imported_after(run, ("croniter",)) == "[]"
+
+
+def test_validating_a_project_without_schedules_does_not_import_croniter(tmp_path: Path) -> None:
+    (tmp_path / "w.yaml").write_text(
+        "workflows:\n  w:\n    trigger: { manual: {} }\n"
+        "    steps: [{ id: a, command: { name: log, args: { message: hi } } }]\n"
+    )
+    run = (
+        "from rflow.lang import validate_path\n"
+        f"report = validate_path({str(tmp_path)!r}, {{}})\n"
+        "assert report.ok, report\n"
+    )
+    assert imported_after(run, ("croniter",)) == "[]"
+
+
+def test_reading_runs_and_their_charges_loads_neither_the_models_nor_run_state() -> None:
+    run = "import rflow.cli.runs, rflow.storage.runs, rflow.storage.budgets\n"
+    heavy = ("rflow.lang.model", "rflow.lang.loader", "rflow.engine.state", "rflow.engine.effects")
     assert imported_after(run, heavy) == "[]"

@@ -181,6 +181,19 @@ def test_unknown_function_lists_the_registry() -> None:
     assert error.message.startswith("unknown function 'nope' — expected one of: abs, contains,")
 
 
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("lenght(item)", "unknown function 'lenght' — did you mean 'length'?"),
+        ("tolower(item)", "unknown function 'tolower' — did you mean 'lower'?"),
+        ("trigers.amount", "unknown name 'trigers' — did you mean 'trigger'?"),
+    ],
+)
+def test_a_near_miss_suggests_the_nearest_name(source: str, message: str) -> None:
+    error = syntax(source)
+    assert (error.message, error.offset) == (message, 0)
+
+
 def test_error_excerpt_points_at_the_offset() -> None:
     error = syntax("steps.gate.")
     assert error.excerpt("steps.gate.") == "steps.gate.\n           ^"

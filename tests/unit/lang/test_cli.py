@@ -34,7 +34,7 @@ def test_validate_examples_text(runner: CliRunner, monkeypatch: pytest.MonkeyPat
     monkeypatch.chdir(REPO)
     result = runner.invoke(main, ["validate", "examples/"])
     assert result.exit_code == 0, result.output
-    assert result.output == "examples/: 8 workflows, 0 errors, 0 warnings\n"
+    assert result.output == "examples/: 9 workflows, 0 errors, 0 warnings\n"
 
 
 def test_validate_prints_warnings_and_still_succeeds(
@@ -47,7 +47,7 @@ def test_validate_prints_warnings_and_still_succeeds(
     assert result.output.splitlines() == [
         "examples/project.yaml:47:14: warning: relayers.dev.key_env: environment variable "
         "RELAYER_DEV_KEY is not set (the key of relayer 'dev')",
-        "examples: 8 workflows, 0 errors, 1 warning",
+        "examples: 9 workflows, 0 errors, 1 warning",
     ]
 
 
@@ -62,6 +62,7 @@ def test_validate_examples_json(runner: CliRunner) -> None:
         "workflows": [
             "copy-trade",
             "daily-treasury-report",
+            "demo-payout",
             "hello-local",
             "local-smoke",
             "weekly-payouts",

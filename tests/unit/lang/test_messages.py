@@ -154,6 +154,32 @@ def test_tagged_unions_report_the_tag() -> None:
     ]
 
 
+def test_near_misses_inside_a_workflow_suggest_the_nearest_name() -> None:
+    assert findings(
+        """\
+        workflows:
+          w:
+            trigger: { manual: {} }
+            steps:
+              - id: a
+                command: { name: lg, args: { message: "${{ lenght(trigger) }}" } }
+              - id: b
+                command: { name: log, args: { message: "${{ run.stauts }}", levl: info } }
+                retyr: { max_attempts: 2 }
+        """
+    ) == [
+        "wf.yaml:6:26: error: workflows.w.steps[0].command.name: unknown command 'lg' "
+        "— did you mean 'log'?",
+        "wf.yaml:6:52: error: workflows.w.steps[0].command.args.message: expression does not "
+        "parse: unknown function 'lenght' — did you mean 'length'?",
+        "wf.yaml:8:53: error: workflows.w.steps[1].command.args.message: run has no 'stauts' — "
+        "did you mean 'status'? (use id, workflow, version, trigger_key, status)",
+        "wf.yaml:8:69: error: workflows.w.steps[1].command.args: unknown field 'levl' — did you "
+        "mean 'level'?",
+        "wf.yaml:9:9: error: workflows.w.steps[1]: unknown field 'retyr' — did you mean 'retry'?",
+    ]
+
+
 def test_invalid_names() -> None:
     assert findings(
         """\
