@@ -16,7 +16,7 @@ with the same idempotency key, as it does for a step interrupted by the crash.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rflow.agents.breakers import Breakers
@@ -41,11 +41,12 @@ from rflow.engine import (
     Settle,
     Start,
     TimerFired,
+    admission,
     advance,
     lanes,
     resume,
 )
-from rflow.engine.keys import firing_runs, matrix_combinations, run_key
+from rflow.engine.keys import firing_runs, run_key
 from rflow.engine.lanes import Lane
 from rflow.failures import RflowError
 from rflow.lang.model import Workflow
@@ -60,8 +61,6 @@ if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
 
 log = logging.getLogger(__name__)
-PROBE_WAIT = timedelta(seconds=1)
-"""How often a run waiting behind a half-open circuit's probe asks again."""
 
 
 class Runner:
@@ -106,8 +105,7 @@ class Runner:
     # --- admission --------------------------------------------------------------------
 
     async def admit(self, record: TriggerRecord | RetryRecord, message: Any) -> None:
-        """Admit a firing (or a retry) once per gate key: hold it while its workflow is
-        paused, else let its runs' lanes, rate limit and breaker decide when they start."""
+        """Admit a firing (or a retry) once per gate key (:func:`admission.fired`)."""
         workflow = self.workflows.get(record.workflow)
         if workflow is None:
             # Another worker may have taken up a deployment that declares it first.
@@ -125,33 +123,23 @@ class Runner:
         if disagreement is not None:
             await send_dead_letter(self.app, message, disagreement)
             return
-        gate = gate_of(record)
-        admitted = self.triggers.get(gate)
-        if admitted is not None:
-            if isinstance(record, TriggerRecord):
-                await self.readmit(workflow, record, admitted, message.partition)
-            return
-        entry = self.firing_entry(workflow, record)
-        paused = await self.paused_why(record.workflow, workflow)
-        if paused and workflow.paused_firings == "skip":
-            self.triggers[gate] = {**entry, "skipped": f"workflow paused: {paused}"}
-            for rid in entry["runs"]:
-                await self.never_started(rid, gate, RunStatus.SKIPPED, f"workflow paused: {paused}")
-            return
-        if paused:
-            self.triggers[gate] = {**entry, "held": paused}
-            key = held_key(record.workflow, message.partition)
-            self.lanes[key] = {"held": [*(self.lanes.get(key) or {}).get("held", []), gate]}
-            now = datetime.now(UTC)
-            waiting = f"the workflow to be resumed (paused {paused})"
-            for combo, rid in self.runs_of(workflow, record):
-                start = self.start_of(workflow, record, combo, rid)
-                self.effects.publish([lanes.pending(start, "paused", waiting, now)])
-            log.info("workflow %s is paused (%s): firing %s held", record.workflow, paused, gate)
-            return
-        await self.release_owned(record.workflow, message.partition)
-        self.triggers[gate] = entry
-        await self.begin_firing(workflow, record, entry, message.partition)
+        admitted = self.triggers.get(gate_of(record))
+        paused = None
+        if admitted is None:
+            paused = await self.paused_why(record.workflow, workflow)
+            if not paused:
+                # What was held before a resume starts before what arrives after it.
+                await self.release_owned(record.workflow, message.partition)
+        elif "retracted" not in admitted:
+            record = accepted_record(admitted)  # a repeat of its key may carry another payload
+        decisions = admission.fired(
+            self.firing_of(workflow, record),
+            self.policy(workflow),
+            self.book(),
+            paused=paused,
+            partition=message.partition,
+        )
+        await self.carry_out(decisions, message.partition)
 
     def runs_of(
         self, workflow: Workflow, record: TriggerRecord | RetryRecord
@@ -165,48 +153,98 @@ class Runner:
             workflow.strategy.matrix if workflow.strategy else None,
         )
 
-    def firing_entry(
+    def firing_of(
         self, workflow: Workflow, record: TriggerRecord | RetryRecord
-    ) -> dict[str, Any]:
-        """The gate entry of a firing: the record as accepted and its runs (with the matrix
-        bookkeeping: every combination's run is keyed like the firing, so they all settle
-        on this partition, in order)."""
-        runs = self.runs_of(workflow, record)
-        run_ids = [rid for _, rid in runs]
-        entry = {**record.model_dump(mode="json"), "runs": run_ids}
-        if workflow.strategy is not None and isinstance(record, TriggerRecord):
-            limit = workflow.strategy.max_parallel or len(runs)
-            entry["matrix"] = {
-                "pending": list(range(limit, len(runs))),
-                "active": run_ids[:limit],
-                "failed": False,
-            }
-        return entry
+    ) -> admission.Firing:
+        """A firing (or a retry) as admission sees it."""
+        return admission.Firing(
+            gate=gate_of(record),
+            workflow=record.workflow,
+            group=record.group,
+            runs=tuple(admission.Run(rid, combo) for combo, rid in self.runs_of(workflow, record)),
+            record=record.model_dump(mode="json"),
+            retry=isinstance(record, RetryRecord),
+        )
 
-    async def begin_firing(
-        self,
-        workflow: Workflow,
-        record: TriggerRecord | RetryRecord,
-        entry: dict[str, Any],
-        partition: int,
+    @staticmethod
+    def policy(workflow: Workflow) -> admission.Policy:
+        """What ``workflow``'s definition says about admitting its runs."""
+        strategy = workflow.strategy
+        return admission.Policy(
+            on_conflict=workflow.concurrency.on_conflict if workflow.concurrency else None,
+            max_parallel=strategy.max_parallel if strategy else None,
+            matrix=strategy is not None,
+            fail_fast=bool(strategy and strategy.fail_fast),
+            paused_firings=workflow.paused_firings,
+        )
+
+    def book(self) -> admission.Book:
+        """The tables as admission reads them."""
+        return admission.Book(
+            gate=self.triggers.get,
+            lane=self.lane,
+            held=lambda name, partition: list(
+                (self.lanes.get(held_key(name, partition)) or {}).get("held", ())
+            ),
+            started=lambda rid: self.runs.get(rid) is not None,
+        )
+
+    async def carry_out(self, decisions: list[admission.Decision], partition: int) -> None:
+        """Carry out admission's decisions, in order. A start that fails (its record goes
+        to the dead-letter path) leaves the lanes as they were, never owned by a run that
+        will not settle."""
+        before: dict[str, Any] = {}
+        try:
+            for decision in decisions:
+                await self._carry_out(decision, partition, before)
+        except BaseException:
+            for key, value in before.items():
+                if value is None:
+                    if self.lanes.get(key) is not None:
+                        del self.lanes[key]
+                else:
+                    self.lanes[key] = value
+            raise
+
+    async def _carry_out(
+        self, decision: admission.Decision, partition: int, before: dict[str, Any]
     ) -> None:
-        """Begin an admitted firing's runs: those within the matrix's max_parallel now, the
-        rest recorded as pending."""
-        if isinstance(record, TriggerRecord):
-            self.runtime.metrics.triggers.labels(record.workflow, record.source).inc()
-        runs = self.runs_of(workflow, record)
-        active = set(entry.get("matrix", {}).get("active", entry["runs"]))
-        later = [(combo, rid) for combo, rid in runs if rid not in active]
-        if later:
-            limit = workflow.strategy.max_parallel
-            waiting = f"a free slot of its matrix (max_parallel: {limit})"
-            now = datetime.now(UTC)
-            for combo, rid in later:
+        match decision:
+            case admission.SetGate(gate=gate, entry=entry):
+                self.triggers[gate] = entry
+            case admission.SetLane(workflow=name, group=group, lane=lane):
+                key = lane_key(name, group)
+                before.setdefault(key, self.lanes.get(key))
+                if lane is not None:
+                    self.lanes[key] = lane.model_dump(mode="json")
+                elif self.lanes.get(key) is not None:
+                    del self.lanes[key]
+            case admission.SetHeld(workflow=name, partition=held_on, gates=gates):
+                key = held_key(name, held_on)
+                if gates:
+                    self.lanes[key] = {"held": list(gates)}
+                elif self.lanes.get(key) is not None:
+                    del self.lanes[key]
+            case admission.Admitted(gate=gate):
+                entry = self.triggers.get(gate) or {}
+                if entry.get("kind") == "trigger":
+                    self.runtime.metrics.triggers.labels(entry["workflow"], entry["source"]).inc()
+            case admission.Begin():
+                await self.begin(decision, partition)
+            case admission.Start(run_id=rid, gate=gate):
+                await self.start_run(rid, gate, partition)
+            case admission.Defer():
+                await self.defer(decision, partition)
+            case admission.Pending(run_id=rid, gate=gate, reason=reason, waiting_for=waiting):
+                workflow, record, combo = self.firing(gate, rid)
                 start = self.start_of(workflow, record, combo, rid)
-                self.effects.publish([lanes.pending(start, "matrix", waiting, now)])
-        for combo, rid in runs:
-            if rid in active:
-                await self.begin(workflow, record, combo, rid, partition)
+                self.effects.publish([lanes.pending(start, reason, waiting, datetime.now(UTC))])
+            case admission.NeverStarted(run_id=rid, gate=gate, status=status, reason=reason):
+                await self.never_started(rid, gate, status, reason)
+            case admission.Cancel(run_id=rid, reason=reason):
+                await self.apply(CancelRequested(run_id=rid, reason=reason), partition)
+            case admission.Ignored(why=why):
+                log.info("%s", why)
 
     async def paused_why(self, name: str, workflow: Workflow) -> str | None:
         """Why ``name`` starts no runs now (paused in its definition, by an operator, a
@@ -216,23 +254,26 @@ class Runner:
     async def release_held(self, name: str, partition: int) -> None:
         """Begin the firings of ``name`` held on ``partition`` while it was paused, in the
         order they arrived (before any firing that arrives after the resume)."""
-        key = held_key(name, partition)
-        held = self.lanes.get(key)
+        held = self.lanes.get(held_key(name, partition))
         if not held:
             return
-        del self.lanes[key]
         workflow = self.workflows.get(name)
+        firings: list[tuple[admission.Firing | None, admission.Policy]] = []
         for gate in held["held"]:
             entry = self.triggers.get(gate)
-            if entry is None or "held" not in entry:
-                continue
-            entry = {k: v for k, v in entry.items() if k != "held"}
-            self.triggers[gate] = entry
-            if workflow is None:
-                log.warning("held firing %s: workflow %s is gone; it starts nothing", gate, name)
+            if workflow is None or entry is None or "held" not in entry:
+                if workflow is None:
+                    log.warning(
+                        "held firing %s: workflow %s is gone; it starts nothing", gate, name
+                    )
+                firings.append((None, admission.Policy()))
                 continue
             log.info("workflow %s resumed: starting held firing %s", name, gate)
-            await self.begin_firing(workflow, accepted_record(entry), entry, partition)
+            firings.append(
+                (self.firing_of(workflow, accepted_record(entry)), self.policy(workflow))
+            )
+        decisions = admission.released(firings, self.book(), workflow=name, partition=partition)
+        await self.carry_out(decisions, partition)
 
     def paused_now(self) -> set[str]:
         """The workflows that start no runs now, as this worker last read it."""
@@ -345,112 +386,33 @@ class Runner:
         self.resumed |= previously - self.paused.keys()
         return previously
 
-    async def readmit(
-        self,
-        workflow: Workflow,
-        record: TriggerRecord | RetryRecord,
-        admitted: dict[str, Any],
-        partition: int,
-    ) -> None:
-        """A firing delivered again. Its gate entry and its runs' states are separate table
-        writes whose changelogs reach the broker independently: a crash can keep the gate
-        and lose a run's first state. Such a run is started again (a start is idempotent);
-        anything else about a repeated firing is ignored: a held or skipped firing stays
-        so, and a deferred run waits for its timer."""
-        if "held" in admitted or "skipped" in admitted or "retracted" in admitted:
-            log.info("duplicate delivery of firing %s ignored", gate_of(record))
-            return
-        started = admitted.get("matrix", {}).get("active", admitted.get("runs", []))
-        deferred = admitted.get("deferred", {})
-        lane = self.lane(record.workflow, record.group) if workflow.concurrency else None
-        lost = [
-            rid
-            for rid in started
-            if self.runs.get(rid) is None
-            and rid not in deferred
-            and not (lane and lane.holds(rid) and lane.active != rid)
-        ]
-        if not lost:
-            log.info("duplicate delivery of firing %s ignored", gate_of(record))
-            return
-        # The firing as first admitted: a repeat of its key may carry another payload.
-        record = accepted_record(admitted)
-        for combo, rid in self.runs_of(workflow, record):
-            if rid in lost:
-                log.warning("run %s of firing %s lost its start: starting it", rid, gate_of(record))
-                if lane is not None and lane.active == rid:
-                    await self.start_run(workflow, record, combo, rid, partition)
-                else:
-                    # Its lane lost it too (or it has none): it arrives again.
-                    await self.begin(workflow, record, combo, rid, partition)
-
     # --- concurrency lanes --------------------------------------------------------------
 
     def lane(self, workflow: str, group: str | None) -> Lane | None:
         stored = self.lanes.get(lane_key(workflow, group)) if group is not None else None
         return Lane.model_validate(stored) if stored is not None else None
 
-    async def begin(
-        self,
-        workflow: Workflow,
-        record: TriggerRecord | RetryRecord,
-        combo: dict[str, Any],
-        rid: str,
-        partition: int,
-    ) -> None:
-        """Start the run, or let its concurrency lane decide when (or whether) it starts."""
-        if workflow.concurrency is None or record.group is None:
-            await self.start_run(workflow, record, combo, rid, partition)
-            return
-        gate = gate_of(record)
-        key = lane_key(record.workflow, record.group)
-        before = self.lanes.get(key)
-        arrival = lanes.arrive(
-            self.lane(record.workflow, record.group), rid, gate, workflow.concurrency.on_conflict
+    async def begin(self, begin: admission.Begin, partition: int, attempt: int = 0) -> None:
+        """A run about to start: ask its circuit breaker and rate limit, then start it or
+        defer it (:func:`admission.start_or_defer`)."""
+        workflow, record, _ = self.firing(begin.gate, begin.run_id)
+        probe_admits = workflow.circuit_breaker is None or await self.breakers.admits(
+            record.workflow, begin.run_id
         )
-        self.lanes[key] = arrival.lane.model_dump(mode="json")
-        if arrival.start:
-            if self.runs.get(rid) is not None:
-                return  # the owner arrived again and has started
-            try:
-                await self.start_run(workflow, record, combo, rid, partition)
-            except BaseException:
-                # The run did not start (its record goes to the dead-letter path): the lane
-                # stays as it was, never owned by a run that will not settle.
-                if before is None:
-                    if self.lanes.get(key) is not None:
-                        del self.lanes[key]
-                else:
-                    self.lanes[key] = before
-                raise
-            return
-        for waiting in arrival.superseded:
-            reason = f"superseded by run {rid} (on_conflict: {workflow.concurrency.on_conflict})"
-            await self.never_started(waiting.run_id, waiting.gate, RunStatus.CANCELLED, reason)
-        if arrival.skip:
-            reason = f"concurrency group {record.group!r} busy with run {arrival.lane.active}"
-            await self.never_started(rid, gate, RunStatus.SKIPPED, reason)
-        if arrival.cancel is not None:
-            reason = f"superseded by run {rid} (on_conflict: cancel_in_progress)"
-            await self.apply(CancelRequested(run_id=arrival.cancel, reason=reason), partition)
-        if not arrival.skip and arrival.lane.holds(rid):
-            owner = arrival.lane.active
-            waiting = f"run {owner} of concurrency group {record.group!r} to settle"
-            start = self.start_of(workflow, record, combo, rid)
-            self.effects.publish([lanes.pending(start, "lane", waiting, datetime.now(UTC))])
-
-    async def leave_lane(self, state: RunState, partition: int) -> None:
-        """A run of a concurrency group settled: the next one waiting starts."""
-        key = lane_key(state.workflow, state.group)
-        lane, following = lanes.leave(self.lane(state.workflow, state.group), state.run_id)
-        if lane is None:
-            if self.lanes.get(key) is not None:
-                del self.lanes[key]
-        else:
-            self.lanes[key] = lane.model_dump(mode="json")
-        if following is not None:
-            workflow, record, combo = self.firing(following.gate, following.run_id)
-            await self.start_run(workflow, record, combo, following.run_id, partition)
+        room_at = None
+        limit = workflow.rate_limit
+        if probe_admits and limit is not None:
+            room_at = await self.claim_start(record.workflow, workflow)
+        decisions = admission.start_or_defer(
+            begin,
+            self.book(),
+            probe_admits=probe_admits,
+            room_at=room_at,
+            rate_limit=f"{limit.max} starts per {format_duration(limit.per)}" if limit else None,
+            attempt=attempt,
+            now=datetime.now(UTC),
+        )
+        await self.carry_out(decisions, partition)
 
     def firing(
         self, gate: str, rid: str
@@ -501,50 +463,10 @@ class Runner:
             trigger=record.payload,
         )
 
-    async def start_run(
-        self,
-        workflow: Workflow,
-        record: TriggerRecord | RetryRecord,
-        combo: dict[str, Any],
-        rid: str,
-        partition: int,
-        deferrals: int = 0,
-    ) -> None:
-        if workflow.circuit_breaker is not None and not await self.breakers.admits(
-            record.workflow, rid
-        ):
-            # Half-open: one probe for the whole workflow; the others wait behind it.
-            retry_at = datetime.now(UTC) + PROBE_WAIT
-            waiting = "the probe run of the workflow's half-open circuit breaker to settle"
-            await self.defer_start(
-                workflow, record, combo, rid, partition, retry_at, deferrals, "probe", waiting
-            )
-            return
-        if workflow.rate_limit is not None:
-            retry_at = await self.claim_start(record.workflow, workflow)
-            if retry_at is not None:
-                limit = workflow.rate_limit
-                waiting = (
-                    f"room in the rate limit ({limit.max} starts per {format_duration(limit.per)})"
-                )
-                await self.defer_start(
-                    workflow,
-                    record,
-                    combo,
-                    rid,
-                    partition,
-                    retry_at,
-                    deferrals,
-                    "rate_limit",
-                    waiting,
-                )
-                return
-        if deferrals:
-            gate = gate_of(record)
-            entry = self.triggers.get(gate)
-            if entry is not None and rid in entry.get("deferred", {}):
-                deferred = {k: v for k, v in entry["deferred"].items() if k != rid}
-                self.triggers[gate] = {**entry, "deferred": deferred}
+    async def start_run(self, rid: str, gate: str, partition: int) -> None:
+        """Start run ``rid`` of firing ``gate`` (it has cleared its lane, breaker and rate
+        limit)."""
+        workflow, record, combo = self.firing(gate, rid)
         start = self.start_of(workflow, record, combo, rid)
         if isinstance(start, Retry):
             await self.apply(start, partition)  # its durable state came with the request
@@ -576,100 +498,42 @@ class Runner:
             window = self.windows[name] = SlidingWindow(limit.max, limit.per)
         return window.claim(now)
 
-    async def defer_start(
-        self,
-        workflow: Workflow,
-        record: TriggerRecord | RetryRecord,
-        combo: dict[str, Any],
-        rid: str,
-        partition: int,
-        retry_at: datetime,
-        deferrals: int,
-        reason: str,
-        waiting: str,
-    ) -> None:
-        """Start ``rid`` at ``retry_at`` (its rate limit has room, or a half-open circuit's
-        probe is done): a durable timer, never a drop. The first deferral gives the run its
-        pending row; the gate entry remembers it, so a repeated delivery of the firing does
-        not start it early."""
-        gate = gate_of(record)
+    async def defer(self, defer: admission.Defer, partition: int) -> None:
+        """Start a run later: a durable timer row, fired by the partition's owner."""
+        _, record, _ = self.firing(defer.gate, defer.run_id)
         await self.runtime.database.run(
             lambda conn: timers.schedule(
                 conn,
-                run_id=rid,
+                run_id=defer.run_id,
                 partition_key=record.partition_key,
                 kafka_partition=partition,
-                path=gate,
+                path=defer.gate,
                 visit=1,
-                attempt=deferrals + 1,
+                attempt=defer.attempt,
                 purpose="start",
-                due_at=retry_at,
+                due_at=defer.until,
             ),
             what="deferred start",
         )
-        self.runtime.metrics.deferrals.labels(record.workflow, reason).inc()
-        entry = self.triggers.get(gate)
-        if entry is not None and entry.get("deferred", {}).get(rid) != reason:
-            self.triggers[gate] = {**entry, "deferred": {**entry.get("deferred", {}), rid: reason}}
-            start = self.start_of(workflow, record, combo, rid)
-            self.effects.publish([lanes.pending(start, reason, waiting, datetime.now(UTC))])
-        log.info("run %s of %s deferred (%s) until %s", rid, record.workflow, reason, retry_at)
+        self.runtime.metrics.deferrals.labels(record.workflow, defer.reason).inc()
+        log.info(
+            "run %s of %s deferred (%s) until %s",
+            defer.run_id,
+            record.workflow,
+            defer.reason,
+            defer.until,
+        )
 
     async def deferred_start(self, event: TimerFired, partition: int) -> None:
-        """A deferred start came due: claim the rate limit again."""
+        """A deferred start came due: ask the breaker and the rate limit again."""
         if self.runs.get(event.run_id) is not None:
             return  # started already (a redelivered firing started it)
         try:
-            workflow, record, combo = self.firing(event.path, event.run_id)
+            self.firing(event.path, event.run_id)
         except (KeyError, StopIteration):
             log.warning("deferred start of run %s: its firing is unknown", event.run_id)
             return
-        await self.start_run(workflow, record, combo, event.run_id, partition, event.attempt)
-
-    async def matrix_run_settled(self, state: RunState, settle: Settle, partition: int) -> None:
-        """A combination finished: apply fail_fast, then start the next within max_parallel."""
-        gate = run_key(state.workflow, state.trigger_key)
-        entry = self.triggers.get(gate)
-        workflow = await self.definition(state)
-        if (
-            state.retry_of is not None  # a combination retried on its own
-            or entry is None
-            or "matrix" not in entry
-            or workflow is None
-            or workflow.strategy is None
-        ):
-            return
-        matrix = dict(entry["matrix"])
-        active = [rid for rid in matrix["active"] if rid != state.run_id]
-        pending = list(matrix["pending"])
-        cancel: list[str] = []
-        dropped: list[int] = []
-        if (
-            settle.status == RunStatus.FAILED
-            and workflow.strategy.fail_fast
-            and not matrix["failed"]
-        ):
-            matrix["failed"] = True
-            dropped, pending, cancel = pending, [], active
-        record = accepted_record(entry)
-        combinations = matrix_combinations(workflow.strategy.matrix)
-        limit = workflow.strategy.max_parallel or len(combinations)
-        starting = []
-        while pending and len(active) < limit:
-            index = pending.pop(0)
-            active.append(entry["runs"][index])
-            starting.append(index)
-        self.triggers[gate] = {**entry, "matrix": {**matrix, "active": active, "pending": pending}}
-        for rid in cancel:
-            await self.apply(
-                CancelRequested(run_id=rid, reason=f"fail_fast: {state.run_id} failed"), partition
-            )
-        for index in dropped:
-            # Pending since the firing was admitted: recorded as never started.
-            reason = f"fail_fast: {state.run_id} failed"
-            await self.never_started(entry["runs"][index], gate, RunStatus.CANCELLED, reason)
-        for index in starting:
-            await self.begin(workflow, record, combinations[index], entry["runs"][index], partition)
+        await self.begin(admission.Begin(event.run_id, event.path), partition, event.attempt)
 
     async def _start_with_state(self, start: Start, key: str) -> None:
         state = await self.runtime.database.run(
@@ -679,17 +543,8 @@ class Runner:
 
     async def retract(self, record: TriggerRetracted, message: Any) -> None:
         gate = run_key(record.workflow, record.trigger_key)
-        accepted = self.triggers.get(gate)
-        if accepted is None:
-            # Retracted before it was admitted: remember, so a late firing starts nothing.
-            self.triggers[gate] = {"retracted": record.reason}
-            return
-        self.triggers[gate] = {**accepted, "retracted": record.reason}
-        for rid in accepted.get("runs", []):
-            await self.apply(
-                CancelRequested(run_id=rid, reason=f"trigger retracted: {record.reason}"),
-                message.partition,
-            )
+        decisions = admission.retracted(gate, record.reason, self.book())
+        await self.carry_out(decisions, message.partition)
 
     async def handle(self, record: Any, message: Any) -> None:
         """Admit, retract or advance, by the record's kind."""
@@ -752,10 +607,28 @@ class Runner:
                         self.breakers.settled(new_state.workflow, new_state.run_id, effect.status),
                         f"circuit breaker of {new_state.workflow}",
                     )
-                if new_state.group is not None and workflow.concurrency is not None:
-                    await self.leave_lane(new_state, partition)
-                if new_state.matrix is not None:
-                    await self.matrix_run_settled(new_state, effect, partition)
+                await self.settled(new_state, effect, workflow, partition)
+
+    async def settled(
+        self, state: RunState, settle: Settle, workflow: Workflow, partition: int
+    ) -> None:
+        """A run settled: its lane and matrix go on (:func:`admission.settled`)."""
+        firing = None
+        if state.matrix is not None:
+            entry = self.triggers.get(run_key(state.workflow, state.trigger_key))
+            if entry is not None and "matrix" in entry:
+                firing = self.firing_of(workflow, accepted_record(entry))
+        decisions = admission.settled(
+            state.run_id,
+            settle.status,
+            firing,
+            self.policy(workflow),
+            self.book(),
+            workflow=state.workflow,
+            group=state.group,
+            retried=state.retry_of is not None,
+        )
+        await self.carry_out(decisions, partition)
 
     async def decide_here(self, event: Any, partition: int) -> bool:
         """Decide ``event`` of a run on ``partition`` now, if this worker owns it; False
