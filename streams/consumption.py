@@ -63,8 +63,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-COMMIT_INTERVAL = 1.0
-"""Seconds between checkpoints: at most this much work is done again after a crash."""
+COMMIT_INTERVAL = 0.25
+"""Seconds between checkpoints: how long a decision may wait to reach the read model
+(and the changelogs), and about how much work is done again after a crash."""
 STALL = 5.0
 """Seconds a TP may go without a record taken, while the broker has records past its
 cursor and none waits in a queue for its agent, before it is read again from the
