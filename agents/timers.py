@@ -10,6 +10,7 @@ from rflow.agents import breakers
 from rflow.agents.effects import EffectRunner
 from rflow.engine import TimerFired, WaitResolved
 from rflow.storage import runs, timers, waits
+from rflow.streams.loops import every
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -36,7 +37,7 @@ def attach(app: RflowApp, effects: EffectRunner, runner: Any = None) -> None:
             tp.partition for tp in app.assignor.assigned_actives() if tp.topic == runs_topic
         )
 
-    @app.timer(interval=TIMER_INTERVAL, name="rflow.timers")
+    @every(app, TIMER_INTERVAL, "rflow.timers")
     async def fire_due_timers() -> None:
         """Fire every due timer of this worker's partitions (a fire is produced, then deleted)."""
         partitions = owned()
@@ -61,7 +62,7 @@ def attach(app: RflowApp, effects: EffectRunner, runner: Any = None) -> None:
         keys = [timer.timer_key for timer in due]
         await runtime.database.run(lambda conn: timers.delete(conn, keys), what="fired timers")
 
-    @app.timer(interval=WAIT_SWEEP_INTERVAL, name="rflow.waits")
+    @every(app, WAIT_SWEEP_INTERVAL, "rflow.waits")
     async def resend_answered_waits() -> None:
         """Answers whose run has not taken them yet (the answering process died before
         producing the event) are produced again; the engine takes each answer once."""
@@ -82,20 +83,20 @@ def attach(app: RflowApp, effects: EffectRunner, runner: Any = None) -> None:
 
     if runner is not None:
 
-        @app.timer(interval=PAUSE_REFRESH_INTERVAL, name="rflow.pauses")
+        @every(app, PAUSE_REFRESH_INTERVAL, "rflow.pauses")
         async def refresh_pauses() -> None:
             """Which workflows are paused (operator, on_failure: halt), for admission;
             firings held by a lifted pause start."""
             await runner.refresh()
 
-        @app.timer(interval=breakers.TICK_INTERVAL, name="rflow.breakers")
+        @every(app, breakers.TICK_INTERVAL, "rflow.breakers")
         async def tick_breakers() -> None:
             """Open circuits go half-open after a quiet window (every worker may do it:
             each change is atomic in Postgres). The workflows with a breaker are the
             current deployment's: a deploy may add or remove one."""
             await runner.breakers.tick()
 
-    @app.timer(interval=RETENTION_INTERVAL, name="rflow.retention")
+    @every(app, RETENTION_INTERVAL, "rflow.retention")
     async def apply_retention() -> None:
         """Delete settled runs older than their workflow's ``retention`` (idempotent, so
         every worker may do it)."""

@@ -24,6 +24,7 @@ from rflow.deployment import Changes, load
 from rflow.engine.keys import deployable
 from rflow.lang import ConfigError, ProjectSource
 from rflow.storage import deployments, versions
+from rflow.streams.loops import every
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp, Runtime
@@ -189,7 +190,7 @@ def attach(app: RflowApp, follower: Deployments) -> None:
         """A worker deploys the project it was started with (as `rflow deploy` does)."""
         await follower.publish_own()
 
-    @app.timer(interval=POLL_INTERVAL, name="rflow.deployments")
+    @every(app, POLL_INTERVAL, "rflow.deployments")
     async def follow_deployments() -> None:
         """Take up the newest deployment (``rflow deploy``) and report what runs here."""
         try:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from rflow.streams.loops import every
+
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
 
@@ -299,7 +301,7 @@ def attach(app: RflowApp) -> Metrics:
     """Give ``app`` its metrics and the loop that refreshes the gauges."""
     metrics = Metrics()
 
-    @app.timer(interval=REFRESH_INTERVAL, name="rflow.metrics")
+    @every(app, REFRESH_INTERVAL, "rflow.metrics")
     async def refresh_gauges() -> None:
         """Refresh the gauges that describe state rather than count events."""
         if app.rebalancing or app.in_recovery:
