@@ -8,7 +8,8 @@ virtualenv (`scripts/bootstrap`). The peers are installed by this script into `.
 (git-ignored), never into rflow's environment:
 
   .bench/venv  a virtualenv from bench/peers/requirements.lock (exact versions, hashes):
-               restate-sdk, hypercorn, dbos, and the driver's clients (aiokafka, aiohttp);
+               restate-sdk, hypercorn, dbos, py-spy, and the driver's clients (aiokafka,
+               aiohttp);
   .bench/npm   restate-server from npm (@restatedev/restate-server-linux-x64, pinned).
 
 Then it runs bench/peers/driver.py in that virtualenv. The workflow is bench_pipeline.py's
@@ -16,6 +17,9 @@ three steps (state_set, choose, notify to a local HTTP sink) with a concurrency 
 
   rflow    `rflow worker` with the project, started as the README says; a client produces
            trigger records to rflow.triggers (aiokafka, acks=all, key = the group);
+  rflow-2  the same with two workers in one consumer group (one per core of a 2-core
+           machine: a worker is one Python process, Restate runs a multi-threaded server
+           beside its Python service);
   Restate  restate-server and a Python service (a virtual object per group), called through
            the ingress (`POST /Bench/<group>/run/send`, idempotency key);
   DBOS     a DBOS application on the stack's Postgres; `DBOSClient.enqueue` on a queue
@@ -24,7 +28,9 @@ three steps (state_set, choose, notify to a local HTTP sink) with a concurrency 
 Completion is measured at the sink. Figures per engine: peak runs/s (open loop, to the last
 notify), p50/p99 trigger-to-sink latency at 100 runs/s and at half the engine's own peak,
 CPU per run of the engine's processes (Kafka and Postgres apart), duplicates and losses.
-Every rflow figure is reported as a ratio to Restate's. Engines that are not in --engines:
+Every rflow figure is reported as a ratio to Restate's. While rflow runs at 100 runs/s,
+py-spy (from the lock) samples its worker from outside and the report says where the
+worker's time goes (bench/peers/where.py). Engines that are not in --engines:
 `restate-fsync` (Restate with its WAL fsync, as shipped) and `rflow-ungrouped` (the
 workflow without a concurrency group, keyed by trigger key, as bench_pipeline.py runs it).
 """

@@ -4,13 +4,17 @@ Started by bench/bench_peers.py (which installs the peers first) in `.bench/venv
 file for the options. For each engine in turn, alone on the machine's engines (the others
 are stopped), on a fresh deployment of it:
 
-  warm-up  a tenth of the peak phase's firings (at least 50), not counted;
+  warm-up  half the peak phase's firings (at least 50), not counted: the first engine
+           also warms the broker's JIT, which the second one would otherwise get warm;
   peak     N firings at once (open loop), runs/s = N / (last notify at the sink - first
            firing); CPU of the engine's processes, Kafka and Postgres from the first firing
            until the engine is idle again, per run;
   @rate    firings paced at a fixed rate (100/s) for D seconds, open loop (a late firing
            is not made up for by waiting less later); trigger-to-sink latency p50/p99;
   @half    the same at half of the engine's own peak.
+
+During @rate, py-spy samples the rflow worker from outside (``where.py``): where its time
+goes, as shares of its samples and milliseconds of CPU per run.
 
 A firing counts once the engine acknowledged it durably (``Engine.fire``); its latency is
 the sink's arrival time of its notify minus when it was fired (one clock: the sink runs
@@ -38,8 +42,9 @@ sys.path.insert(0, str(HERE.parent))  # bench/_report.py (standard library only)
 from _report import emit, print_table  # noqa: E402
 from engines import Dbos, Engine, Firing, Restate, Rflow, Stack  # noqa: E402
 from measure import BenchError, CpuMeter, Ports, Sink, percentile  # noqa: E402
+from where import Breakdown, Sampler  # noqa: E402
 
-ENGINES = ("rflow", "restate", "dbos", "restate-fsync", "rflow-ungrouped")
+ENGINES = ("rflow", "rflow-2", "restate", "dbos", "restate-fsync", "rflow-ungrouped")
 
 
 @dataclass
@@ -150,7 +155,12 @@ class Driver:
         return meter.rate("engine", sample)[0]
 
     async def phase(
-        self, engine: Engine, label: str, count: int, rate: float | None = None
+        self,
+        engine: Engine,
+        label: str,
+        count: int,
+        rate: float | None = None,
+        sampler: Sampler | None = None,
     ) -> Phase:
         phase = Phase(label, self.firings(engine, label, count))
         idle = await self.idle_rate(engine)
@@ -162,6 +172,8 @@ class Driver:
             }
         )
         phase.first = time.time()
+        if sampler is not None:
+            await sampler.start()
         if rate is None:
             await self.burst(engine, phase)
         else:
@@ -181,7 +193,7 @@ class Driver:
             flush=True,
         )
         phases: list[Phase] = []
-        warm = await self.phase(engine, "warm", max(50, args.runs // 10))
+        warm = await self.phase(engine, "warm", max(50, args.runs // 2))
         print(
             f"[{engine.name}] warm-up: {len(warm.firings)} runs at {warm.rate:.1f} runs/s",
             flush=True,
@@ -189,11 +201,17 @@ class Driver:
         peak = await self.phase(engine, "peak", args.runs)
         phases.append(peak)
         show(engine, peak, "peak (open loop)")
+        sampler = None
+        if isinstance(engine, Rflow) and engine.workers == 1:
+            sampler = Sampler(engine.processes()[0], args.duration, engine.workdir / "where.txt")
         fixed = await self.phase(
-            engine, "fixed", max(10, round(args.rate * args.duration)), args.rate
+            engine, "fixed", max(10, round(args.rate * args.duration)), args.rate, sampler
         )
         phases.append(fixed)
         show(engine, fixed, f"paced at {args.rate:g}/s")
+        where = await sampler.finish() if sampler is not None else None
+        if where is not None:
+            show_where(engine, fixed, where)
         half_rate = peak.rate / 2
         half = await self.phase(
             engine, "half", max(10, round(half_rate * args.duration)), half_rate
@@ -207,6 +225,7 @@ class Driver:
             "fixed": fixed,
             "half": half,
             "half_rate": half_rate,
+            "where": where,
             "lost": sum(p.lost for p in [warm, *phases]),
             "duplicates": self.sink.duplicates(ids),
             "fired": len(ids),
@@ -240,6 +259,20 @@ def show(engine: Engine, phase: Phase, what: str) -> None:
     )
 
 
+def show_where(engine: Engine, phase: Phase, where: Breakdown) -> None:
+    if where.error is not None:
+        print(f"[{engine.name}]   where the time goes: not sampled ({where.error})", flush=True)
+        return
+    per_run = phase.cpu["cpu"]["engine"] / len(phase.firings) * 1000
+    print(
+        f"[{engine.name}]   where the worker's time goes (py-spy, {where.samples} samples; "
+        "ms of CPU per run):",
+        flush=True,
+    )
+    for label, share in where.shares:
+        print(f"[{engine.name}]     {share:6.1%}  {share * per_run:5.2f} ms  {label}", flush=True)
+
+
 def make_engine(
     name: str, stack: Stack, ports: Ports, workdir: Path, sink: Sink, rflow: Path | None
 ) -> Engine:
@@ -248,6 +281,10 @@ def make_engine(
     base = (stack, ports, workdir / name, sink.url)
     if name == "rflow":
         return Rflow(*base, command=rflow)
+    if name == "rflow-2":
+        engine = Rflow(*base, command=rflow, workers=2)
+        engine.name = name
+        return engine
     if name == "rflow-ungrouped":
         engine = Rflow(*base, grouped=False, command=rflow)
         engine.name = name
@@ -423,6 +460,10 @@ def report(
             )
     print(f"\nrflow against Restate (ratio = rflow / Restate; {args.groups} concurrency groups):")
     emit("peers", out)
+    where = results["rflow"].get("where")
+    if where is not None:
+        print(f"\nWhere the rflow worker's time goes at {fixed} (the targets missed above):")
+        show_where(results["rflow"]["engine"], results["rflow"]["fixed"], where)
 
 
 async def run(args: argparse.Namespace, workdir: Path) -> int:
@@ -491,7 +532,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="the fixed rate (default 100/s)")
     parser.add_argument("--groups", type=int, default=64, help="concurrency groups (default 64)")
     parser.add_argument(
-        "--engines", nargs="+", choices=ENGINES, default=["rflow", "restate", "dbos"]
+        "--engines", nargs="+", choices=ENGINES, default=["rflow", "rflow-2", "restate", "dbos"]
     )
     parser.add_argument(
         "--stall", type=float, default=30.0, help="seconds without a notify that end a phase"

@@ -246,15 +246,21 @@ class Rflow(Engine):
     name = "rflow"
     label = "rflow worker"
 
-    def __init__(self, *args: Any, grouped: bool = True, command: Path | None = None) -> None:
+    def __init__(
+        self, *args: Any, grouped: bool = True, command: Path | None = None, workers: int = 1
+    ) -> None:
         super().__init__(*args)
         self.grouped = grouped
+        self.workers = workers
+        if workers > 1:
+            self.label = f"{workers} rflow workers"
         self.command = command or REPO / ".venv" / "bin" / "rflow"
         self.prefix = f"peers{self.tag}."
         self.app_id = f"rflow-peers{self.tag}"
         self.schema = f"peers_{self.tag}"
         self.topic = self.prefix + "rflow.triggers"
         self.producer: AIOKafkaProducer | None = None
+        self.web_ports: list[int] = []
 
     async def start(self) -> None:
         rflow = self.command
@@ -266,6 +272,12 @@ class Rflow(Engine):
         if not self.grouped:
             text = text.replace('    concurrency:\n      group: "${{ trigger.group }}"\n', "")
         (project / "bench.yaml").write_text(text)
+        for n in range(1, self.workers + 1):
+            # One consumer group: each worker starts, then all are ready once the
+            # group has shared the partitions out.
+            await self.start_worker(rflow, project, n)
+
+    async def start_worker(self, rflow: Path, project: Path, n: int) -> None:
         web_port = self.ports.take()
         env = _clean_env("RFLOW_") | {
             "RFLOW_KAFKA_BROKERS": self.stack.brokers,
@@ -274,28 +286,34 @@ class Rflow(Engine):
             "RFLOW_TOPIC_PREFIX": self.prefix,
             "RFLOW_APP_ID": self.app_id,
             "RFLOW_WEB_PORT": str(web_port),
-            "RFLOW_DATA_DIR": str(self.workdir / "rflow-data"),
+            "RFLOW_DATA_DIR": str(self.workdir / f"rflow-data-{n}"),
             "RFLOW_PROJECT": str(project),
         }
-        worker = Process(
-            "rflow worker", [str(rflow), "worker"], env, self.workdir / "rflow-worker.log"
-        )
+        log = self.workdir / ("rflow-worker.log" if n == 1 else f"rflow-worker-{n}.log")
+        worker = Process("rflow worker", [str(rflow), "worker"], env, log)
         self.running.append(worker)
+        self.web_ports.append(web_port)
 
         async with aiohttp.ClientSession() as http:
 
             async def ready() -> bool:
-                try:
-                    async with http.get(f"http://127.0.0.1:{web_port}/rflow/ready/") as response:
-                        return (
-                            response.status == 200 and (await response.json()).get("ready") is True
-                        )
-                except aiohttp.ClientError:
-                    return False
+                for port in self.web_ports:
+                    try:
+                        async with http.get(f"http://127.0.0.1:{port}/rflow/ready/") as response:
+                            if not (
+                                response.status == 200
+                                and (await response.json()).get("ready") is True
+                            ):
+                                return False
+                    except aiohttp.ClientError:
+                        return False
+                return True
 
             await wait_until(
-                ready, timeout=180, what="the rflow worker to be ready", alive=self.alive
+                ready, timeout=180, what="the rflow workers to be ready", alive=self.alive
             )
+        if self.producer is not None:
+            return
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.stack.brokers, acks="all", enable_idempotence=True
         )
