@@ -135,6 +135,13 @@ SELECT COALESCE(d.journal, r.final_state) FROM runs r LEFT JOIN dead_runs d USIN
 WHERE r.run_id = %s
 """
 _STEPS = "SELECT * FROM step_logs WHERE run_id = %s ORDER BY seq, path, visit"
+_SIBLINGS = """
+SELECT run_id, matrix, status, retry_of FROM runs
+WHERE workflow = %(workflow)s AND trigger_key = %(trigger_key)s AND matrix IS NOT NULL
+  AND created_at BETWEEN %(at)s - interval '1 day' AND %(at)s + interval '1 day'
+ORDER BY created_at, run_id
+LIMIT 500
+"""
 _GET_DEAD = "SELECT * FROM dead_runs WHERE run_id = %s"
 _MARK_RETRIED = """
 WITH dead AS (
@@ -358,6 +365,24 @@ async def get_run(conn: psycopg.AsyncConnection, run_id: str) -> dict[str, Any] 
             await cur.execute(_GET_DEAD, (run_id,))
             run["dead"] = await cur.fetchone()
             return run
+
+
+async def matrix_runs(conn: psycopg.AsyncConnection, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs of ``run``'s firing, one per matrix combination (and their retries), in
+    the order they were admitted; empty for a run without a matrix."""
+    if run.get("matrix") is None:
+        return []
+    params = {
+        "workflow": run["workflow"],
+        "trigger_key": run["trigger_key"],
+        # A firing admits every combination at once: the index on (workflow, created_at)
+        # finds them.
+        "at": run["created_at"],
+    }
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_SIBLINGS, params)
+            return list(await cur.fetchall())
 
 
 async def mark_retried(conn: psycopg.AsyncConnection, run_id: str, new_run_id: str) -> str | None:

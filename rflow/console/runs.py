@@ -104,13 +104,14 @@ def attach(console: Console) -> None:
         async def load(conn: Any) -> tuple[Any, ...]:
             run = await runs.get_run(conn, run_id)
             if run is None:
-                return None, [], [], []
+                return None, [], [], [], []
             charges = await budgets.run_charges(conn, run_id)
             transactions = await sends.of_run(conn, run_id)
             open_approvals = await waits.pending_approvals(conn, run_id=run_id)
-            return run, charges, transactions, open_approvals
+            combinations = await runs.matrix_runs(conn, run)
+            return run, charges, transactions, open_approvals, combinations
 
-        run, charges, transactions, open_approvals = await console.db(load, "run")
+        run, charges, transactions, open_approvals, combinations = await console.db(load, "run")
         if run is None:
             return console.render(
                 visit,
@@ -142,6 +143,7 @@ def attach(console: Console) -> None:
             charges=charges,
             transactions=transactions,
             approvals=entries,
+            combinations=combinations,
             settled=run["settled_at"] is not None,
             waiting=await console.approvals_waiting(),
             live=run["settled_at"] is None,

@@ -20,7 +20,7 @@ from playwright.async_api import expect
 
 from rflow import storage
 from rflow.console import auth
-from rflow.engine.keys import retry_run_id
+from rflow.engine.keys import firing_runs, retry_run_id
 from rflow.storage import controls, dead_letters, sends
 from tests.integration import chain
 from tests.integration.browser import chromium, screenshot, sign_in
@@ -466,6 +466,48 @@ async def test_an_operator_retries_rejects_cancels_and_replays_a_dead_letter(
     )
     replayed = await dead_letter_of(settings, letter["record_key"])
     assert replayed["replayed_at"] is not None
+
+
+SWEEP = """
+  sweep:
+    trigger: { manual: {} }
+    strategy:
+      matrix: { chain: [base, optimism, arbitrum] }
+    steps:
+      - id: check
+        command:
+          name: assert
+          args: { that: "${{ matrix.chain != 'optimism' }}", message: "optimism is down" }
+"""
+
+
+async def test_a_matrix_run_shows_its_firings_other_combinations(
+    settings, worker_factory, tmp_path, browser
+):
+    project = tmp_path / "project.yaml"
+    project.write_text(OFF_CHAIN + SWEEP)
+    worker = worker_factory(project_path=project)
+    await worker.wait_ready()
+    page = await browser.new_page()
+    await sign_in(page, worker.url, settings.api_token.get_secret_value())
+
+    await fire(settings, project, "sweep", "manual:sweep:1", {})
+    combos = firing_runs("sweep", "manual:sweep:1", {"chain": ["base", "optimism", "arbitrum"]})
+    runs_by_chain = {combo["chain"]: rid for combo, rid in combos}
+    for rid in runs_by_chain.values():
+        await settled_run(settings, rid)
+    await page.goto(f"{worker.url}/console/runs/{runs_by_chain['base']}")
+    table = page.locator("#combinations")
+    await expect(table.locator("tbody tr")).to_have_count(3)
+    await expect(table.locator("tr.current")).to_contain_text("chain=base")
+    await expect(table.locator("tr.current")).to_contain_text("this run")
+    failed = table.locator("tr", has_text="chain=optimism")
+    await expect(failed.locator(".status")).to_have_text("failed")
+    await screenshot(page, "17-run-matrix")
+    await failed.locator("a").click()
+    await expect(page.locator("h1")).to_contain_text(runs_by_chain["optimism"])
+    await expect(page.locator("#why")).to_contain_text("optimism is down")
+    await expect(page.locator("#combinations tr.current")).to_contain_text("chain=optimism")
 
 
 async def _has_status(settings, rid: str, status: str) -> bool:
