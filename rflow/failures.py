@@ -106,6 +106,16 @@ class StepError(BaseModel):
             data.pop("non_retryable", None)
         return data
 
+    def view(self) -> dict[str, Any]:
+        """What expressions see as ``error``: every field, ``retry_after`` ``None`` and
+        ``non_retryable`` false when the service said nothing."""
+        return {
+            "kind": str(self.kind),
+            "message": self.message,
+            "retry_after": self.retry_after,
+            "non_retryable": self.non_retryable,
+        }
+
     @property
     def retryable(self) -> bool:
         """Whether a retry policy may retry it (its kind is retryable, and nothing said no)."""

@@ -42,7 +42,7 @@ def step_view(record: StepRecord) -> dict[str, Any]:
     view: dict[str, Any] = {
         "status": str(record.status),
         "output": output,
-        "error": record.error.model_dump(mode="json") if record.error else None,
+        "error": record.error.view() if record.error else None,
     }
     if isinstance(output, Mapping) and "tx" in output:
         view["tx"] = output["tx"]
@@ -101,9 +101,7 @@ def run_context(
         },
         "state": state.state,
         "env": {name: Placeholder(placeholder(name)) for name in env},
-        "error": error.model_dump(mode="json")
-        if error
-        else (state.error.model_dump(mode="json") if state.error else None),
+        "error": error.view() if error else (state.error.view() if state.error else None),
     }
     if item is not _UNSET:
         context["item"] = item

@@ -75,7 +75,7 @@ def decide(
     if attempt >= policy.max_attempts:
         return RetryDecision(False, none, f"{attempt} of {policy.max_attempts} attempts used")
     if policy.retry_if is not None:
-        with_error = {**context, "error": error.model_dump(mode="json")}
+        with_error = {**context, "error": error.view()}
         if not holds(policy.retry_if, with_error):
             return RetryDecision(False, none, "retry_if does not hold")
     delay, source = retry_delay(policy.backoff, attempt, seed, error.retry_after)

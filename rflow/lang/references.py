@@ -24,8 +24,10 @@ STEP_FIELDS = ("output", "status", "tx", "error")
 RUN_FIELDS = ("id", "workflow", "version", "trigger_key", "status")
 """What ``run`` offers (built by :func:`rflow.engine.context.run_context`)."""
 
-ERROR_FIELDS = ("kind", "message")
-"""What ``error`` offers: the failure's kind and its message."""
+ERROR_FIELDS = ("kind", "message", "retry_after", "non_retryable")
+"""What ``error`` offers: the failure's kind and its message, the seconds the service
+asked to wait (``Retry-After``, else null) and whether a status outside
+``retryable_status_codes`` made it never retried."""
 
 _BLOCKS = ("steps", "finally")
 _KNOWN_STEP_KEYS = frozenset([*ACTIONS, *(f.alias or n for n, f in StepBase.model_fields.items())])

@@ -210,3 +210,32 @@ def test_backoff_10s_keeps_its_meaning_a_fixed_delay_between_attempts():
     assert (policy.backoff.strategy, policy.backoff.delay) == ("fixed", timedelta(seconds=10))
     delays = {backoff_delay(policy.backoff, n, ("r", "a", 1, n)) for n in (1, 2, 3, 4)}
     assert all(timedelta(seconds=8) <= d <= timedelta(seconds=12) for d in delays)
+
+
+def test_retry_if_sees_what_the_service_said_about_trying_again():
+    wf = workflow(
+        """
+trigger: { manual: {} }
+steps:
+  - id: a
+    http_call: { url: "http://x.test/a" }
+    retry:
+      max_attempts: 5
+      retry_if: "${{ error.retry_after != null && !error.non_retryable }}"
+"""
+    )
+    said = [
+        StepError(kind=FailureKind.RATE_LIMITED, message="429", retry_after=1),
+        fail("rate_limited"),
+    ]
+    calls = {"n": 0}
+
+    def answer(execute: Execute):
+        calls["n"] += 1
+        return said[calls["n"] - 1]
+
+    state = Driver(wf).run(answer)
+    # Retried after the 429 that said when, not after the one that said nothing.
+    assert calls["n"] == 2
+    assert state.status == RunStatus.FAILED
+    assert state.error.retry_after is None

@@ -811,3 +811,23 @@ def test_a_literal_http_call_url_must_be_in_the_allowed_hosts() -> None:
         "127.0.0.1:9090 is not allowed by permissions.http_hosts "
         "(api.example.com, *.internal.example, 127.0.0.1:8080)",
     ]
+
+
+def test_error_offers_what_the_service_said_about_trying_again() -> None:
+    text = """\
+        workflows:
+          w:
+            trigger: { manual: {} }
+            steps:
+              - id: a
+                http_call: { url: "https://api.example.com/x" }
+                retry: { max_attempts: 3, retry_if: "${{ error.retry_after != null && !error.non_retryable }}" }
+            finally:
+              - id: c
+                notify: { channel: ops, message: "${{ error.kind }} after ${{ error.retry_after }}" }
+        """
+    assert findings(text) == []
+    assert findings(text.replace("error.retry_after }}", "error.retry_afer }}")) == [
+        "wf.yaml:10:71: error: workflows.w.finally[0].notify.message: error has no "
+        "'retry_afer' — did you mean 'retry_after'? (use kind, message, retry_after, non_retryable)"
+    ]
