@@ -1,7 +1,8 @@
 """rflow beside Restate and DBOS: the same workflow on each, driven the same way, black-box.
 
     python bench/bench_peers.py [--quick] [--runs N] [--duration S] [--rate R] [--groups G]
-                                [--engines rflow restate dbos ...] [--ports LO-HI] [--keep]
+                                [--engines rflow rflow-2 restate dbos ...] [--stall S]
+                                [--ports LO-HI] [--rflow PATH] [--keep]
 
 Needs the local stack (`scripts/stack up`, then `eval "$(scripts/stack env)"`) and rflow's
 virtualenv (`scripts/bootstrap`). The peers are installed by this script into `.bench/`

@@ -11,10 +11,10 @@ are stopped), on a fresh deployment of it:
            until the engine is idle again, per run;
   @rate    firings paced at a fixed rate (100/s) for D seconds, open loop (a late firing
            is not made up for by waiting less later); trigger-to-sink latency p50/p99;
-  @half    the same at half of the engine's own peak.
-
-During @rate, py-spy samples the rflow worker from outside (``where.py``): where its time
-goes, as shares of its samples and milliseconds of CPU per run.
+  @half    the same at half of the engine's own peak;
+  @sampled (rflow, one worker) @rate again, while py-spy samples the worker from outside
+           (``where.py``): where its time goes, as shares of its samples and
+           milliseconds of CPU per run; its latency is not a figure of the report.
 
 A firing counts once the engine acknowledged it durably (``Engine.fire``); its latency is
 the sink's arrival time of its notify minus when it was fired (one clock: the sink runs
@@ -201,23 +201,28 @@ class Driver:
         peak = await self.phase(engine, "peak", args.runs)
         phases.append(peak)
         show(engine, peak, "peak (open loop)")
-        sampler = None
-        if isinstance(engine, Rflow) and engine.workers == 1:
-            sampler = Sampler(engine.processes()[0], args.duration, engine.workdir / "where.txt")
         fixed = await self.phase(
-            engine, "fixed", max(10, round(args.rate * args.duration)), args.rate, sampler
+            engine, "fixed", max(10, round(args.rate * args.duration)), args.rate
         )
         phases.append(fixed)
         show(engine, fixed, f"paced at {args.rate:g}/s")
-        where = await sampler.finish() if sampler is not None else None
-        if where is not None:
-            show_where(engine, fixed, where)
         half_rate = peak.rate / 2
         half = await self.phase(
             engine, "half", max(10, round(half_rate * args.duration)), half_rate
         )
         phases.append(half)
         show(engine, half, f"paced at half its peak, {half_rate:.1f}/s")
+        where = sampled = None
+        if isinstance(engine, Rflow) and engine.workers == 1:
+            # A phase of its own: py-spy takes CPU, which the figures above do not pay.
+            sampler = Sampler(engine.processes()[0], args.duration, engine.workdir / "where.txt")
+            sampled = await self.phase(
+                engine, "sampled", max(10, round(args.rate * args.duration)), args.rate, sampler
+            )
+            phases.append(sampled)
+            show(engine, sampled, f"paced at {args.rate:g}/s again, sampled by py-spy")
+            where = await sampler.finish()
+            show_where(engine, sampled, where)
         ids = [i for p in [warm, *phases] for i in p.ids]
         return {
             "engine": engine,
@@ -226,6 +231,7 @@ class Driver:
             "half": half,
             "half_rate": half_rate,
             "where": where,
+            "sampled": sampled,
             "lost": sum(p.lost for p in [warm, *phases]),
             "duplicates": self.sink.duplicates(ids),
             "fired": len(ids),
@@ -463,7 +469,7 @@ def report(
     where = results["rflow"].get("where")
     if where is not None:
         print(f"\nWhere the rflow worker's time goes at {fixed} (the targets missed above):")
-        show_where(results["rflow"]["engine"], results["rflow"]["fixed"], where)
+        show_where(results["rflow"]["engine"], results["rflow"]["sampled"], where)
 
 
 async def run(args: argparse.Namespace, workdir: Path) -> int:

@@ -26,14 +26,14 @@ ACTIVITIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("read model: projecting run events into Postgres", r"\(agents/projector\.py"),
         (
             "checkpoint: journals and table changes to Kafka, offsets",
-            r"Consumption\.checkpoint|flush_journal|\(streams/tables\.py",
+            r"Consumption\.checkpoint|flush_journal|\b(Staged|Tables)\.flush\b",
         ),
         ("state_set: the Postgres statement (psycopg)", r"Executors\.state\b"),
         ("notify: the HTTP request (aiohttp)", r"Executors\.notify\b"),
         ("engine: advance (the run's decisions)", r"\(rflow/engine/advance\.py"),
         (
             "admission: gate, lanes, starting the run",
-            r"Runner\.(admit|begin|start_run|settled|carry_out)\b|\(rflow/engine/admission\.py",
+            r"\bRunner\.(admit|begin|start_run|settled|carry_out)\b|\(rflow/engine/admission\.py",
         ),
         (
             "Kafka consumer thread: fetching, handing records over",

@@ -37,6 +37,22 @@ AGENT = (
             "engine: advance",
         ),
         (AGENT + ";Runner.admit (agents/runner.py:1);gate_of (agents/runner.py:9)", "admission:"),
+        # A table read while admitting is admission's; writing the changes is the checkpoint's.
+        (
+            AGENT + ";Runner.admit (agents/runner.py:1);Staged.get (streams/tables.py:60)",
+            "admission:",
+        ),
+        (
+            MAIN
+            + ";Handle._run (asyncio/events.py:80);Staged.flush.<locals>.write (streams/tables.py:99)",
+            "checkpoint:",
+        ),
+        # The effect runner is not the runner: its producing is the Kafka client's.
+        (
+            AGENT
+            + ";EffectRunner.carry_out (agents/effects.py:1);Sender._sender_routine (aiokafka/producer/sender.py:1)",
+            "Kafka client on the main loop:",
+        ),
         # A state_set counts with the psycopg calls it makes.
         (
             MAIN
