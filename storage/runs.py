@@ -136,11 +136,10 @@ WHERE r.run_id = %s
 """
 _STEPS = "SELECT * FROM step_logs WHERE run_id = %s ORDER BY seq, path, visit"
 _SIBLINGS = """
-SELECT run_id, matrix, status, retry_of FROM runs
+SELECT run_id, matrix, status, retry_of, count(*) OVER () AS total FROM runs
 WHERE workflow = %(workflow)s AND trigger_key = %(trigger_key)s AND matrix IS NOT NULL
-  AND created_at BETWEEN %(at)s - interval '1 day' AND %(at)s + interval '1 day'
 ORDER BY created_at, run_id
-LIMIT 500
+LIMIT %(limit)s
 """
 _GET_DEAD = "SELECT * FROM dead_runs WHERE run_id = %s"
 _MARK_RETRIED = """
@@ -367,22 +366,24 @@ async def get_run(conn: psycopg.AsyncConnection, run_id: str) -> dict[str, Any] 
             return run
 
 
-async def matrix_runs(conn: psycopg.AsyncConnection, run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The runs of ``run``'s firing, one per matrix combination (and their retries), in
-    the order they were admitted; empty for a run without a matrix."""
+async def matrix_runs(
+    conn: psycopg.AsyncConnection, run: dict[str, Any], limit: int = 1000
+) -> tuple[list[dict[str, Any]], int]:
+    """The runs of ``run``'s firing, one per matrix combination, and their retries (they
+    keep its trigger key), in the order they were admitted: the first ``limit`` of them,
+    ``run`` always among them, and how many there are. None for a run without a matrix."""
     if run.get("matrix") is None:
-        return []
-    params = {
-        "workflow": run["workflow"],
-        "trigger_key": run["trigger_key"],
-        # A firing admits every combination at once: the index on (workflow, created_at)
-        # finds them.
-        "at": run["created_at"],
-    }
+        return [], 0
+    params = {"workflow": run["workflow"], "trigger_key": run["trigger_key"], "limit": limit}
     with translated():
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_SIBLINGS, params)
-            return list(await cur.fetchall())
+            found = list(await cur.fetchall())
+    total = found[0]["total"] if found else 0
+    if not any(row["run_id"] == run["run_id"] for row in found):
+        found.append({k: run[k] for k in ("run_id", "matrix", "status", "retry_of")})
+        total = max(total, len(found))
+    return found, total
 
 
 async def mark_retried(conn: psycopg.AsyncConnection, run_id: str, new_run_id: str) -> str | None:

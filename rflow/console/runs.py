@@ -104,14 +104,16 @@ def attach(console: Console) -> None:
         async def load(conn: Any) -> tuple[Any, ...]:
             run = await runs.get_run(conn, run_id)
             if run is None:
-                return None, [], [], [], []
+                return None, [], [], [], ([], 0)
             charges = await budgets.run_charges(conn, run_id)
             transactions = await sends.of_run(conn, run_id)
             open_approvals = await waits.pending_approvals(conn, run_id=run_id)
             combinations = await runs.matrix_runs(conn, run)
             return run, charges, transactions, open_approvals, combinations
 
-        run, charges, transactions, open_approvals, combinations = await console.db(load, "run")
+        run, charges, transactions, open_approvals, (combinations, combined) = await console.db(
+            load, "run"
+        )
         if run is None:
             return console.render(
                 visit,
@@ -144,6 +146,7 @@ def attach(console: Console) -> None:
             transactions=transactions,
             approvals=entries,
             combinations=combinations,
+            combined=combined,
             settled=run["settled_at"] is not None,
             waiting=await console.approvals_waiting(),
             live=run["settled_at"] is None,

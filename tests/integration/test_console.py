@@ -21,7 +21,7 @@ from playwright.async_api import expect
 from rflow import storage
 from rflow.console import auth
 from rflow.engine.keys import firing_runs, retry_run_id
-from rflow.storage import controls, dead_letters, sends
+from rflow.storage import controls, dead_letters, runs, sends
 from tests.integration import chain
 from tests.integration.browser import chromium, screenshot, sign_in
 from tests.integration.harness import produce, wait_until
@@ -508,6 +508,17 @@ async def test_a_matrix_run_shows_its_firings_other_combinations(
     await expect(page.locator("h1")).to_contain_text(runs_by_chain["optimism"])
     await expect(page.locator("#why")).to_contain_text("optimism is down")
     await expect(page.locator("#combinations tr.current")).to_contain_text("chain=optimism")
+
+    # A firing with more combinations than the page lists still shows the run itself.
+    conn = await storage.connect(settings)
+    async with conn:
+        every, total = await runs.matrix_runs(conn, await runs.get_run(conn, combos[0][1]))
+        assert total == 3
+        assert {row["run_id"] for row in every} == set(runs_by_chain.values())
+        last = await runs.get_run(conn, every[-1]["run_id"])
+        listed, total = await runs.matrix_runs(conn, last, limit=1)
+    assert total == 3
+    assert [row["run_id"] for row in listed] == [every[0]["run_id"], last["run_id"]]
 
 
 async def _has_status(settings, rid: str, status: str) -> bool:
