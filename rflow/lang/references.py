@@ -367,6 +367,10 @@ class ReferenceChecker:
                 return f"steps.{target} has no {attribute!r}{did_you_mean(attribute, STEP_FIELDS)} (use output, status, tx or error)"
             if attribute == "tx" and info.kind not in (None, "send_transaction"):
                 return f"steps.{target}.tx: only send_transaction steps have tx ({target} is a {info.kind} step)"
+            if attribute == "error" and len(ref) > 3 and isinstance(ref[3], str):
+                field = ref[3]
+                if field not in ERROR_FIELDS:
+                    return f"steps.{target}.error has no {field!r}{did_you_mean(field, ERROR_FIELDS)} (use {', '.join(ERROR_FIELDS)})"
         return None
 
     def run(self) -> list[Diagnostic]:

@@ -102,7 +102,7 @@ class Retry(Model):
     max_attempts: int = Field(3, ge=1, le=50)
     """Attempts in total, the first included (seed 004's maxRetries n is n + 1 here)."""
     retry_if: Condition | None = None
-    """An expression over error.kind and error.message; default: any retryable kind."""
+    """An expression over error (kind, message, retry_after); default: any retryable kind."""
     backoff: BackoffSpec = Backoff()
     """A duration (a fixed delay, e.g. 10s) or {strategy, delay, multiplier, max_delay, jitter}."""
     retry_on_timeout: bool = False

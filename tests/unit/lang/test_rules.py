@@ -831,3 +831,21 @@ def test_error_offers_what_the_service_said_about_trying_again() -> None:
         "wf.yaml:10:71: error: workflows.w.finally[0].notify.message: error has no "
         "'retry_afer' — did you mean 'retry_after'? (use kind, message, retry_after, non_retryable)"
     ]
+
+
+def test_a_steps_error_has_the_fields_of_error() -> None:
+    text = """\
+        workflows:
+          w:
+            trigger: { manual: {} }
+            steps:
+              - id: charge
+                http_call: { url: "https://api.example.com/x" }
+                continue_on_error: true
+              - id: tell
+                notify: { channel: ops, message: "${{ steps.charge.error.retry_after }}" }
+        """
+    assert findings(text) == []
+    (found,) = findings(text.replace("error.retry_after", "error.retry_afer"))
+    assert "steps.charge.error has no 'retry_afer' — did you mean 'retry_after'?" in found
+    assert found.startswith("wf.yaml:9:")
