@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka.partitioner import DefaultPartitioner
 
+from rflow.agents.backlog import Backlog
 from rflow.agents.executors import Executors
 from rflow.agents.slots import RunSlots
 from rflow.classify import step_error
@@ -77,7 +78,8 @@ class EffectRunner:
         self.app = app
         self.runtime = app.rflow
         self.executors = Executors(app.rflow)
-        self.tasks: set[asyncio.Task[Any]] = set()
+        self.backlog = Backlog()
+        """The actions started and not finished (the agent waits for room in it)."""
         self.limit = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
         self.slots = RunSlots(max_concurrent_runs(app.rflow.project))
         self.rows = asyncio.Semaphore(MAX_CONCURRENT_ROWS)
@@ -88,17 +90,16 @@ class EffectRunner:
         )
 
     async def close(self) -> None:
-        for task in list(self.tasks):
+        tasks = list(self.backlog.tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.executors.close()
 
     def spawn(self, work: Awaitable[Any], what: str) -> None:
-        task = asyncio.ensure_future(work)
-        self.tasks.add(task)
+        task = self.backlog.start(work)
 
         def done(finished: asyncio.Task[Any]) -> None:
-            self.tasks.discard(finished)
             if not finished.cancelled() and finished.exception() is not None:
                 log.error("%s failed: %r", what, finished.exception())
 

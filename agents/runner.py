@@ -774,6 +774,9 @@ def attach(app: RflowApp) -> Runner:
             message = event.message
             if not consumption.take(message):
                 continue
+            # Not ahead of the actions already started (outside the partition's lock,
+            # which their results need).
+            await runner.effects.backlog.room()
             await consumption.process(message, lambda m=message, v=event.value: decide(m, v))
 
     async def decide(message: Any, value: bytes) -> None:
