@@ -8,11 +8,8 @@ schema, like the integration tests, and removes them afterwards: processes it st
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # for tests.integration.harness (not an installed package)
     sys.path.insert(0, str(REPO))
 
+from _profile import die_with_parent, start_profiler, stop_profiler  # noqa: E402, F401
 from _report import print_table  # noqa: E402, F401 (shared by the benchmarks)
 from aiohttp import web  # noqa: E402
 from aiokafka import AIOKafkaProducer  # noqa: E402
@@ -137,14 +135,6 @@ async def query_one(settings: Settings, query: str, params: tuple = ()) -> Any:
 
 # --- processes ------------------------------------------------------------------------
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: SIGTERM the child if the benchmark dies, so no worker outlives it."""
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
 
 class Worker(WorkerProcess):
     """``rflow worker --no-setup`` in its own process (stopped with its parent)."""
@@ -180,7 +170,7 @@ class Worker(WorkerProcess):
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         return self
 
@@ -207,7 +197,7 @@ def start_process(
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        preexec_fn=_die_with_parent,
+        preexec_fn=die_with_parent,
     )
     return proc, log
 
@@ -435,30 +425,6 @@ def install_sigterm() -> None:
 
 
 # --- profiling ------------------------------------------------------------------------
-
-
-def start_profiler(pid: int, out: Path, rate: int = 200) -> subprocess.Popen | None:
-    """``py-spy record`` on ``pid`` (collapsed stacks, idle frames dropped) until stopped;
-    None when py-spy is not installed."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(spy).exists():
-        return None
-    command = [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate)]
-    command += ["--nonblocking", "--output", str(out)]
-    return subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
-    )
-
-
-def stop_profiler(proc: subprocess.Popen) -> None:
-    """py-spy writes its output when interrupted."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 _SCAFFOLDING = ("asyncio/", "selectors", "<frozen", "click/", "mode/", "rflow/cli/", "runpy")

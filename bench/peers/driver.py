@@ -173,7 +173,7 @@ class Driver:
         )
         phase.first = time.time()
         if sampler is not None:
-            await sampler.start()
+            sampler.start()
         if rate is None:
             await self.burst(engine, phase)
         else:
@@ -215,7 +215,7 @@ class Driver:
         where = sampled = None
         if isinstance(engine, Rflow) and engine.workers == 1:
             # A phase of its own: py-spy takes CPU, which the figures above do not pay.
-            sampler = Sampler(engine.processes()[0], args.duration, engine.workdir / "where.txt")
+            sampler = Sampler(engine.processes()[0], engine.workdir / "where.txt")
             sampled = await self.phase(
                 engine, "sampled", max(10, round(args.rate * args.duration)), args.rate, sampler
             )

@@ -8,8 +8,6 @@ here may import rflow. Completion is observed only at the sink.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -21,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _profile import die_with_parent
 from aiohttp import web
 
 
@@ -179,14 +178,6 @@ class CpuMeter:
 
 # --- processes and ports --------------------------------------------------------------
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: SIGTERM the child if the benchmark dies, so no engine outlives it."""
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
 
 class Process:
     """A server the benchmark started, logging to a file, stopped by its PID."""
@@ -201,7 +192,7 @@ class Process:
             stdout=self._out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
 
     @property

@@ -1,8 +1,8 @@
 """Where an rflow worker's time goes: py-spy samples of it, summed by what rflow was doing.
 
-py-spy (from ``.bench/venv``, installed from the lock) reads the worker's stacks from
-outside, without pausing it (``--nonblocking``), a hundred times a second for the length
-of a phase. Each sample is put in the first category whose rule matches a frame of its
+py-spy (from ``.bench/venv``, installed from the lock; started by ``bench/_profile.py``)
+reads the worker's stacks from outside, without pausing it, a hundred times a second for
+the length of a phase. Each sample is put in the first category whose rule matches a frame of its
 stack, in the order of :data:`ACTIVITIES` (the most specific first): a ``state_set``
 counts with its psycopg calls, an advance started by admission counts as the engine's.
 A sample matching none goes by its deepest frame of a known package (:data:`LIBRARIES`).
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
-import sys
+import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+from _profile import start_profiler, stop_profiler
 
 ACTIVITIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (label, re.compile(rule))
@@ -60,15 +61,6 @@ loop was running."""
 OTHER = "event loop and the rest"
 
 
-def pyspy() -> Path | None:
-    """py-spy beside this interpreter (the peers' virtualenv), or on the PATH."""
-    beside = Path(sys.executable).parent / "py-spy"
-    if beside.exists():
-        return beside
-    found = shutil.which("py-spy")
-    return Path(found) if found else None
-
-
 @dataclass
 class Breakdown:
     samples: int
@@ -77,44 +69,24 @@ class Breakdown:
 
 
 class Sampler:
-    """py-spy recording process ``pid`` for ``seconds`` into ``out``."""
+    """py-spy recording process ``pid`` from :meth:`start` to :meth:`finish` into ``out``."""
 
-    def __init__(self, pid: int, seconds: float, out: Path) -> None:
-        self.pid, self.seconds, self.out = pid, seconds, out
-        self.process: asyncio.subprocess.Process | None = None
-        self.error: str | None = None
+    def __init__(self, pid: int, out: Path) -> None:
+        self.pid, self.out = pid, out
+        self.errors = out.with_suffix(".err")
+        self.process: subprocess.Popen | None = None
 
-    async def start(self) -> None:
-        binary = pyspy()
-        if binary is None:
-            self.error = "py-spy is not installed"
-            return
-        self.process = await asyncio.create_subprocess_exec(
-            str(binary),
-            "record",
-            "--pid",
-            str(self.pid),
-            "--duration",
-            str(max(1, round(self.seconds))),
-            "--rate",
-            "100",
-            "--format",
-            "raw",
-            "--nonblocking",
-            "--output",
-            str(self.out),
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
+    def start(self) -> None:
+        self.process = start_profiler(self.pid, self.out, rate=100, errors=self.errors)
 
     async def finish(self) -> Breakdown:
-        if self.process is not None:
-            _, err = await self.process.communicate()
-            if self.process.returncode != 0 or not self.out.exists():
-                # ptrace may be refused (kernel.yama.ptrace_scope): say so, measure the rest.
-                self.error = (err.decode(errors="replace").strip().splitlines() or ["failed"])[-1]
-        if self.error is not None:
-            return Breakdown(0, [], self.error)
+        if self.process is None:
+            return Breakdown(0, [], "py-spy is not installed")
+        await asyncio.to_thread(stop_profiler, self.process)
+        if not self.out.exists():
+            # ptrace may be refused (kernel.yama.ptrace_scope): say so, measure the rest.
+            said = self.errors.read_text(errors="replace").strip().splitlines()
+            return Breakdown(0, [], said[-1] if said else "py-spy failed")
         return breakdown(self.out.read_text())
 
 

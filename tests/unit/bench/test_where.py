@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 
-WHERE = Path(__file__).resolve().parents[3] / "bench" / "peers" / "where.py"
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+WHERE = BENCH / "peers" / "where.py"
 
 
 @pytest.fixture(scope="module")
 def where():
+    if str(BENCH) not in sys.path:  # where.py imports bench/_profile.py, as the driver has it
+        sys.path.insert(0, str(BENCH))
     spec = importlib.util.spec_from_file_location("bench_where", WHERE)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks itself up there
