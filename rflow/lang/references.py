@@ -314,8 +314,7 @@ class ReferenceChecker:
             return f"unknown input {ref[1]!r}{hint} (the manual trigger declares: {declared})"
         fixed = {"run": RUN_FIELDS, "error": ERROR_FIELDS}.get(str(root))
         if fixed is not None and len(ref) > 1 and isinstance(ref[1], str) and ref[1] not in fixed:
-            hint = did_you_mean(ref[1], fixed)
-            return f"{root} has no {ref[1]!r}{hint} (use {', '.join(fixed)})"
+            return _no_field(str(root), ref[1], fixed)
         if root == "env" and len(ref) > 1 and ref[1] not in self.env_names:
             return f"env.{ref[1]} is not allow-listed: add {ref[1]} to the workflow's env list"
         if (
@@ -367,10 +366,9 @@ class ReferenceChecker:
                 return f"steps.{target} has no {attribute!r}{did_you_mean(attribute, STEP_FIELDS)} (use output, status, tx or error)"
             if attribute == "tx" and info.kind not in (None, "send_transaction"):
                 return f"steps.{target}.tx: only send_transaction steps have tx ({target} is a {info.kind} step)"
-            if attribute == "error" and len(ref) > 3 and isinstance(ref[3], str):
-                field = ref[3]
-                if field not in ERROR_FIELDS:
-                    return f"steps.{target}.error has no {field!r}{did_you_mean(field, ERROR_FIELDS)} (use {', '.join(ERROR_FIELDS)})"
+            field = ref[3] if attribute == "error" and len(ref) > 3 else None
+            if isinstance(field, str) and field not in ERROR_FIELDS:
+                return _no_field(f"steps.{target}.error", field, ERROR_FIELDS)
         return None
 
     def run(self) -> list[Diagnostic]:
@@ -379,6 +377,11 @@ class ReferenceChecker:
         self._check_jumps()
         self._check_expressions()
         return self.diagnostics
+
+
+def _no_field(owner: str, field: str, fields: tuple[str, ...]) -> str:
+    """Why ``owner.field`` is refused: ``owner`` offers only ``fields``."""
+    return f"{owner} has no {field!r}{did_you_mean(field, fields)} (use {', '.join(fields)})"
 
 
 def _manual_inputs(workflow: Mapping[str, Any]) -> frozenset[str] | None:
