@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
@@ -29,6 +29,7 @@ _VARIABLES = {
     "BROKER_SESSION_TIMEOUT": "broker_session_timeout",
     "BROKER_HEARTBEAT_INTERVAL": "broker_heartbeat_interval",
     "STREAM_PROCESSING_TIMEOUT": "stream_processing_timeout",
+    "EVENT_LOOP": "event_loop",
     "SEND_BUMP_AFTER": "send_bump_after",
     "SEND_EXPIRE_AFTER": "send_expire_after",
     "SEND_POLL_INTERVAL": "send_poll_interval",
@@ -98,6 +99,12 @@ class Settings(BaseModel):
         gt=0,
         description="seconds a partition with records waiting may go unprocessed before the "
         "worker logs it as stalled (Faust's stream_processing_timeout)",
+    )
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        "auto",
+        description="the worker's event loop: uvloop (less CPU per run), the standard "
+        "library's asyncio, or auto (uvloop where it is installed: rflow depends on it on "
+        "Linux and macOS)",
     )
     send_bump_after: float = Field(
         30.0, gt=0, description="seconds a transaction may wait unmined before its fee is bumped"

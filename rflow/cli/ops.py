@@ -99,6 +99,7 @@ def worker(project: Path | None, setup: bool, loglevel: str) -> None:
         except topic_ops.TopicsError as exc:
             fail(str(exc))
         asyncio.run(_migrate(settings))
+    use_event_loop(settings.event_loop)
     from rflow.principals import TokenConflict
     from rflow.streams.app import create_app, tune_gc
 
@@ -111,3 +112,17 @@ def worker(project: Path | None, setup: bool, loglevel: str) -> None:
     from faust.worker import Worker
 
     Worker(app, loglevel=loglevel).execute_from_commandline()
+
+
+def use_event_loop(choice: str) -> None:
+    """Make ``choice`` (``RFLOW_EVENT_LOOP``) the event loop of the worker's threads: its
+    main loop and the Kafka consumer's thread, which makes a loop of its own."""
+    if choice == "asyncio":
+        return
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            fail("RFLOW_EVENT_LOOP=uvloop, but uvloop is not installed (pip install uvloop)")
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
