@@ -27,12 +27,25 @@ def columns(
     applying them one by one would not simply leave the later one.
     """
     if unique_by is not None:
-        kept: dict[Hashable, Row] = {}
-        for row in rows:
-            key = unique_by(row)
-            earlier = kept.get(key)
-            kept[key] = row if earlier is None or merge is None else merge(earlier, row)
-        rows = list(kept.values())
+        rows = unique(rows, unique_by=unique_by, merge=merge)
     if not rows:
         return [[] for _ in range(width)]
     return [list(column) for column in zip(*rows, strict=True)]
+
+
+def unique(
+    rows: Sequence[Row],
+    *,
+    unique_by: Callable[[Row], Hashable] | None = None,
+    merge: Callable[[Row, Row], Row] | None = None,
+) -> list[Row]:
+    """``rows`` with each key's row taken once (see :func:`columns`); all of them without
+    ``unique_by``."""
+    if unique_by is None:
+        return list(rows)
+    kept: dict[Hashable, Row] = {}
+    for row in rows:
+        key = unique_by(row)
+        earlier = kept.get(key)
+        kept[key] = row if earlier is None or merge is None else merge(earlier, row)
+    return list(kept.values())

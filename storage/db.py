@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 
 import psycopg
+from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
+from rflow.codecs import json
 from rflow.settings import Settings
 from rflow.storage.errors import Unavailable, translated
 
@@ -20,12 +22,23 @@ def check_schema(schema: str) -> str:
     return schema
 
 
+def use_rflow_json(conn: psycopg.AsyncConnection) -> None:
+    """JSON columns of ``conn`` written and read with rflow's codec (orjson, integers of
+    any size exact) instead of the standard library's."""
+    set_json_dumps(json.dumps_exact, conn)
+    set_json_loads(json.loads, conn)
+
+
+async def _configure(conn: psycopg.AsyncConnection) -> None:
+    use_rflow_json(conn)
+
+
 async def connect(settings: Settings, *, autocommit: bool = True) -> psycopg.AsyncConnection:
     """Open a connection whose search_path is the configured schema."""
     schema = check_schema(settings.database_schema)
     try:
         with translated():
-            return await psycopg.AsyncConnection.connect(
+            conn = await psycopg.AsyncConnection.connect(
                 settings.database_url.get_secret_value(),
                 autocommit=autocommit,
                 connect_timeout=5,
@@ -33,6 +46,8 @@ async def connect(settings: Settings, *, autocommit: bool = True) -> psycopg.Asy
             )
     except Unavailable as exc:
         raise Unavailable(f"cannot reach Postgres at {settings.database_display}: {exc}") from None
+    use_rflow_json(conn)
+    return conn
 
 
 def pool(settings: Settings, *, min_size: int = 1, max_size: int = 8) -> AsyncConnectionPool:
@@ -45,4 +60,5 @@ def pool(settings: Settings, *, min_size: int = 1, max_size: int = 8) -> AsyncCo
         kwargs={"autocommit": True, "options": f"-c search_path={schema}", "connect_timeout": 5},
         open=False,
         name="rflow",
+        configure=_configure,
     )

@@ -10,23 +10,23 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from rflow.storage.columns import columns
+from rflow.storage.columns import unique
 from rflow.storage.errors import InvalidValue, storable, translated
 
 if TYPE_CHECKING:
     from rflow.engine.effects import Journal, Settle
 
-# Each statement takes a whole batch as parallel arrays (one column each), so a batch is
-# one statement per kind instead of one per entry.
-_RUN_PENDING = """
+# Each statement takes a whole batch as one JSON document, an array of rows (each an
+# array of its columns, read as r->>i for a value, r->i for a JSON column), so a batch
+# is one statement per kind and one document to encode.
+_ROWS = "FROM jsonb_array_elements(%s::jsonb) AS e(r)"
+
+_RUN_PENDING = f"""
 INSERT INTO runs (run_id, workflow, version, trigger_key, matrix, group_key, status, trigger,
                   created_at, updated_at, source, pending_reason, waiting_for)
-SELECT run_id, workflow, version, trigger_key, matrix, group_key, 'pending', trigger,
-       created_at, updated_at, source, pending_reason, waiting_for
-FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::text[], %b::jsonb[],
-            %b::timestamptz[], %b::timestamptz[], %b::text[], %b::text[], %b::text[])
-    AS x(run_id, workflow, version, trigger_key, matrix, group_key, trigger, created_at,
-         updated_at, source, pending_reason, waiting_for)
+SELECT r->>0, r->>1, r->>2, r->>3, r->4, r->>5, 'pending', r->6,
+       (r->>7)::timestamptz, (r->>8)::timestamptz, r->>9, r->>10, r->>11
+{_ROWS}
 ON CONFLICT (run_id) DO UPDATE SET
     pending_reason = EXCLUDED.pending_reason, waiting_for = EXCLUDED.waiting_for,
     updated_at = EXCLUDED.updated_at
@@ -35,15 +35,12 @@ WHERE runs.status = 'pending'
 
 # A pending row becomes the started run; a row that is past pending is left alone (a
 # replayed start changes nothing).
-_RUN_STARTED = """
+_RUN_STARTED = f"""
 INSERT INTO runs (run_id, workflow, version, trigger_key, matrix, group_key, status, trigger,
                   created_at, updated_at, source, started_at, retry_of)
-SELECT run_id, workflow, version, trigger_key, matrix, group_key, 'running', trigger,
-       created_at, updated_at, source, created_at, retry_of
-FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::text[], %b::jsonb[],
-            %b::timestamptz[], %b::timestamptz[], %b::text[], %b::text[])
-    AS x(run_id, workflow, version, trigger_key, matrix, group_key, trigger, created_at,
-         updated_at, source, retry_of)
+SELECT r->>0, r->>1, r->>2, r->>3, r->4, r->>5, 'running', r->6,
+       (r->>7)::timestamptz, (r->>8)::timestamptz, r->>9, (r->>7)::timestamptz, r->>10
+{_ROWS}
 ON CONFLICT (run_id) DO UPDATE SET
     status = 'running', version = EXCLUDED.version, started_at = EXCLUDED.started_at,
     updated_at = EXCLUDED.updated_at, retry_of = EXCLUDED.retry_of,
@@ -52,60 +49,62 @@ ON CONFLICT (run_id) DO UPDATE SET
 WHERE runs.status = 'pending'
 """
 
-_RUN_STATUS = """
+_RUN_STATUS = f"""
 UPDATE runs SET status = x.status, waiting_for = x.waiting_for, updated_at = x.updated_at
-FROM unnest(%b::text[], %b::text[], %b::timestamptz[], %b::text[])
-    AS x(status, waiting_for, updated_at, run_id)
+FROM (SELECT r->>0 AS status, r->>1 AS waiting_for, (r->>2)::timestamptz AS updated_at,
+             r->>3 AS run_id {_ROWS}) AS x
 WHERE runs.run_id = x.run_id AND runs.settled_at IS NULL AND runs.status IN ('running', 'waiting')
 """
 
-_RUN_SETTLED = """
+_RUN_SETTLED = f"""
 UPDATE runs SET status = x.status, error_kind = x.error_kind, error_message = x.error_message,
                 settled_at = x.settled_at, updated_at = x.updated_at, waiting_for = NULL,
                 pending_reason = NULL
-FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::timestamptz[], %b::text[])
-    AS x(status, error_kind, error_message, settled_at, updated_at, run_id)
+FROM (SELECT r->>0 AS status, r->>1 AS error_kind, r->>2 AS error_message,
+             (r->>3)::timestamptz AS settled_at, (r->>4)::timestamptz AS updated_at,
+             r->>5 AS run_id {_ROWS}) AS x
 WHERE runs.run_id = x.run_id
 """
 
-_FINAL = """
+_FINAL = f"""
 UPDATE runs SET final_state = x.final_state
-FROM unnest(%b::jsonb[], %b::text[]) AS x(final_state, run_id)
+FROM (SELECT r->0 AS final_state, r->>1 AS run_id {_ROWS}) AS x
 WHERE runs.run_id = x.run_id
 """
 
-_STEP_STARTED = """
+_STEP_STARTED = f"""
 INSERT INTO step_logs (run_id, path, visit, kind, status, attempt, started_at, seq)
-SELECT run_id, path, visit, kind, 'running', 1, started_at, seq
-FROM unnest(%b::text[], %b::text[], %b::integer[], %b::text[], %b::timestamptz[], %b::bigint[])
-    AS x(run_id, path, visit, kind, started_at, seq)
+SELECT r->>0, r->>1, (r->>2)::integer, r->>3, 'running', 1, (r->>4)::timestamptz,
+       (r->>5)::bigint
+{_ROWS}
 ON CONFLICT (run_id, path, visit) DO NOTHING
 """
 
-_STEP_RETRYING = """
+_STEP_RETRYING = f"""
 UPDATE step_logs SET status = 'retrying', attempt = x.attempt, error_kind = x.error_kind,
                      error_message = x.error_message
-FROM unnest(%b::integer[], %b::text[], %b::text[], %b::text[], %b::text[], %b::integer[])
-    AS x(attempt, error_kind, error_message, run_id, path, visit)
+FROM (SELECT (r->>0)::integer AS attempt, r->>1 AS error_kind, r->>2 AS error_message,
+             r->>3 AS run_id, r->>4 AS path, (r->>5)::integer AS visit {_ROWS}) AS x
 WHERE step_logs.run_id = x.run_id AND step_logs.path = x.path AND step_logs.visit = x.visit
   AND step_logs.settled_at IS NULL
 """
 
-_STEP_SETTLED = """
+_STEP_SETTLED = f"""
 INSERT INTO step_logs (run_id, path, visit, status, attempt, input, output, error_kind, error_message,
                        started_at, settled_at, seq)
-SELECT * FROM unnest(%b::text[], %b::text[], %b::integer[], %b::text[], %b::integer[], %b::jsonb[],
-                     %b::jsonb[], %b::text[], %b::text[], %b::timestamptz[], %b::timestamptz[],
-                     %b::bigint[])
+SELECT r->>0, r->>1, (r->>2)::integer, r->>3, (r->>4)::integer, r->5, r->6, r->>7, r->>8,
+       (r->>9)::timestamptz, (r->>10)::timestamptz, (r->>11)::bigint
+{_ROWS}
 ON CONFLICT (run_id, path, visit) DO UPDATE SET
     status = EXCLUDED.status, attempt = EXCLUDED.attempt, input = EXCLUDED.input,
     output = EXCLUDED.output, error_kind = EXCLUDED.error_kind,
     error_message = EXCLUDED.error_message, settled_at = EXCLUDED.settled_at
 """
 
-_DEAD = """
+_DEAD = f"""
 INSERT INTO dead_runs (run_id, workflow, error_kind, error_message, journal, dead_at)
-SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::timestamptz[])
+SELECT r->>0, r->>1, r->>2, r->>3, r->4, (r->>5)::timestamptz
+{_ROWS}
 ON CONFLICT (run_id) DO NOTHING
 """
 
@@ -186,10 +185,10 @@ async def project(conn: psycopg.AsyncConnection, entries: Iterable[Journal | Set
                 message = entry.error.message if entry.error else None
                 dead_at = entry.journal.get("updated_at")
                 batches["dead"].append(
-                    (entry.run_id, entry.workflow, kind, message, Jsonb(entry.journal), dead_at)
+                    (entry.run_id, entry.workflow, kind, message, entry.journal, dead_at)
                 )
             elif entry.journal:
-                batches["final"].append((Jsonb(entry.journal), entry.run_id))
+                batches["final"].append((entry.journal, entry.run_id))
             continue
         row = _row(entry)
         if row is not None:
@@ -210,13 +209,14 @@ async def _apply(conn: psycopg.AsyncConnection, batches: dict[str, list[tuple[An
         async with conn.transaction(), conn.cursor() as cur:
             for name in _ORDER:
                 if batches[name]:
-                    await cur.execute(_STATEMENTS[name], _columns(name, batches[name]))
+                    await cur.execute(_STATEMENTS[name], _rows(name, batches[name]))
 
 
-def _columns(name: str, rows: list[tuple[Any, ...]]) -> list[list[Any]]:
-    """The rows of one kind as one array per column, those of a kind that updates taken
-    once per key."""
-    return columns(rows, len(rows[0]), unique_by=_UPDATE_KEYS.get(name), merge=_MERGE.get(name))
+def _rows(name: str, rows: list[tuple[Any, ...]]) -> list[Jsonb]:
+    """The rows of one kind as the statement's one parameter (a JSON array of rows), those
+    of a kind that updates taken once per key."""
+    kept = unique(rows, unique_by=_UPDATE_KEYS.get(name), merge=_MERGE.get(name))
+    return [Jsonb(kept)]  # encoded by the connection's codec (orjson, see db.py)
 
 
 def _row(entry: Journal) -> tuple[Any, ...] | None:
@@ -228,9 +228,9 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
             entry.workflow,
             data.get("version", ""),
             data.get("trigger_key", ""),
-            Jsonb(data.get("matrix")),
+            data.get("matrix"),
             data.get("group"),
-            Jsonb(data.get("trigger")),
+            data.get("trigger"),
             entry.at,
             entry.at,
             data.get("source"),
@@ -258,8 +258,8 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
             visit,
             entry.status,
             data.get("attempt", 1),
-            Jsonb(data.get("input")),
-            Jsonb(data.get("output")),
+            data.get("input"),
+            data.get("output"),
             kind,
             message,
             datetime.fromisoformat(started) if started else entry.at,

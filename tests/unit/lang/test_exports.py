@@ -1,4 +1,5 @@
-"""The language's packages export their names lazily: the tables stay whole and true."""
+"""The packages that export their names lazily (the language's, the codecs): the tables
+stay whole and true."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+import rflow.codecs
 import rflow.lang
 import rflow.lang.model
 
 REPO = Path(__file__).resolve().parents[3]
-PACKAGES = (rflow.lang, rflow.lang.model)
+PACKAGES = (rflow.lang, rflow.lang.model, rflow.codecs)
 
 
 def _type_checking_names(package) -> set[str]:
@@ -49,6 +51,7 @@ def test_an_unknown_name_is_an_attribute_error(package) -> None:
 
 def test_every_name_the_code_imports_from_the_packages_is_exported() -> None:
     tables = {package.__name__: package._HOMES for package in PACKAGES}
+    folders = {package.__name__: Path(package.__file__).parent for package in PACKAGES}
     missing = []
     for folder in ("rflow", "agents", "streams", "storage", "codecs", "bench", "tests"):
         for path in sorted((REPO / folder).rglob("*.py")):
@@ -56,9 +59,8 @@ def test_every_name_the_code_imports_from_the_packages_is_exported() -> None:
                 if not isinstance(node, ast.ImportFrom) or node.module not in tables:
                     continue
                 for alias in node.names:
-                    submodule = (REPO / node.module.replace(".", "/") / alias.name).exists() or (
-                        REPO / node.module.replace(".", "/") / f"{alias.name}.py"
-                    ).exists()
+                    home = folders[node.module]
+                    submodule = (home / alias.name).exists() or (home / f"{alias.name}.py").exists()
                     if alias.name not in tables[node.module] and not submodule:
                         missing.append(f"{path.relative_to(REPO)}: {node.module}.{alias.name}")
     assert missing == []
