@@ -20,7 +20,7 @@ from rflow.agents.backlog import Backlog
 from rflow.agents.executors import Executors
 from rflow.agents.slots import RunSlots
 from rflow.classify import step_error
-from rflow.codecs import RunEvent, RunJournal, SendRequest, encode
+from rflow.codecs import RunEvent, SendRequest, encode, encode_journal
 from rflow.engine import (
     Effect,
     Execute,
@@ -236,13 +236,15 @@ class EffectRunner:
         async def write() -> None:
             if not taken:
                 return
-            events = self.runtime.topics.events
+            topic = self.runtime.topics.events.get_topic_name()
+            producer = self.app.producer
 
             async def produce() -> None:
                 sent = []
                 for run_id, entries in taken.items():
                     for value in journal_records(entries):
-                        sent.append(await events.send(key=run_id.encode(), value=value))
+                        key = run_id.encode()
+                        sent.append(await producer.send(topic, key, value, None, None, None))
                         if not len(sent) % WRITES_AT_ONCE:
                             await asyncio.sleep(0)  # let other work run
                 await asyncio.gather(*sent)
@@ -300,10 +302,10 @@ def journal_records(entries: list[Journal | Settle]) -> list[bytes]:
     it would pass JOURNAL_RECORD_BYTES, then one per entry (as large as an entry is)."""
     if not entries:
         return []
-    together = encode(RunJournal(entries=entries))
+    together = encode_journal(entries)
     if len(together) <= JOURNAL_RECORD_BYTES or len(entries) == 1:
         return [together]
-    return [encode(RunJournal(entries=[entry])) for entry in entries]
+    return [encode_journal([entry]) for entry in entries]
 
 
 async def _until_delivered(produce: Callable[[], Awaitable[None]], what: str) -> None:

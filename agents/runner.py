@@ -216,7 +216,7 @@ class Runner:
                 key = lane_key(name, group)
                 before.setdefault(key, self.lanes.get(key))
                 if lane is not None:
-                    self.lanes[key] = lane.model_dump(mode="json")
+                    self.lanes[key] = lane
                 elif self.lanes.get(key) is not None:
                     del self.lanes[key]
             case admission.SetHeld(workflow=name, partition=held_on, gates=gates):
@@ -389,8 +389,7 @@ class Runner:
     # --- concurrency lanes --------------------------------------------------------------
 
     def lane(self, workflow: str, group: str | None) -> Lane | None:
-        stored = self.lanes.get(lane_key(workflow, group)) if group is not None else None
-        return Lane.model_validate(stored) if stored is not None else None
+        return self.lanes.get(lane_key(workflow, group)) if group is not None else None
 
     async def begin(self, begin: admission.Begin, partition: int, attempt: int = 0) -> None:
         """A run about to start: ask its circuit breaker and rate limit, then start it or

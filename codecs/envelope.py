@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
 from rflow.codecs import json
 from rflow.codecs.records import KNOWN_VERSIONS, AnyRecord, Record
+
+if TYPE_CHECKING:
+    from rflow.engine.effects import Journal, Settle
 
 MAX_RECORD_BYTES = 1 << 20
 R = TypeVar("R", bound=Record)
@@ -26,6 +30,20 @@ class DecodeError(ValueError):
 def encode(record: Record) -> bytes:
     """The bytes of ``record`` on a topic."""
     return json.dumps(record.model_dump(mode="json"))
+
+
+def encode_journal(entries: Sequence[Journal | Settle]) -> bytes:
+    """The bytes of a :class:`~rflow.codecs.records.RunJournal` of ``entries``, as
+    :func:`encode` writes it, without building the record: the entries were validated
+    when the engine made them, and a run's journal is written at every checkpoint."""
+    return json.dumps(
+        {
+            "kind": "run_journal",
+            "v": 2,
+            "entry": None,
+            "entries": [entry.model_dump(mode="json") for entry in entries],
+        }
+    )
 
 
 def decode(

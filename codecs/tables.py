@@ -16,6 +16,7 @@ from typing import Any
 from faust.serializers import codecs as faust_codecs
 
 from rflow.codecs import json
+from rflow.engine.lanes import Lane
 from rflow.engine.state import RunState
 
 CODEC_NAME = "rflow-json"
@@ -76,3 +77,14 @@ def read_run_entry(stored: Any) -> RunState | str | None:
     if stored.startswith(_SETTLED):
         return json.loads(stored)["settled"]
     return RunState.model_validate_json(stored)
+
+
+def write_lane_entry(value: Lane | dict[str, Any]) -> dict[str, Any]:
+    """The ``lanes`` table entry of a lane, or of the firings held while a workflow is
+    paused (``{"held": [...]}``, as it is)."""
+    return value.model_dump(mode="json") if isinstance(value, Lane) else value
+
+
+def read_lane_entry(stored: dict[str, Any]) -> Lane | dict[str, Any]:
+    """A ``lanes`` table entry: a :class:`~rflow.engine.lanes.Lane`, or held firings."""
+    return stored if "held" in stored else Lane.model_validate(stored)

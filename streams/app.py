@@ -260,6 +260,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     )
 
     runtime.tables = tables.create(app)
+    runtime.consumption.on_close.append(runtime.tables.forget)
     runtime.database = app.add_dependency(Database(settings))
     from rflow.ingress.scheduler import SchedulerService
 

@@ -437,6 +437,10 @@ class Consumption:
         tables, so that no table says a run is settled whose journal may be lost)."""
         self.on_open: list[Callable[[frozenset[int]], Awaitable[None]]] = []
         """Called with the joined partitions opened, after each rebalance."""
+        self.on_close: list[Callable[[], None]] = []
+        """Called when every TP is closed (after the last checkpoint before a rebalance):
+        what was kept of the tables' entries is dropped, since another owner may change
+        them before they are this worker's again."""
         self.epoch = 0
         """Counts closings: work begun in an earlier epoch does not touch a reopened TP."""
         self._checkpoint = asyncio.Lock()
@@ -517,8 +521,11 @@ class Consumption:
         async with partition.lock:
             if not partition.accepting:
                 return False
-            with writing_to(number):
+            token = _WRITING_TO.set(number)  # as writing_to(number) does, in this hot path
+            try:
                 await work()
+            finally:
+                _WRITING_TO.reset(token)
         return True
 
     # --- checkpoints --------------------------------------------------------------
@@ -575,6 +582,8 @@ class Consumption:
         self.epoch += 1
         self.cursors.clear()
         self.opening.clear()
+        for callback in self.on_close:
+            callback()
 
     def assigned(self, tps: Iterable[TP]) -> None:
         """The rebalance is complete: these TPs of ours open when Faust seeks them."""

@@ -86,12 +86,38 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+class _Children:
+    """A metric's children kept by their label values: prometheus_client takes a lock
+    and checks the values each time ``labels`` is called, on the run path several times
+    a run."""
+
+    def labels(self, *values: str) -> Any:
+        children = self.__dict__.setdefault("_rflow_children", {})
+        child = children.get(values)
+        if child is None:
+            child = children[values] = super().labels(*values)  # type: ignore[misc]
+        return child
+
+
+class _Counter(_Children, Counter):
+    pass
+
+
+class _Gauge(_Children, Gauge):
+    pass
+
+
+class _Histogram(_Children, Histogram):
+    pass
+
+
 class Metrics:
     """One worker's metrics, in a registry of its own (amounts in :class:`ExactGauge`);
     :attr:`specs` lists them all (``docs/metrics.md`` is generated from it)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._step_kinds: dict[int, tuple[Any, dict[str, str]]] = {}
         self.specs: list[MetricSpec] = []
         self.triggers = self._counter(
             "rflow_triggers",
@@ -180,17 +206,17 @@ class Metrics:
 
     def _counter(self, name: str, help: str, *labels: str) -> Counter:
         self.specs.append(MetricSpec(name + "_total", "counter", help, labels))
-        return Counter(name, help, labels, registry=self.registry)
+        return _Counter(name, help, labels, registry=self.registry)
 
     def _gauge(self, name: str, help: str, *labels: str) -> Gauge:
         self.specs.append(MetricSpec(name, "gauge", help, labels))
-        return Gauge(name, help, labels, registry=self.registry)
+        return _Gauge(name, help, labels, registry=self.registry)
 
     def _histogram(
         self, name: str, help: str, *labels: str, buckets: tuple[float, ...]
     ) -> Histogram:
         self.specs.append(MetricSpec(name, "histogram", help, labels))
-        return Histogram(name, help, labels, registry=self.registry, buckets=buckets)
+        return _Histogram(name, help, labels, registry=self.registry, buckets=buckets)
 
     def _exact(self, name: str, help: str, *labels: str) -> ExactGauge:
         self.specs.append(MetricSpec(name, "gauge", help, labels))
@@ -220,10 +246,19 @@ class Metrics:
             elif event == "step_settled" and state is not None and entry.path in state.steps:
                 record = state.steps[entry.path]
                 if record.started_at is not None and record.settled_at is not None:
-                    step = next((s for s in workflow.all_steps() if s.id == record.step), None)
-                    kind = step.kind if step is not None else "unknown"
+                    kind = self._kinds(workflow).get(record.step, "unknown")
                     seconds = (record.settled_at - record.started_at).total_seconds()
                     self.step_duration.labels(kind).observe(max(seconds, 0.0))
+
+    def _kinds(self, workflow: Any) -> dict[str, str]:
+        """Each step id of ``workflow`` (a definition, immutable) -> its kind."""
+        found = self._step_kinds.get(id(workflow))
+        if found is None or found[0] is not workflow:
+            if len(self._step_kinds) >= 1024:
+                self._step_kinds.clear()
+            kinds = {step.id: step.kind for step in workflow.all_steps()}
+            found = self._step_kinds[id(workflow)] = (workflow, kinds)
+        return found[1]
 
 
 async def refresh(app: RflowApp, metrics: Metrics) -> None:
@@ -285,7 +320,7 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
         if key.startswith("~"):
             continue  # firings held while a workflow is paused: counted from the read model
         workflow = key.split(":", 1)[0]
-        waiting[workflow] = waiting.get(workflow, 0) + len(lane.get("queue", ()))
+        waiting[workflow] = waiting.get(workflow, 0) + len(lane.queue)
     for workflow, count in waiting.items():
         metrics.lane_waiting.labels(workflow).set(count)
 

@@ -18,9 +18,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import faust
+from faust.serializers import codecs as faust_codecs
 
-from rflow.codecs.tables import CODEC_NAME, RAW_CODEC_NAME, read_run_entry, write_run_entry
-from rflow.streams.consumption import current_partition, writing_to
+from rflow.codecs.tables import (
+    CODEC_NAME,
+    RAW_CODEC_NAME,
+    read_lane_entry,
+    read_run_entry,
+    write_lane_entry,
+    write_run_entry,
+)
+from rflow.streams.consumption import current_partition
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -44,6 +52,8 @@ class Staged:
         table: faust.Table,
         encode: Callable[[Any], Any] = lambda value: value,
         decode: Callable[[Any], Any] = lambda value: value,
+        *,
+        memo: bool = False,
     ) -> None:
         self.table = table
         self.encode = encode
@@ -52,13 +62,33 @@ class Staged:
         """Key -> (partition, value) changed since the last checkpoint."""
         self.writing: dict[Any, tuple[int, Any]] = {}
         """What the checkpoint under way is writing (visible until it is written)."""
+        self.memo: dict[Any, Any] | None = {} if memo else None
+        """With ``memo``: the decoded value of each key read or written since the worker
+        last gave partitions up (:meth:`forget`), so a value is decoded once, not at
+        every read (a lane with a long queue, say)."""
 
     def get(self, key: Any, default: Any = None) -> Any:
         found = self.changed.get(key) or self.writing.get(key)
         if found is not None:
             return default if found[1] is _DELETED else found[1]
-        stored = self.table.get(key)
-        return default if stored is None else self.decode(stored)
+        memo = self.memo
+        if memo is not None and key in memo:
+            return memo[key]
+        # The table's store, read directly: the table's own getter tells Faust's sensors
+        # of every read and goes through a KeyError for a missing key.
+        data = self.table.data
+        stored = data[key] if key in data else None  # noqa: SIM401 (.get goes through KeyError)
+        value = None if stored is None else self.decode(stored)
+        if memo is not None and value is not None:
+            memo[key] = value
+        return default if value is None else value
+
+    def forget(self) -> None:
+        """Drop the decoded values: partitions were given up, and a table's entries may
+        change under this worker (another owner's writes, recovered) before it owns them
+        again."""
+        if self.memo is not None:
+            self.memo.clear()
 
     def __getitem__(self, key: Any) -> Any:
         found = self.get(key, _DELETED)
@@ -78,7 +108,7 @@ class Staged:
     def items(self) -> Iterator[tuple[Any, Any]]:
         """Every key and its newest value."""
         pending = {**self.writing, **self.changed}
-        for key, stored in list(self.table.items()):
+        for key, stored in list(self.table.data.items()):
             if key not in pending:
                 yield key, self.decode(stored)
         for key, (_, value) in pending.items():
@@ -97,19 +127,43 @@ class Staged:
         self.writing.update(taken)
 
         async def write() -> None:
+            # The table's store and its changelog, written here rather than through the
+            # table's own setter: the record is the one Faust would send (the table's
+            # codecs, the partition decided on) and reaches the producer at once, and
+            # the write returns when the broker has every record.
             table = self.table
+            data = table.data
+            producer = table.app.producer
+            topic = table.changelog_topic.get_topic_name()
+            dump_key = faust_codecs.get_codec(table.key_serializer).dumps
+            dump_value = faust_codecs.get_codec(table.value_serializer).dumps
+            memo = self.memo
+            sent = []
             for done, (key, entry) in enumerate(taken.items(), 1):
                 partition, value = entry
-                with writing_to(partition):
-                    if value is _DELETED:
-                        if key in table:
-                            del table[key]
-                    else:
-                        table[key] = self.encode(value)
+                if value is _DELETED:
+                    if key in data:
+                        del data[key]
+                        sent.append(
+                            await producer.send(topic, dump_key(key), None, partition, None, None)
+                        )
+                    if memo is not None:
+                        memo.pop(key, None)
+                else:
+                    stored = self.encode(value)
+                    data[key] = stored
+                    record = dump_value(stored)
+                    sent.append(
+                        await producer.send(topic, dump_key(key), record, partition, None, None)
+                    )
+                    if memo is not None:
+                        memo[key] = value
                 if self.writing.get(key) is entry:
                     del self.writing[key]
                 if not done % WRITES_AT_ONCE:
                     await asyncio.sleep(0)
+            if sent:
+                await asyncio.gather(*sent)
 
         return write
 
@@ -122,6 +176,13 @@ class Tables:
     runs: Staged
     """Run id -> :class:`~rflow.engine.state.RunState`, or the status of a settled run."""
     lanes: Staged
+    """``<workflow>:<group>`` -> :class:`~rflow.engine.lanes.Lane`; ``~held:...`` -> the
+    firings held while a workflow is paused."""
+
+    def forget(self) -> None:
+        """Partitions were given up: drop every decoded value (:meth:`Staged.forget`)."""
+        for table in (self.triggers, self.runs, self.lanes):
+            table.forget()
 
     def flush(self) -> Callable[[], Awaitable[None]]:
         """Take every table's changes; the returned function writes them."""
@@ -209,6 +270,9 @@ def create(app: RflowApp) -> Tables:
                 "rflow.state.lanes",
                 "Concurrency lanes, keyed by <workflow>:<concurrency group>: the run that owns "
                 "the group now and the runs waiting behind it, oldest first.",
-            )
+            ),
+            encode=write_lane_entry,
+            decode=read_lane_entry,
+            memo=True,
         ),
     )

@@ -20,6 +20,7 @@ from rflow.codecs import (
     TriggerRecord,
     decode,
     encode,
+    encode_journal,
 )
 from rflow.codecs import json as rjson
 from rflow.engine import Execute, Journal
@@ -156,6 +157,17 @@ def test_a_run_journal_carries_one_decisions_entries_and_still_reads_version_1()
     assert record.v == 2 and record.journal == entries
     old = b'{"kind":"run_journal","v":1,"entry":' + entries[0].model_dump_json().encode() + b"}"
     assert decode(old, RunJournal).journal == entries[:1]
+
+
+def test_a_journal_encoded_from_its_entries_is_the_records_own_bytes():
+    from rflow.engine import Settle
+
+    entries = [
+        journal("run_started", trigger={"n": 2**70}),
+        journal("step_settled", output={"k": [1, "x"]}),
+        Settle(run_id="r1", workflow="w", status="failed", journal={"a": 1}),
+    ]
+    assert encode_journal(entries) == encode(RunJournal(entries=entries))
 
 
 @pytest.mark.parametrize(

@@ -404,9 +404,12 @@ async def test_a_revocation_waits_for_the_decision_under_way_then_commits_and_ow
     release.set()
     await stopping
     assert await processing and steps == ["deciding", "decided"]
+    made.on_close.append(lambda: steps.append(f"closed after {len(fetcher.commits)} commit"))
     await made.close()
     assert fetcher.commits == [{RUNS: 1}]
     assert made.cursors == {} and not made.take(Message(RUNS, 1))
+    # What the tables kept is dropped once the last checkpoint has committed.
+    assert steps[-1] == "closed after 1 commit"
 
 
 async def test_opening_tells_which_joined_partitions_are_decided_here():

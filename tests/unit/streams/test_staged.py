@@ -1,32 +1,56 @@
 """Tables changed in memory between checkpoints (no broker: a dict stands in for the
-Faust table, recording which partition each changelog write goes to)."""
+Faust table's store, and a producer records each changelog record: its key, value and
+partition, decoded with the table's codecs)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 
-from rflow.codecs.tables import read_run_entry, write_run_entry
+from rflow.codecs import json
+from rflow.codecs.tables import (
+    CODEC_NAME,
+    RAW_CODEC_NAME,
+    read_run_entry,
+    register,
+    write_run_entry,
+)
 from rflow.engine.state import RunState
-from rflow.streams.consumption import current_partition, writing_to
+from rflow.streams.consumption import writing_to
 from rflow.streams.tables import Staged
+
+register()
+
+
+class Producer:
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    async def send(self, topic, key, value, partition, timestamp, headers):
+        assert topic == "changelog"
+        decoded = value
+        if value is not None and self.table.value_serializer == CODEC_NAME:
+            decoded = json.loads(value)
+        self.table.writes.append((json.loads(key), decoded, partition))
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
 
 class Table(dict):
-    """What a checkpoint writes: key, encoded value and the changelog partition."""
+    """A table's store (itself), and every changelog record written: key, value as
+    stored, partition."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, value_serializer: str = CODEC_NAME, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.writes: list[tuple] = []
-
-    def __setitem__(self, key, value) -> None:
-        self.writes.append((key, value, current_partition()))
-        super().__setitem__(key, value)
-
-    def __delitem__(self, key) -> None:
-        self.writes.append((key, None, current_partition()))
-        super().__delitem__(key)
+        self.data = self
+        self.key_serializer, self.value_serializer = CODEC_NAME, value_serializer
+        self.app = SimpleNamespace(producer=Producer(self))
+        self.changelog_topic = SimpleNamespace(get_topic_name=lambda: "changelog")
 
 
 async def test_only_the_newest_value_of_a_key_is_written_once_to_its_partition():
@@ -80,7 +104,7 @@ def test_a_change_outside_a_decision_is_refused():
 
 
 async def test_runs_are_kept_as_states_and_written_as_their_entries():
-    table = Table()
+    table = Table(value_serializer=RAW_CODEC_NAME)
     runs = Staged(table, encode=write_run_entry, decode=read_run_entry)
     at = datetime(2026, 12, 2, tzinfo=UTC)
     state = RunState(
@@ -93,5 +117,37 @@ async def test_runs_are_kept_as_states_and_written_as_their_entries():
     await runs.flush()()
     assert read_run_entry(table["r1"]) == state
     assert read_run_entry(table["r2"]) == "succeeded"
+    assert [(key, read_run_entry(value), at) for key, value, at in table.writes] == [
+        ("r1", state, 0),
+        ("r2", "succeeded", 0),
+    ]
     assert Staged(table, decode=read_run_entry)["r1"] == state
     assert dict(runs.items()) == {"r1": state, "r2": "succeeded"}
+
+
+async def test_a_memo_decodes_a_stored_value_once_and_forgets_it_when_partitions_go():
+    table = Table({"lane": {"active": "r1"}})
+    decoded = []
+
+    def decode(stored):
+        decoded.append(stored)
+        return ("lane", stored["active"])
+
+    lanes = Staged(table, encode=lambda value: {"active": value[1]}, decode=decode, memo=True)
+    assert lanes["lane"] == lanes["lane"] == ("lane", "r1")
+    assert len(decoded) == 1
+    with writing_to(4):
+        lanes["lane"] = ("lane", "r2")
+    await lanes.flush()()
+    assert table["lane"] == {"active": "r2"} and lanes["lane"] == ("lane", "r2")
+    assert len(decoded) == 1  # what was written is kept as it was decided
+    # Another owner changed the entry while the partition was elsewhere (its table was
+    # recovered from the changelog): once forgotten, the store is read again.
+    table.data["lane"] = {"active": "r9"}
+    assert lanes["lane"] == ("lane", "r2")
+    lanes.forget()
+    assert lanes["lane"] == ("lane", "r9") and len(decoded) == 2
+    with writing_to(4):
+        del lanes["lane"]
+    await lanes.flush()()
+    assert lanes.get("lane") is None and "lane" not in table
