@@ -28,6 +28,13 @@ MIN_SCRUBBED = 4
 (keep such variables for settings, not secrets)."""
 
 
+_FOUND_IN: dict[tuple[int, tuple[str, ...]], tuple[Mapping[str, str], tuple[str, ...]]] = {}
+"""(id of an environment, texts) -> (that environment, the variables whose values the
+texts contain): a worker's environment is read once, when it starts, and a channel's
+texts do not change, so each notify need not search every variable again."""
+_FOUND_KEPT = 1024
+
+
 class Secrets:
     """The values handed to one effect, each with the placeholder it is shown as."""
 
@@ -74,10 +81,18 @@ class Secrets:
         """Scrub the value of every variable that one of ``texts`` contains: what a
         declaration substituted when the file loaded (a channel's URL), which the
         declaration no longer names."""
-        for name, value in self.env.items():
-            if len(value) >= MIN_SCRUBBED and any(value in text for text in texts):
-                self.hide(name)
-        return self
+        key = (id(self.env), texts)
+        found = _FOUND_IN.get(key)
+        if found is None or found[0] is not self.env:
+            names = tuple(
+                name
+                for name, value in self.env.items()
+                if len(value) >= MIN_SCRUBBED and any(value in text for text in texts)
+            )
+            if len(_FOUND_IN) >= _FOUND_KEPT:
+                _FOUND_IN.clear()
+            found = _FOUND_IN[key] = (self.env, names)
+        return self.hide(*found[1])
 
     # --- scrubbing ------------------------------------------------------------------
 

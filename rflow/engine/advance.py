@@ -100,7 +100,9 @@ class _Run:
         self.workflow = workflow
         self.config = config
         self.now = now
-        self.fields = state.model_dump(exclude={"steps", "history", "visits", "state"})
+        # The run's fields as they are (nested models stay models): read and changed here,
+        # then put back together unvalidated by :meth:`snapshot`.
+        self.fields = {k: v for k, v in state.__dict__.items() if k not in _COLLECTIONS}
         self.steps: dict[str, StepRecord] = dict(state.steps)
         self.history: list[StepRecord] = list(state.history)
         self.visits: dict[str, int] = dict(state.visits)
@@ -1073,6 +1075,23 @@ class _View:
 
 
 def _dump(action: Any) -> Any:
-    if hasattr(action, "model_dump"):
-        return action.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return action
+    """A step's action (part of a definition, immutable) as data: dumped once per
+    definition, not at every start of the step. Rendering makes new containers, so the
+    dump handed out is never changed."""
+    if not hasattr(action, "model_dump"):
+        return action
+    found = _DUMPS.get(id(action))
+    if found is not None and found[0] is action:
+        return found[1]
+    if len(_DUMPS) >= _DUMPS_KEPT:
+        _DUMPS.clear()
+    dumped = action.model_dump(mode="json", by_alias=True, exclude_none=True)
+    _DUMPS[id(action)] = (action, dumped)
+    return dumped
+
+
+_DUMPS: dict[int, tuple[Any, Any]] = {}
+"""id of an action -> (the action, its dump); the action kept, so its id is not reused."""
+_DUMPS_KEPT = 4096
+_COLLECTIONS = frozenset({"steps", "history", "visits", "state"})
+"""The fields of a run :class:`_Run` keeps as working copies of their own."""
