@@ -120,20 +120,29 @@ async def settle_into(settings: Settings, workers: list[WorkerProcess]) -> list[
     """Wait until the group is exactly ``workers``, each holding a share of the partitions
     (together all of them, none twice) and answering ready."""
 
+    seen: list[str] = []
+
     async def settled():
         state, found = await shares(settings)
+        seen[:] = [f"group {state}, members' partitions {[sorted(f) for f in found]}"]
         if state != "Stable" or len(found) != len(workers) or not all(found):
             return None
         if frozenset().union(*found) != PARTITIONS or sum(map(len, found)) != len(PARTITIONS):
             return None
         for worker in workers:
-            if (await worker.get("/rflow/ready/"))[0] != 200:
+            status, body = await worker.get("/rflow/ready/")
+            if status != 200:
+                seen.append(f"worker on port {worker.settings.web_port} not ready: {body}")
                 return None
         return found
 
-    return await wait_until(
-        settled, timeout=TIMEOUT, what=f"the partitions to settle on {len(workers)} worker(s)"
-    )
+    try:
+        return await wait_until(
+            settled, timeout=TIMEOUT, what=f"the partitions to settle on {len(workers)} worker(s)"
+        )
+    except AssertionError as exc:
+        tails = "\n".join(f"--- {w.log_path.name}:\n{w.tail()}" for w in workers)
+        raise AssertionError(f"{exc}; last seen: {'; '.join(seen)}\n{tails}") from None
 
 
 async def settled(settings: Settings, expected: dict[str, tuple[str, int]]) -> list[dict]:
