@@ -234,7 +234,6 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
         # One event at a time per partition keeps per-group order; effects run as tasks.
         stream_buffer_maxsize=1024,
         Topic=RflowTopic,
-        Table=consumption.RflowTable,
         web_application_options={
             "middlewares": [
                 api.json_errors,

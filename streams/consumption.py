@@ -14,8 +14,8 @@ a topic an agent reads (a *TP*), while this worker owns it:
 4. **Commits cover what is done and durable.** Decisions change tables and journals in
    memory; a checkpoint, every :data:`COMMIT_INTERVAL`, writes everything decided so far
    (the runs' journals first, then the newest value of each table key changed, see
-   :attr:`Consumption.flushers`), waits until the broker has acknowledged those writes
-   and no later ones, and then commits, per TP, the offset below which every record is
+   :attr:`Consumption.flushers`; each write is handed to the producer at once and
+   returns when the broker has acknowledged it), and then commits, per TP, the offset below which every record is
    processed. So offsets are committed during a burst too, and a run that starts and
    settles between two checkpoints costs its table entry one write.
 5. **One owner at a time.** A TP is opened once the group's rebalance is complete (its
@@ -43,7 +43,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,7 +54,6 @@ import faust
 from aiokafka import AIOKafkaConsumer
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as aiokafka_driver
-from faust.transport.producer import ProducerBuffer
 from faust.types import TP
 from mode.utils.queues import ThrowableQueue
 
@@ -77,10 +76,6 @@ FETCH_MAX_WAIT_MS = 50
 """How long the broker may hold a fetch with nothing new. The fetcher leaves out of its
 next request every TP whose records the worker has not taken yet and sends that broker
 nothing else meanwhile: Faust's 1.5 s let a quiet TP's records wait that long."""
-BUFFER_MESSAGES = 10_000
-"""Table writes the producer buffer may hold before Faust stops feeding the streams
-(Faust's 100 stalled every burst, logging ``producer buffer full``)."""
-
 PINNED = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0", "mode-streaming": "0.7.1"}
 """The versions whose behaviour this module was written against (and ``requirements.lock``
 pins)."""
@@ -100,12 +95,9 @@ def _assigns(function: Any, name: str) -> bool:
 
 
 INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
-    "faust App._on_partitions_revoked, _new_consumer, _new_producer": (
+    "faust App._on_partitions_revoked, _new_consumer": (
         "faust-streaming",
-        lambda: all(
-            _defines(faust.App, name)
-            for name in ("_on_partitions_revoked", "_new_consumer", "_new_producer")
-        ),
+        lambda: all(_defines(faust.App, name) for name in ("_on_partitions_revoked", "_new_consumer")),
     ),
     "faust ThreadDelegateConsumer._new_consumer_thread": (
         "faust-streaming",
@@ -177,64 +169,6 @@ def writing_to(partition: int) -> Iterator[None]:
         yield
     finally:
         _WRITING_TO.reset(token)
-
-
-class RflowTable(faust.Table):
-    """A Faust table whose writes go to the partition being decided (:func:`writing_to`);
-    outside one, to the partition of the event being processed, as Faust's do."""
-
-    def partition_for_key(self, key: Any) -> int | None:
-        partition = _WRITING_TO.get()
-        return partition if partition is not None else super().partition_for_key(key)
-
-
-class WriteBuffer(ProducerBuffer):
-    """Faust's producer buffer (where table writes wait for the Kafka client), keeping
-    each write's future until the broker has acknowledged it, so that a checkpoint can
-    wait for exactly the writes made before it began."""
-
-    max_messages = BUFFER_MESSAGES
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.outstanding: deque[asyncio.Future[Any]] = deque()
-        self.failure: BaseException | None = None
-        """The first write the broker refused: the tables are ahead of their changelogs
-        from then on, and no checkpoint may pass it."""
-
-    def put(self, fut: Any) -> None:
-        while self.outstanding and self.outstanding[0].done():
-            self._acknowledged(self.outstanding.popleft())
-        self.outstanding.append(fut)
-        fut.add_done_callback(self._acknowledged)
-        super().put(fut)
-
-    def _acknowledged(self, fut: asyncio.Future[Any]) -> None:
-        if not fut.cancelled() and fut.exception() is not None and self.failure is None:
-            self.failure = fut.exception()
-
-    def written(self) -> list[asyncio.Future[Any]]:
-        """The writes handed to this buffer so far and not yet acknowledged."""
-        return [fut for fut in self.outstanding if not fut.done()]
-
-    async def flush(self) -> None:
-        """Wait until every write handed over before this call is acknowledged."""
-        await self.durable(self.written())
-
-    async def durable(self, writes: list[asyncio.Future[Any]]) -> None:
-        """Wait for ``writes``; raise if the broker refused any write so far."""
-        while self.should_stop and self.pending.qsize():
-            # The buffer's own task has ended (the worker is stopping): hand over what
-            # is left, in order.
-            fut = self.pending.get_nowait()
-            await fut.message.channel.publish_message(fut, wait=False)
-        if writes:
-            await asyncio.gather(*writes, return_exceptions=True)
-        for fut in self.outstanding:
-            if fut.done():
-                self._acknowledged(fut)
-        if self.failure is not None:
-            raise self.failure
 
 
 # --- the consumer ---------------------------------------------------------------------
@@ -334,7 +268,7 @@ def queue(app: Any, maxsize: int | None = None) -> ThrowableQueue:
 
 class ConsumingApp(faust.App):
     """A Faust app whose agents consume through a :class:`Consumption` (``consumption``),
-    with the consumer, producer buffer and queues that the layer needs."""
+    with the consumer and queues that the layer needs."""
 
     consumption: Consumption | None = None
     before_revoke: list[Callable[[], Awaitable[None]]]
@@ -376,12 +310,6 @@ class ConsumingApp(faust.App):
             loop=self.transport.loop,
         )
 
-    def _new_producer(self) -> Any:
-        producer = super()._new_producer()
-        buffer = WriteBuffer(loop=producer.loop, beacon=producer.beacon)
-        buffer.app = self
-        producer.buffer = buffer
-        return producer
 
 
 # --- the layer --------------------------------------------------------------------------
@@ -537,9 +465,7 @@ class Consumption:
             offsets = {tp: c.done for tp, c in self.cursors.items() if c.done > c.committed}
             writes = [flush() for flush in self.flushers]  # one instant: nothing awaits
             for write in writes:
-                await write()
-            buffer = self.app.producer.buffer
-            await buffer.durable(buffer.written())
+                await write()  # returns once the broker has acknowledged all of it
             if not offsets:
                 return False
             return await self._commit(offsets)

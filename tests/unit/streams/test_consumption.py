@@ -25,8 +25,6 @@ from rflow.streams.consumption import (
     FETCH_MAX_WAIT_MS,
     Consumption,
     InternalsChanged,
-    RflowTable,
-    WriteBuffer,
     check_internals,
     writing_to,
 )
@@ -97,24 +95,31 @@ class Fetcher:
         return [Message(tp, offset) for offset in range(start, end)]
 
 
-class Buffer(WriteBuffer):
-    """The producer buffer, with writes that the test acknowledges."""
+class Writes:
+    """A flusher of table writes: each checkpoint takes the writes made so far, and its
+    write returns when the test has acknowledged them (as the broker would)."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.app = SimpleNamespace(conf=SimpleNamespace(producer_threaded=False))
+    def __init__(self) -> None:
+        self.made: list[asyncio.Future] = []
 
     def write(self) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
-        self.put(future)
+        self.made.append(future)
         return future
+
+    def flush(self):
+        taken, self.made = self.made, []
+
+        async def write() -> None:
+            await asyncio.gather(*taken)
+
+        return write
 
 
 def layer(joined: tuple[str, ...] = (TRIGGERS.topic, RUNS.topic)) -> tuple[Consumption, Fetcher]:
     fetcher = Fetcher()
     app = SimpleNamespace(
         consumer=fetcher,
-        producer=SimpleNamespace(buffer=Buffer()),
         rebalancing=False,
         queued=Counter(),
     )
@@ -299,7 +304,8 @@ async def test_a_record_not_processed_holds_back_the_commit_of_those_after_it():
 async def test_a_checkpoint_waits_for_the_writes_made_before_it_and_no_later_ones():
     made, fetcher = layer()
     await opened(made, {TRIGGERS: 0})
-    buffer = made.app.producer.buffer
+    buffer = Writes()
+    made.flushers.append(buffer.flush)
     before = buffer.write()
     assert made.take(Message(TRIGGERS, 0))
     made.processed(Message(TRIGGERS, 0))
@@ -315,7 +321,9 @@ async def test_a_checkpoint_waits_for_the_writes_made_before_it_and_no_later_one
 async def test_a_write_the_broker_refused_fails_the_checkpoint_and_commits_nothing():
     made, fetcher = layer()
     await opened(made, {TRIGGERS: 0})
-    write = made.app.producer.buffer.write()
+    buffer = Writes()
+    made.flushers.append(buffer.flush)
+    write = buffer.write()
     assert made.take(Message(TRIGGERS, 0))
     made.processed(Message(TRIGGERS, 0))
     write.set_exception(RuntimeError("not enough replicas"))
@@ -474,9 +482,10 @@ async def test_a_partition_not_owned_decides_nothing():
 
 
 def test_table_writes_go_to_the_partition_being_decided():
-    table = RflowTable.__new__(RflowTable)
     with writing_to(6):
-        assert table.partition_for_key("any") == 6
+        assert consumption.current_partition() == 6
+    with pytest.raises(RuntimeError, match="only while a partition is being decided"):
+        consumption.current_partition()
 
 
 # --- Faust, aiokafka and mode as rflow relies on them ------------------------------------
@@ -542,21 +551,3 @@ async def test_a_table_recovery_offset_aiokafka_refuses_reads_the_changelog_from
     changelog = TP("t.rflow.state.runs", 2)
     await app.consumer.seek_wait({changelog: None, TP("t.rflow.state.runs", 3): 17})
     assert sought == [{changelog: 0, TP("t.rflow.state.runs", 3): 17}]
-
-
-async def test_the_write_buffer_keeps_what_is_not_yet_acknowledged():
-    from rflow.streams.app import create_app
-
-    app = create_app(Settings(api_token="t"))
-    buffer = app.producer.buffer
-    assert isinstance(buffer, WriteBuffer)
-    loop = asyncio.get_running_loop()
-    done, waiting = loop.create_future(), loop.create_future()
-    done.set_result(None)
-    buffer.outstanding.extend([done, waiting])
-    assert buffer.written() == [waiting]
-    flushing = asyncio.ensure_future(buffer.flush())
-    await settle()
-    assert not flushing.done()
-    waiting.set_result(None)
-    await flushing
