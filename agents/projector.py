@@ -15,19 +15,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 BATCH = 500
-WITHIN = 0.1
+"""Journal records projected in one transaction at most."""
 
 
 def attach(app: RflowApp) -> None:
     """Declare the projector agent on ``app``."""
     runtime = app.rflow
     consumption = runtime.consumption
+    topic = runtime.topics.events.get_topic_name()
 
     @app.agent(runtime.topics.events, name="rflow.projector", concurrency=1)
     async def project(stream):
         """Upsert runs, step logs and dead-lettered runs from journal entries, in batches."""
-        async for taken in stream.take_events(BATCH, within=WITHIN):
-            batch = consumption.batch(taken)
+        async for batch in consumption.batches(stream, topic, BATCH):
             await project_batch(batch)
             consumption.processed_all(batch)
 

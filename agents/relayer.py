@@ -45,10 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rflow.relayer")
 BATCH = 100
-"""Sends taken from the topic at once: checked together, stored in one COMMIT and
-broadcast in one request per network."""
-WITHIN = 0.005
-"""Seconds a batch waits to fill."""
+"""Sends taken from the topic at once at most (what has arrived): checked together,
+stored in one COMMIT and broadcast in one request per network."""
 FEE_CAP_MULTIPLE = 4
 """Without a step's ``max_fee_per_gas``, bumps stop at four times the first fee."""
 
@@ -568,13 +566,13 @@ def attach(app: RflowApp) -> Relayer:
     runtime = app.rflow
     relayer = Relayer(app)
     consumption = runtime.consumption
+    topic = runtime.topics.sends.get_topic_name()
 
     @app.agent(runtime.topics.sends, name="rflow.relayer", concurrency=1)
     async def relay(stream):
         """Sign, store and broadcast sends a batch at a time, in order per relayer, and
         carry out operators' speed-ups and cancels of them."""
-        async for fetched in stream.take_events(BATCH, within=WITHIN):
-            events = consumption.batch(fetched)
+        async for events in consumption.batches(stream, topic, BATCH):
             await relay_batch(events)
             consumption.processed_all(events)
 

@@ -9,8 +9,9 @@ a topic an agent reads (a *TP*), while this worker owns it:
 3. **A gap is read again first.** A record above the cursor means records were fetched
    and thrown away (around a rebalance), or the fetch position was left behind by an
    earlier assignment. Nothing past the cursor is taken until the TP has been read again
-   from the cursor; a TP whose records stop coming while the broker has more is read
-   again the same way (:data:`STALL`).
+   from the cursor; so is a TP whose records stopped coming while the broker has more,
+   when its records were handed over and never reached an agent, or nothing reaches an
+   agent any more (:data:`STALL`, :meth:`Consumption.stalled`).
 4. **Commits cover what is done and durable.** Decisions change tables and journals in
    memory; a checkpoint, every :data:`COMMIT_INTERVAL`, writes everything decided so far
    (the runs' journals first, then the newest value of each table key changed, see
@@ -44,7 +45,7 @@ import contextvars
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -67,8 +68,7 @@ COMMIT_INTERVAL = 0.25
 (and the changelogs), and about how much work is done again after a crash."""
 STALL = 5.0
 """Seconds a TP may go without a record taken, while the broker has records past its
-cursor and none waits in a queue for its agent, before it is read again from the
-cursor."""
+cursor and none waits in a queue for its agent, before it is looked at as stalled."""
 REREAD_BACKOFF = (0.05, 0.2, 1.0)
 """Seconds before each further attempt to read a gap again (the fetcher may still be
 yielding a batch fetched before the seek; its records are dropped meanwhile)."""
@@ -97,11 +97,20 @@ def _assigns(function: Any, name: str) -> bool:
 INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
     "faust App._on_partitions_revoked, _new_consumer": (
         "faust-streaming",
-        lambda: all(_defines(faust.App, name) for name in ("_on_partitions_revoked", "_new_consumer")),
+        lambda: all(
+            _defines(faust.App, name) for name in ("_on_partitions_revoked", "_new_consumer")
+        ),
     ),
     "faust ThreadDelegateConsumer._new_consumer_thread": (
         "faust-streaming",
         lambda: _defines(aiokafka_driver.Consumer, "_new_consumer_thread"),
+    ),
+    "faust Consumer._read_offset": (
+        "faust-streaming",
+        lambda: (
+            _assigns(faust_consumer.Consumer.__init__, "_read_offset")
+            and _assigns(faust_consumer.Consumer._drain_messages, "_read_offset")
+        ),
     ),
     "faust ThreadDelegateConsumer._commit": (
         "faust-streaming",
@@ -221,6 +230,11 @@ class RflowConsumer(aiokafka_driver.Consumer):
         """Commit ``offsets`` as they are (Faust commits only what its streams acked)."""
         return await self._commit(offsets)
 
+    def handed_over(self, tp: TP) -> int | None:
+        """The offset of the last record of ``tp`` Faust's fetcher handed to the streams
+        (or sought to), ``None`` before any: records up to it have left the fetcher."""
+        return self._read_offset.get(tp)
+
 
 class Queue(ThrowableQueue):
     """A stream's, channel's or changelog's queue that a flow resume never empties, and
@@ -235,14 +249,16 @@ class Queue(ThrowableQueue):
     queue from one whose records never came (:meth:`Consumption.stalled`).
     """
 
-    def __init__(self, *args: Any, queued: Counter[TP], **kwargs: Any) -> None:
-        self.queued = queued
+    def __init__(self, *args: Any, counts: Any, **kwargs: Any) -> None:
+        self.counts = counts
+        self.queued: Counter[TP] = counts.queued
         super().__init__(*args, **kwargs)
 
     def _put(self, item: Any) -> None:
         tp = _tp_of(item)
         if tp is not None:
             self.queued[tp] += 1
+            self.counts.arrived += 1
         super()._put(item)
 
     def _get(self) -> Any:
@@ -261,9 +277,7 @@ def _tp_of(item: Any) -> TP | None:
 
 def queue(app: Any, maxsize: int | None = None) -> ThrowableQueue:
     """A queue of ``app`` (see :class:`Queue`)."""
-    return Queue(
-        maxsize=maxsize, flow_control=app.flow_control, clear_on_resume=False, queued=app.queued
-    )
+    return Queue(maxsize=maxsize, flow_control=app.flow_control, clear_on_resume=False, counts=app)
 
 
 class ConsumingApp(faust.App):
@@ -278,6 +292,8 @@ class ConsumingApp(faust.App):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.queued: Counter[TP] = Counter()
         """Records of each TP waiting in the app's queues (:class:`Queue`)."""
+        self.arrived = 0
+        """Records put into the app's queues so far: whether the fetcher hands any over."""
         super().__init__(*args, **kwargs)
         self.before_revoke = []
 
@@ -309,7 +325,6 @@ class ConsumingApp(faust.App):
             beacon=self.beacon,
             loop=self.transport.loop,
         )
-
 
 
 # --- the layer --------------------------------------------------------------------------
@@ -373,6 +388,10 @@ class Consumption:
         """Counts closings: work begun in an earlier epoch does not touch a reopened TP."""
         self._checkpoint = asyncio.Lock()
         self._seeking: set[asyncio.Task[Any]] = set()
+        self._arrived = -1
+        self._arrived_at = time.monotonic()
+        """The app's :attr:`~ConsumingApp.arrived` count as last seen, and when it last
+        changed (:meth:`stalled`)."""
         self.commits = 0
         """Checkpoints that committed something (for tests and metrics)."""
 
@@ -412,9 +431,23 @@ class Consumption:
         self.processed(message)
         return True
 
-    def batch(self, events: Iterable[Any]) -> list[Any]:
-        """The events of a batch to process, in order (mark each :meth:`processed`)."""
-        return [event for event in events if self.take(event.message)]
+    def waiting(self, topic: str) -> int:
+        """Records of ``topic`` waiting in the app's queues for their agent."""
+        return sum(count for tp, count in self.app.queued.items() if tp.topic == topic)
+
+    async def batches(self, stream: Any, topic: str, most: int) -> AsyncIterator[list[Any]]:
+        """The events of an agent's ``stream`` (of ``topic``, not joined) taken in order,
+        in batches: each holds what has arrived by the time the one before it was
+        processed, ``most`` at most, so a quiet agent processes each record at once and
+        a busy one in large batches (mark each :meth:`processed_all`). Faust's
+        ``take_events`` was seen holding a few records for seconds after a burst."""
+        batch: list[Any] = []
+        async for event in stream.events():
+            if self.take(event.message):
+                batch.append(event)
+            if batch and (len(batch) >= most or not self.waiting(topic)):
+                yield batch
+                batch = []
 
     def processed_all(self, events: Iterable[Any]) -> None:
         """Every event of a batch is processed."""
@@ -581,19 +614,34 @@ class Consumption:
                 consumer.resume_partitions([tp])
 
     def stalled(self, now: float | None = None) -> list[TP]:
-        """TPs with records past the cursor in the broker and none taken for
-        :data:`STALL`: read again from the cursor."""
+        """TPs to read again from the cursor: with records past the cursor in the broker,
+        none taken for :data:`STALL` and none waiting in a queue for its agent, and
+        either the fetcher handed records of the TP past the cursor over that never
+        reached the agent (thrown away), or it has handed nothing at all to any agent
+        for :data:`STALL` while none waits (the fetcher is stuck). A TP whose next
+        record the fetcher has not handed over yet, while it hands over others, is not
+        stalled: its records wait in the fetcher behind an agent whose queue is full
+        (Faust's one fetcher waits for room in a full queue before it goes on)."""
         now = time.monotonic() if now is None else now
         found: list[TP] = []
+        arrived = self.app.arrived
+        if arrived != self._arrived:
+            self._arrived, self._arrived_at = arrived, now
         if not self.reading:
             return found
+        queued = self.app.queued
+        stuck = now - self._arrived_at >= STALL and not any(queued.values())
+        consumer = self.app.consumer
         for tp, cursor in list(self.cursors.items()):
             if tp.topic in self.joined and not self.owns(tp.partition):
                 continue
-            if self.app.queued[tp] > 0:
+            if queued[tp] > 0:
                 continue  # its records wait for their agent, which is busy
-            highwater = self.app.consumer.highwater(tp)
-            if highwater is not None and highwater > cursor.next and now - cursor.taken_at >= STALL:
+            highwater = consumer.highwater(tp)
+            if highwater is None or highwater <= cursor.next or now - cursor.taken_at < STALL:
+                continue
+            handed = consumer.handed_over(tp)
+            if stuck or (handed is not None and handed >= cursor.next):
                 found.append(tp)
                 self._reread(cursor, f"no record taken for {STALL:g}s")
         return found

@@ -57,6 +57,8 @@ class Fetcher:
     position: dict[TP, int] = field(default_factory=dict)
     committed: dict[TP, int] = field(default_factory=dict)
     paused: set[TP] = field(default_factory=set)
+    handed: dict[TP, int] = field(default_factory=dict)
+    """The last offset of each TP handed to the streams (Faust's read offset)."""
     seeks: list[tuple[TP, int]] = field(default_factory=list)
     commits: list[dict[TP, int]] = field(default_factory=list)
     refuse_commit: bool = False
@@ -64,6 +66,10 @@ class Fetcher:
     async def seek(self, tp: TP, offset: int) -> None:
         self.seeks.append((tp, offset))
         self.position[tp] = offset
+        self.handed[tp] = offset  # as Faust's seek sets its read offset
+
+    def handed_over(self, tp: TP) -> int | None:
+        return self.handed.get(tp)
 
     def pause_partitions(self, tps: Any) -> None:
         self.paused.update(tps)
@@ -92,6 +98,8 @@ class Fetcher:
             return []
         start, end = self.position.get(tp, 0), self.logs.get(tp, 0)
         self.position[tp] = end
+        if end > start:
+            self.handed[tp] = end - 1
         return [Message(tp, offset) for offset in range(start, end)]
 
 
@@ -122,6 +130,7 @@ def layer(joined: tuple[str, ...] = (TRIGGERS.topic, RUNS.topic)) -> tuple[Consu
         consumer=fetcher,
         rebalancing=False,
         queued=Counter(),
+        arrived=0,
     )
     made = Consumption(app, [TRIGGERS.topic, RUNS.topic, EVENTS.topic], joined)
     return made, fetcher
@@ -253,15 +262,41 @@ async def test_a_gap_read_again_while_the_stale_batch_goes_on_is_attempted_again
     assert made.take(Message(TRIGGERS, 0))
 
 
-async def test_a_partition_whose_records_stop_coming_is_read_again():
+async def test_records_handed_over_that_never_reached_the_agent_are_read_again():
     made, fetcher = layer()
     await opened(made, {TRIGGERS: 4})
-    fetcher.logs[TRIGGERS] = 9  # the broker has 4..8, nothing reached the stream
+    fetcher.logs[TRIGGERS] = 9
+    fetcher.fetch(TRIGGERS)  # 4..8 handed over, and thrown away before the agent took them
     now = made.cursors[TRIGGERS].taken_at
     assert made.stalled(now + 1) == []
     assert made.stalled(now + consumption.STALL) == [TRIGGERS]
     await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
     assert fetcher.seeks[-1] == (TRIGGERS, 4)
+
+
+async def test_a_fetcher_that_hands_nothing_to_any_agent_is_read_again():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 4})
+    fetcher.logs[TRIGGERS] = 9  # the broker has 4..8; the fetcher hands nothing over
+    fetcher.handed.clear()
+    now = made.cursors[TRIGGERS].taken_at
+    assert made.stalled(now) == []
+    assert made.stalled(now + consumption.STALL - 0.1) == []
+    assert made.stalled(now + consumption.STALL) == [TRIGGERS]
+
+
+async def test_records_waiting_in_the_fetcher_behind_a_full_queue_are_not_read_again():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 0, EVENTS: 4})
+    fetcher.logs[EVENTS] = 9
+    fetcher.handed[EVENTS] = 3  # 4..8 fetched, not handed over yet: the fetcher waits
+    now = made.cursors[EVENTS].taken_at
+    for second in range(60):
+        # ... for room in the runner's full queue, handing its records over meanwhile
+        made.app.queued[TRIGGERS] = 1024
+        made.app.arrived += 100
+        assert made.stalled(now + second) == [], second
+    assert sorted(fetcher.seeks) == sorted([(TRIGGERS, 0), (EVENTS, 4)])  # the openings' only
 
 
 async def test_a_partition_whose_records_wait_for_a_busy_agent_is_not_read_again():
@@ -551,3 +586,47 @@ async def test_a_table_recovery_offset_aiokafka_refuses_reads_the_changelog_from
     changelog = TP("t.rflow.state.runs", 2)
     await app.consumer.seek_wait({changelog: None, TP("t.rflow.state.runs", 3): 17})
     assert sought == [{changelog: 0, TP("t.rflow.state.runs", 3): 17}]
+
+
+async def test_what_faust_hands_over_is_told_by_its_read_offset(monkeypatch):
+    from rflow.streams.app import create_app
+
+    app = create_app(Settings(api_token="t"))
+    tp = TP("t.rflow.events", 5)
+    assert app.consumer.handed_over(tp) is None
+
+    async def _seek(self, partition, offset):
+        pass
+
+    monkeypatch.setattr(consumption.aiokafka_driver.Consumer, "_seek", _seek)
+    await app.consumer.seek(tp, 17)  # Faust's seek, as a re-read makes it
+    assert app.consumer.handed_over(tp) == 17
+    # Faust's fetcher records the offset of each record it hands to the streams there.
+    app.consumer._read_offset[tp] = 23
+    assert app.consumer.handed_over(tp) == 23
+
+
+class Stream:
+    """An agent's stream: each event arrives with how many more wait behind it."""
+
+    def __init__(self, app: Any, arrivals: list[tuple[Message, int]]) -> None:
+        self.app, self.arrivals = app, arrivals
+
+    async def events(self):
+        for message, behind in self.arrivals:
+            self.app.queued[message.tp] = behind
+            yield SimpleNamespace(message=message)
+
+
+async def test_an_agent_takes_in_batches_what_has_arrived_by_the_time_it_is_ready():
+    made, _ = layer()
+    await opened(made, {EVENTS: 0})
+    arrivals = [(Message(EVENTS, n), behind) for n, behind in enumerate([2, 1, 0, 0, 3, 2, 1, 0])]
+    arrivals.insert(2, (Message(EVENTS, 1), 1))  # a duplicate: dropped
+    got = []
+    async for batch in made.batches(Stream(made.app, arrivals), EVENTS.topic, most=3):
+        got.append([event.message.offset for event in batch])
+        made.processed_all(batch)
+    # A burst of three, then one alone (nothing behind it), then a burst of four, cut at 3.
+    assert got == [[0, 1, 2], [3], [4, 5, 6], [7]]
+    assert made.cursors[EVENTS].done == 8
