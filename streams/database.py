@@ -45,9 +45,11 @@ class Database(Service):
         delay = 0.1
         while True:
             try:
-                async with self.connection() as conn:
+                async with self._pool.connection() as conn:
                     return await work(conn)
             except (Unavailable, psycopg.OperationalError) as exc:
+                if self._pool.closed:  # the worker is stopping: nothing to wait for
+                    raise Unavailable(f"the database pool is closed (during {what})") from exc
                 log.warning(
                     "postgres unavailable during %s, retrying in %.1fs: %s", what, delay, exc
                 )

@@ -30,6 +30,8 @@ def every(app: Any, seconds: float, name: str) -> Callable[[Work], Work]:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # one failed run must not end the loop
+                    if app.should_stop:
+                        return  # cut short by the worker stopping: nothing to report
                     log.warning("%s failed: %r", name, exc)
 
         repeat.__name__ = repeat.__qualname__ = name
