@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # for tests.integration.harness (not an installed package)
     sys.path.insert(0, str(REPO))
 
+from _cpu import CpuMeter, stack_pids  # noqa: E402, F401 (shared by the benchmarks)
 from _profile import die_with_parent, start_profiler, stop_profiler  # noqa: E402, F401
 from _report import print_table  # noqa: E402, F401 (shared by the benchmarks)
 from aiohttp import web  # noqa: E402
@@ -223,42 +224,6 @@ def memory_of(pid: int) -> dict[str, float]:
             if name in ("VmRSS", "VmHWM"):
                 values[name] = int(rest.split()[0]) / 1024  # kB -> MB
     return values
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of ``pid`` so far, from /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_cpu() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
-    with open("/proc/stat") as stat:
-        values = [int(v) for v in stat.readline().split()[1:]]
-    tick = os.sysconf("SC_CLK_TCK")
-    idle = values[3] + values[4]  # idle + iowait
-    return (sum(values) - idle) / tick, sum(values) / tick
-
-
-class CpuMeter:
-    """CPU used by some processes, and by the whole machine, between start and stop."""
-
-    def __init__(self, pids: list[int]) -> None:
-        self.pids = pids
-        self.own = sum(cpu_seconds(pid) for pid in pids)
-        self.busy, self.total = machine_cpu()
-        self.wall = time.monotonic()
-
-    def stop(self) -> dict[str, float]:
-        own = sum(cpu_seconds(pid) for pid in self.pids) - self.own
-        busy, total = machine_cpu()
-        wall = time.monotonic() - self.wall
-        return {
-            "cpu": own,  # CPU seconds of the processes
-            "cpu_share": own / wall if wall else 0.0,  # in cores
-            "machine_busy": (busy - self.busy) / (total - self.total) if total > self.total else 0,
-        }
 
 
 def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]:

@@ -24,9 +24,8 @@ Phases:
      event as a run moves (bench/_baseline_agent.py with BENCH_JOURNAL), which shows
      how much of the gap is the Kafka traffic a run needs and how much rflow's own work;
   4. two workers in one consumer group: phase 1 again (speed-up = runs/s(2) / runs/s(1)).
-     Measured only once the group is Stable with both members ready: runs fired while
-     the second worker's join is still being rebalanced were seen to be lost (see the
-     report of issue 4).
+     Measured only once the group is Stable with both members ready, so the figure is
+     throughput, not a rebalance (tests/integration/test_scaling.py covers those).
 
 --profile adds a phase 1 under py-spy (pip install py-spy) and prints where the worker's
 time goes; --diagnose runs the one-worker phases in bench/_instrumented_worker.py, which
@@ -34,8 +33,11 @@ notes event-loop lag and garbage-collector pauses (with BENCH_CPROFILE=<file> it
 writes the worker's cProfile statistics of phase 1 there); --variant no-state drops the state_set
 step, to show what it costs.
 
-Targets (issue 4): runs/s >= 1/4 of the baseline's events/s; p99 < 250 ms at half the
-peak rate. Everything the run creates (processes, schema, topics) is removed at the end.
+Targets: p99 < 250 ms at half the peak rate; two workers >= 1.25x one. The runs/s target
+is Restate's (bench_peers.py); the bare agent shows what Faust and Kafka alone cost. Each
+peak phase also shows which processes used the machine's CPU per run: the workers, Kafka,
+Postgres and this benchmark share the cores, so two workers can be at most
+1 / (the share busy with one) times as fast as one. Everything the run creates (processes, schema, topics) is removed at the end.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import emit
 from _stack import (
+    REPO,
     BenchError,
     CpuMeter,
     TimingSink,
@@ -73,6 +76,7 @@ from _stack import (
     produce_paced,
     profile_summary,
     read_diagnostics,
+    stack_pids,
     start_process,
     start_producer,
     start_profiler,
@@ -234,7 +238,13 @@ async def rflow_peak(rig: RflowRig, producer, phase: Phase) -> dict:
     """Produce every trigger at once; runs/s until the last notify reaches the sink."""
     records = [rig.record(key, phase.payload(i)) for i, key in enumerate(phase.trigger_keys)]
     notify_keys = [rig.notify_key(key) for key in phase.trigger_keys]
-    meter = CpuMeter([w.pid for w in rig.workers])
+    meter = CpuMeter(
+        {
+            "workers": [w.pid for w in rig.workers],
+            "kafka": stack_pids(REPO, "kafka"),
+            "postgres": stack_pids(REPO, "postgres"),
+        }
+    )
     sampler = LockSampler(rig.settings)
     await sampler.start()
     try:
@@ -267,9 +277,17 @@ async def rflow_peak(rig: RflowRig, producer, phase: Phase) -> dict:
         "read_model_rate": phase.count / read_model,
         "statuses": statuses,
         "rss": [memory_of(w.pid)["VmRSS"] for w in rig.workers],
-        "cpu_per_item": cpu["cpu"] / phase.count,
-        "cpu_share": cpu["cpu_share"],
+        "cpu_per_item": cpu["cpu"]["workers"] / phase.count,
+        "cpu_share": cpu["cores"]["workers"],
         "machine_busy": cpu["machine_busy"],
+        # Per run, everything the machine did: which processes did it.
+        "machine_per_item": {
+            "workers": cpu["cpu"]["workers"] / phase.count,
+            "Kafka": cpu["cpu"]["kafka"] / phase.count,
+            "Postgres": cpu["cpu"]["postgres"] / phase.count,
+            "this benchmark (producer, sink)": cpu["driver"] / phase.count,
+            "the rest": cpu["others"] * cpu["wall"] / phase.count,
+        },
         "diag": diagnostics(rig, first, last),
         "locks": locks,
     }
@@ -317,6 +335,11 @@ def diagnostics(rig: RflowRig, since: float, until: float) -> dict | None:
     if not rig.diagnose:
         return None
     return read_diagnostics(rig.diag_paths[0], since, until)
+
+
+def describe_machine(peak: dict) -> str:
+    parts = ", ".join(f"{name} {ms * 1000:.2f}" for name, ms in peak["machine_per_item"].items())
+    return f"      the machine's CPU per run (ms): {parts}"
 
 
 def describe_diag(diag: dict | None) -> str:
@@ -512,7 +535,7 @@ class BaselineRig:
 
 async def baseline_peak(base: BaselineRig, rig: RflowRig, producer, phase: Phase) -> dict:
     records = [rig.record(key, phase.payload(i)) for i, key in enumerate(phase.trigger_keys)]
-    meter = CpuMeter([base.proc.pid])
+    meter = CpuMeter({"agent": [base.proc.pid]})
     first = await produce_all(producer, base.topic, records)
     await wait_for(
         lambda: base.count(phase.trigger_keys) >= phase.count,
@@ -527,7 +550,7 @@ async def baseline_peak(base: BaselineRig, rig: RflowRig, producer, phase: Phase
         "count": phase.count,
         "elapsed": elapsed,
         "rate": phase.count / elapsed,
-        "cpu_per_item": cpu["cpu"] / phase.count,
+        "cpu_per_item": cpu["cpu"]["agent"] / phase.count,
     }
 
 
@@ -617,6 +640,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             f"{peak1['locks']['advisory_waiting']:.1f} waiting on an advisory lock (mean)",
             flush=True,
         )
+        print(describe_machine(peak1), flush=True)
         if peak1["diag"]:
             print(describe_diag(peak1["diag"]), flush=True)
         rate = peak1["rate"] / 2
@@ -701,6 +725,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
                 f"{peak2['locks']['advisory_waiting']:.1f} waiting on an advisory lock (mean)",
                 flush=True,
             )
+            print(describe_machine(peak2), flush=True)
             opened.remove(two)
             await two.stop()
     finally:
@@ -724,8 +749,8 @@ def report(results: dict, rate: float) -> None:
             f"{peak1['rate']:.1f} runs/s",
             f"{bpeak['rate']:.1f} events/s",
             f"{ratio:.3f}",
-            ">= 0.25 of baseline",
-            "met" if ratio >= 0.25 else "NOT met",
+            "report (the target is Restate's: bench_peers.py)",
+            "-",
         ),
         (
             "  same, until the read model has settled every run",
@@ -784,14 +809,18 @@ def report(results: dict, rate: float) -> None:
         )
     if "peak2" in results:
         peak2 = results["peak2"]
+        speedup = peak2["rate"] / peak1["rate"]
+        # Workers, Kafka, Postgres and this benchmark share the cores: with one worker the
+        # machine is already `machine_busy` busy, so two can at most fill the rest.
+        ceiling = 1 / peak1["machine_busy"] if peak1["machine_busy"] else float("inf")
         rows.append(
             (
                 "peak throughput, 2 workers",
                 f"{peak2['rate']:.1f} runs/s",
                 f"{peak1['rate']:.1f} runs/s (1 worker)",
-                f"{peak2['rate'] / peak1['rate']:.2f}",
-                "report (1.3-1.8 on 2 cores)",
-                "-",
+                f"{speedup:.2f}",
+                ">= 1.25",
+                "met" if speedup >= 1.25 else "NOT met",
             )
         )
         rows.append(
@@ -800,6 +829,16 @@ def report(results: dict, rate: float) -> None:
                 f"{peak2['read_model_rate']:.1f} runs/s",
                 f"{peak1['read_model_rate']:.1f} runs/s (1 worker)",
                 f"{peak2['read_model_rate'] / peak1['read_model_rate']:.2f}",
+                "-",
+                "-",
+            )
+        )
+        rows.append(
+            (
+                "  at most, on these cores (1 / share busy with 1 worker)",
+                f"{ceiling:.2f}",
+                f"machine {peak1['machine_busy']:.0%} busy (1 worker)",
+                "-",
                 "-",
                 "-",
             )

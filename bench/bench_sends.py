@@ -260,11 +260,11 @@ async def measure(settings, count: int, workdir: Path, profile: bool, rounds_wan
             snapshot = await chain.rpc(w3, "evm_snapshot")  # a revert uses its snapshot up
 
         for index in range(len(signers)):
-            idle = CpuMeter([worker.pid])
+            idle = CpuMeter({"worker": [worker.pid]})
             # A recipient of the round's own: the loop would otherwise send, after the
             # revert, byte for byte the transactions of the round before.
             base = await baseline(w3, token, plain, chain.Account.create().address, count)
-            idle_share = idle.stop()["cpu_share"]
+            idle_share = idle.stop()["cores"]["worker"]
             await back_to_start()
             if cprofile and index == 0:
                 Path(f"{cprofile}.start").touch()

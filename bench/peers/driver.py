@@ -39,9 +39,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # bench/_report.py (standard library only)
+from _cpu import CpuMeter  # noqa: E402
 from _report import emit, print_table  # noqa: E402
 from engines import Dbos, Engine, Firing, Restate, Rflow, Stack  # noqa: E402
-from measure import BenchError, CpuMeter, Ports, Sink, percentile  # noqa: E402
+from measure import BenchError, Ports, Sink, percentile  # noqa: E402
 from where import Breakdown, Sampler  # noqa: E402
 
 ENGINES = ("rflow", "rflow-2", "restate", "dbos", "restate-fsync", "rflow-ungrouped")

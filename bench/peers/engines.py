@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import psycopg
+from _cpu import stack_pids
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -109,13 +110,12 @@ class Stack:
             )
         netloc = f"{ROLE}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
         bench_url = urlunsplit(("postgresql", netloc, parts.path, parts.query, ""))
-        run = REPO / ".stack" / "run"
         return cls(
             brokers=brokers,
             admin_url=url,
             bench_url=bench_url,
-            kafka_pids=_pids(run / "kafka.pid"),
-            postgres_pids=_pids(run / "postgres.pid"),
+            kafka_pids=stack_pids(REPO, "kafka"),
+            postgres_pids=stack_pids(REPO, "postgres"),
         )
 
     async def prepare(self) -> dict[str, str]:
@@ -159,13 +159,6 @@ class Stack:
         finally:
             await admin.close()
         return settings
-
-
-def _pids(path: Path) -> list[int]:
-    try:
-        return [int(path.read_text().strip())]
-    except (FileNotFoundError, ValueError):
-        return []
 
 
 def _clean_env(*prefixes: str) -> dict[str, str]:
