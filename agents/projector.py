@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.codecs import DecodeError, RunJournal, decode
 from rflow.engine import Journal, Settle
-from rflow.storage import StorageError, runs
+from rflow.storage import StorageError, Unavailable, runs
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -46,6 +46,8 @@ def attach(app: RflowApp) -> None:
             await runtime.database.run(
                 lambda conn, entries=entries: runs.project(conn, entries), what="projection"
             )
+        except Unavailable:
+            raise  # the worker is stopping: these records are read again, not refused
         except StorageError:
             # One entry the database refuses must not hold back (or crash away) the
             # rest: project one by one, dead-lettering the record of what is refused.
@@ -56,6 +58,8 @@ def attach(app: RflowApp) -> None:
                             lambda conn, entry=entry: runs.project(conn, [entry]),
                             what="projection",
                         )
+                    except Unavailable:
+                        raise
                     except StorageError as exc:
                         await send_dead_letter(
                             app,

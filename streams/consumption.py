@@ -69,6 +69,10 @@ COMMIT_INTERVAL = 0.25
 STALL = 5.0
 """Seconds a TP may go without a record taken, while the broker has records past its
 cursor and none waits in a queue for its agent, before it is looked at as stalled."""
+STALL_ANYWAY = 60.0
+"""Seconds a TP may go without a record taken, while the broker has records past its
+cursor and none waits in a queue for its agent, before it is read again whatever the
+fetcher seems to be doing (a fetch of that TP alone may be stuck)."""
 REREAD_BACKOFF = (0.05, 0.2, 1.0)
 """Seconds before each further attempt to read a gap again (the fetcher may still be
 yielding a batch fetched before the seek; its records are dropped meanwhile)."""
@@ -79,6 +83,16 @@ nothing else meanwhile: Faust's 1.5 s let a quiet TP's records wait that long.""
 PINNED = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0", "mode-streaming": "0.7.1"}
 """The versions whose behaviour this module was written against (and ``requirements.lock``
 pins)."""
+
+
+class WritesLost(RuntimeError):
+    """A journal or table write was not acknowledged by the broker: decisions are lost,
+    and the offsets of the records they came from must never be committed."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(
+            f"a write to Kafka was not acknowledged ({cause!r}): nothing more is committed"
+        )
 
 
 class InternalsChanged(RuntimeError):
@@ -104,13 +118,6 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
     "faust ThreadDelegateConsumer._new_consumer_thread": (
         "faust-streaming",
         lambda: _defines(aiokafka_driver.Consumer, "_new_consumer_thread"),
-    ),
-    "faust Consumer._read_offset": (
-        "faust-streaming",
-        lambda: (
-            _assigns(faust_consumer.Consumer.__init__, "_read_offset")
-            and _assigns(faust_consumer.Consumer._drain_messages, "_read_offset")
-        ),
     ),
     "faust ThreadDelegateConsumer._commit": (
         "faust-streaming",
@@ -230,10 +237,15 @@ class RflowConsumer(aiokafka_driver.Consumer):
         """Commit ``offsets`` as they are (Faust commits only what its streams acked)."""
         return await self._commit(offsets)
 
+    async def seek(self, partition: TP, offset: int) -> None:
+        await super().seek(partition, offset)
+        self.app.handed.pop(TP(partition.topic, partition.partition), None)
+
     def handed_over(self, tp: TP) -> int | None:
-        """The offset of the last record of ``tp`` Faust's fetcher handed to the streams
-        (or sought to), ``None`` before any: records up to it have left the fetcher."""
-        return self._read_offset.get(tp)
+        """The offset of the last record of ``tp`` the fetcher put into a queue since
+        ``tp`` was last sought, ``None`` before any: records up to it have left the
+        fetcher."""
+        return self.app.handed.get(tp)
 
 
 class Queue(ThrowableQueue):
@@ -259,6 +271,7 @@ class Queue(ThrowableQueue):
         if tp is not None:
             self.queued[tp] += 1
             self.counts.arrived += 1
+            self.counts.handed[tp] = getattr(item, "message", item).offset
         super()._put(item)
 
     def _get(self) -> Any:
@@ -294,6 +307,9 @@ class ConsumingApp(faust.App):
         """Records of each TP waiting in the app's queues (:class:`Queue`)."""
         self.arrived = 0
         """Records put into the app's queues so far: whether the fetcher hands any over."""
+        self.handed: dict[TP, int] = {}
+        """The offset of the last record of each TP put into the app's queues since the
+        TP was last sought (:meth:`RflowConsumer.handed_over`)."""
         super().__init__(*args, **kwargs)
         self.before_revoke = []
 
@@ -394,6 +410,8 @@ class Consumption:
         changed (:meth:`stalled`)."""
         self.commits = 0
         """Checkpoints that committed something (for tests and metrics)."""
+        self.failed: Exception | None = None
+        """The first write the broker did not acknowledge (:meth:`checkpoint`)."""
 
     # --- records ------------------------------------------------------------------
 
@@ -493,12 +511,20 @@ class Consumption:
 
     async def checkpoint(self) -> bool:
         """Write what was decided, then commit what is processed; True if offsets were
-        committed."""
+        committed. Once a write has failed, every checkpoint raises :class:`WritesLost`
+        and nothing more is committed: the records whose decisions were lost are read
+        again by the worker that recovers the tables from their changelogs."""
         async with self._checkpoint:
+            if self.failed is not None:
+                raise WritesLost(self.failed)
             offsets = {tp: c.done for tp, c in self.cursors.items() if c.done > c.committed}
-            writes = [flush() for flush in self.flushers]  # one instant: nothing awaits
-            for write in writes:
-                await write()  # returns once the broker has acknowledged all of it
+            try:
+                writes = [flush() for flush in self.flushers]  # one instant: nothing awaits
+                for write in writes:
+                    await write()  # returns once the broker has acknowledged all of it
+            except Exception as exc:
+                self.failed = exc
+                raise WritesLost(exc) from exc
             if not offsets:
                 return False
             return await self._commit(offsets)
@@ -536,6 +562,8 @@ class Consumption:
         self.reading = False
         try:
             await self.checkpoint()
+        except WritesLost as exc:  # the worker stops (run); nothing more is committed
+            log.error("the last checkpoint before the rebalance failed: %s", exc)
         except Exception as exc:  # the next owner reads from the last commit instead
             log.warning("the last checkpoint before the rebalance failed: %r", exc)
         self.epoch += 1
@@ -621,7 +649,8 @@ class Consumption:
         for :data:`STALL` while none waits (the fetcher is stuck). A TP whose next
         record the fetcher has not handed over yet, while it hands over others, is not
         stalled: its records wait in the fetcher behind an agent whose queue is full
-        (Faust's one fetcher waits for room in a full queue before it goes on)."""
+        (Faust's one fetcher waits for room in a full queue before it goes on), until it
+        has waited :data:`STALL_ANYWAY`."""
         now = time.monotonic() if now is None else now
         found: list[TP] = []
         arrived = self.app.arrived
@@ -641,9 +670,10 @@ class Consumption:
             if highwater is None or highwater <= cursor.next or now - cursor.taken_at < STALL:
                 continue
             handed = consumer.handed_over(tp)
-            if stuck or (handed is not None and handed >= cursor.next):
+            waited = now - cursor.taken_at
+            if stuck or (handed is not None and handed >= cursor.next) or waited >= STALL_ANYWAY:
                 found.append(tp)
-                self._reread(cursor, f"no record taken for {STALL:g}s")
+                self._reread(cursor, f"no record taken for {waited:.0f}s")
         return found
 
     async def run(self) -> None:
@@ -654,12 +684,14 @@ class Consumption:
                 continue
             try:
                 await self.checkpoint()
-            except Exception as exc:
-                # A write the broker refused: the tables here are ahead of their
-                # changelogs, and only a restart recovers them from the changelogs.
-                log.error("a table write was not acknowledged: %r; stopping", exc)
+            except WritesLost as exc:
+                # The tables here are ahead of their changelogs: only a restart
+                # recovers them from the changelogs.
+                log.error("%s; stopping", exc)
                 await self.app.crash(exc)
                 return
+            except Exception as exc:  # a commit the group refused: the next one covers it
+                log.warning("a checkpoint failed: %r", exc)
             self.stalled()
 
 

@@ -25,6 +25,7 @@ from rflow.streams.consumption import (
     FETCH_MAX_WAIT_MS,
     Consumption,
     InternalsChanged,
+    WritesLost,
     check_internals,
     writing_to,
 )
@@ -58,7 +59,7 @@ class Fetcher:
     committed: dict[TP, int] = field(default_factory=dict)
     paused: set[TP] = field(default_factory=set)
     handed: dict[TP, int] = field(default_factory=dict)
-    """The last offset of each TP handed to the streams (Faust's read offset)."""
+    """The last offset of each TP put into a queue since it was sought."""
     seeks: list[tuple[TP, int]] = field(default_factory=list)
     commits: list[dict[TP, int]] = field(default_factory=list)
     refuse_commit: bool = False
@@ -66,7 +67,7 @@ class Fetcher:
     async def seek(self, tp: TP, offset: int) -> None:
         self.seeks.append((tp, offset))
         self.position[tp] = offset
-        self.handed[tp] = offset  # as Faust's seek sets its read offset
+        self.handed.pop(tp, None)  # nothing handed over since
 
     def handed_over(self, tp: TP) -> int | None:
         return self.handed.get(tp)
@@ -278,7 +279,6 @@ async def test_a_fetcher_that_hands_nothing_to_any_agent_is_read_again():
     made, fetcher = layer()
     await opened(made, {TRIGGERS: 4})
     fetcher.logs[TRIGGERS] = 9  # the broker has 4..8; the fetcher hands nothing over
-    fetcher.handed.clear()
     now = made.cursors[TRIGGERS].taken_at
     assert made.stalled(now) == []
     assert made.stalled(now + consumption.STALL - 0.1) == []
@@ -288,15 +288,38 @@ async def test_a_fetcher_that_hands_nothing_to_any_agent_is_read_again():
 async def test_records_waiting_in_the_fetcher_behind_a_full_queue_are_not_read_again():
     made, fetcher = layer()
     await opened(made, {TRIGGERS: 0, EVENTS: 4})
-    fetcher.logs[EVENTS] = 9
-    fetcher.handed[EVENTS] = 3  # 4..8 fetched, not handed over yet: the fetcher waits
+    fetcher.logs[EVENTS] = 9  # 4..8 fetched, not handed over yet: the fetcher waits
     now = made.cursors[EVENTS].taken_at
-    for second in range(60):
+    for second in range(int(consumption.STALL_ANYWAY)):
         # ... for room in the runner's full queue, handing its records over meanwhile
         made.app.queued[TRIGGERS] = 1024
         made.app.arrived += 100
         assert made.stalled(now + second) == [], second
     assert sorted(fetcher.seeks) == sorted([(TRIGGERS, 0), (EVENTS, 4)])  # the openings' only
+    # A wait that long is read again anyway: a fetch of that TP alone may be stuck.
+    assert made.stalled(now + consumption.STALL_ANYWAY) == [EVENTS]
+    await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
+    assert fetcher.seeks[-1] == (EVENTS, 4)
+    assert made.stalled(made.cursors[EVENTS].taken_at + 1) == []  # not again at once
+
+
+async def test_a_partition_read_again_is_not_read_again_until_its_records_come_or_stop():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 0, EVENTS: 4})
+    fetcher.logs[EVENTS] = 9
+    fetcher.fetch(EVENTS)  # 4..8 handed over and thrown away: read again
+    now = made.cursors[EVENTS].taken_at
+    assert made.stalled(now + consumption.STALL) == [EVENTS]
+    await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
+    assert fetcher.seeks[-1] == (EVENTS, 4)
+    # After the seek the fetcher waits behind the runner's full queue: nothing of EVENTS
+    # has been handed over since, so the seek is not taken for a record thrown away.
+    later = made.cursors[EVENTS].taken_at
+    for second in range(1, 30):
+        made.app.queued[TRIGGERS] = 1024
+        made.app.arrived += 100
+        assert made.stalled(later + second) == [], second
+    assert [s for s in fetcher.seeks if s[0] == EVENTS] == [(EVENTS, 4)] * 2
 
 
 async def test_a_partition_whose_records_wait_for_a_busy_agent_is_not_read_again():
@@ -362,8 +385,53 @@ async def test_a_write_the_broker_refused_fails_the_checkpoint_and_commits_nothi
     assert made.take(Message(TRIGGERS, 0))
     made.processed(Message(TRIGGERS, 0))
     write.set_exception(RuntimeError("not enough replicas"))
-    with pytest.raises(RuntimeError, match="not enough replicas"):
+    with pytest.raises(WritesLost, match="not enough replicas"):
         await made.checkpoint()
+    assert fetcher.commits == []
+    # Later writes succeed, but the decisions of the write refused are lost: nothing is
+    # committed any more, by a checkpoint or by the last one of a revocation or a stop.
+    buffer.write().set_result(None)
+    assert made.take(Message(TRIGGERS, 1))
+    made.processed(Message(TRIGGERS, 1))
+    with pytest.raises(WritesLost, match="not enough replicas"):
+        await made.checkpoint()
+    await made.stop_taking()
+    await made.close()
+    assert fetcher.commits == []
+
+
+async def test_a_write_that_fails_before_the_broker_has_it_commits_nothing():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 0})
+
+    def flush():
+        raise KeyError("a table's codec refused a value")
+
+    made.flushers.append(flush)
+    assert made.take(Message(TRIGGERS, 0))
+    made.processed(Message(TRIGGERS, 0))
+    with pytest.raises(WritesLost, match="codec refused"):
+        await made.checkpoint()
+    made.flushers.clear()
+    with pytest.raises(WritesLost):
+        await made.checkpoint()
+    assert fetcher.commits == []
+
+
+async def test_the_checkpoints_stop_the_worker_once_a_write_is_lost():
+    made, fetcher = layer()
+    await opened(made, {TRIGGERS: 0})
+    crashed = []
+
+    async def crash(exc):
+        crashed.append(exc)
+
+    made.app.crash = crash
+    buffer = Writes()
+    made.flushers.append(buffer.flush)
+    buffer.write().set_exception(RuntimeError("request timed out"))
+    await asyncio.wait_for(made.run(), timeout=5)  # returns once it has crashed the app
+    assert len(crashed) == 1 and isinstance(crashed[0], WritesLost)
     assert fetcher.commits == []
 
 
@@ -588,22 +656,23 @@ async def test_a_table_recovery_offset_aiokafka_refuses_reads_the_changelog_from
     assert sought == [{changelog: 0, TP("t.rflow.state.runs", 3): 17}]
 
 
-async def test_what_faust_hands_over_is_told_by_its_read_offset(monkeypatch):
+async def test_what_the_fetcher_hands_over_is_told_by_the_queues_until_a_seek(monkeypatch):
     from rflow.streams.app import create_app
 
     app = create_app(Settings(api_token="t"))
     tp = TP("t.rflow.events", 5)
     assert app.consumer.handed_over(tp) is None
+    queue = app.FlowControlQueue(maxsize=10)
+    queue.force_put_nowait(SimpleNamespace(message=Message(tp, 22)))  # as Faust puts
+    queue.force_put_nowait(SimpleNamespace(message=Message(tp, 23)))
+    assert app.consumer.handed_over(tp) == 23
 
     async def _seek(self, partition, offset):
         pass
 
     monkeypatch.setattr(consumption.aiokafka_driver.Consumer, "_seek", _seek)
     await app.consumer.seek(tp, 17)  # Faust's seek, as a re-read makes it
-    assert app.consumer.handed_over(tp) == 17
-    # Faust's fetcher records the offset of each record it hands to the streams there.
-    app.consumer._read_offset[tp] = 23
-    assert app.consumer.handed_over(tp) == 23
+    assert app.consumer.handed_over(tp) is None  # nothing handed over since
 
 
 class Stream:
