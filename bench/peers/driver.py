@@ -469,7 +469,9 @@ def report(
     emit("peers", out)
     where = results["rflow"].get("where")
     if where is not None:
-        print(f"\nWhere the rflow worker's time goes at {fixed} (the targets missed above):")
+        missed = [r[0] for r in out if r[5] == "NOT met"]
+        why = f"the targets missed: {'; '.join(missed)}" if missed else "every target above met"
+        print(f"\nWhere the rflow worker's time goes at {fixed} ({why}):")
         show_where(results["rflow"]["engine"], results["rflow"]["sampled"], where)
 
 
