@@ -72,7 +72,24 @@ def dumps_exact(value: Any) -> bytes:
     except orjson.JSONEncodeError as exc:
         if "64-bit" not in str(exc):
             raise TypeError(str(exc)) from exc
-    return stdlib_json.dumps(value, default=_default).encode()
+    return orjson.dumps(_exact(value), default=_default, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _exact(value: Any) -> Any:
+    """Replace integers outside orjson's range by their digits, written as they are."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if _INT64[0] <= value <= _INT64[1]:
+            return value
+        return orjson.Fragment(str(value).encode())
+    if isinstance(value, dict):
+        return {key: _exact(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_exact(item) for item in value]
+    if hasattr(value, "model_dump"):
+        return _exact(value.model_dump(mode="json"))
+    return value
 
 
 def pretty(value: Any) -> str:
