@@ -20,16 +20,18 @@ import aiohttp
 from eth_abi import decode as abi_decode
 from eth_abi import encode as abi_encode
 from eth_utils import function_signature_to_4byte_selector, to_checksum_address
-from web3 import AsyncHTTPProvider, AsyncWeb3
 
-from rflow.classify import http_failure, retry_after_seconds
+from rflow.classify import RPC_LIMIT_EXCEEDED, http_failure, retry_after_seconds
 from rflow.codecs import json
 from rflow.engine import Execute
 from rflow.engine.keys import header_value
 from rflow.failures import FailureKind, RflowError
 from rflow.hosts import check_url
+from rflow.ingress.pool import RpcPool
+from rflow.ingress.rpc import RpcError, RpcUnavailable
 from rflow.lang.abi import parse_signature
 from rflow.lang.units import parse_duration
+from rflow.relayer.build import revert_reason
 from rflow.secrets import Secrets
 from rflow.storage import workflow_state
 
@@ -53,7 +55,6 @@ class Executors:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self._session: aiohttp.ClientSession | None = None
-        self._web3: dict[str, AsyncWeb3] = {}
         self.table: dict[str, Executor] = {
             "http_call": self.http_call,
             "notify": self.notify,
@@ -69,8 +70,6 @@ class Executors:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
-        for w3 in self._web3.values():
-            await w3.provider.disconnect()
 
     async def run(self, effect: Execute, secrets: Secrets) -> Any:
         """Carry ``effect`` out; the values it is given are hidden in ``secrets``, which
@@ -231,25 +230,31 @@ class Executors:
 
     # --- chain reads ------------------------------------------------------------------
 
-    def web3(self, network: str, secrets: Secrets) -> AsyncWeb3:
-        """The client of ``network``; its RPC URL (which may carry an API key) is hidden
-        in ``secrets``, so a connection error quoting it is scrubbed."""
+    async def node(self, network: str, secrets: Secrets) -> RpcPool:
+        """The endpoints of ``network``; their URLs (which may carry API keys) are hidden
+        in ``secrets``, so an error quoting one is scrubbed."""
         project = self.runtime.project
         spec = project.networks.get(network) if project else None
         if spec is None:
             raise RflowError(FailureKind.INVALID_INPUT, f"unknown network {network!r}")
-        secrets.hide(spec.rpc_env_name(network))
-        if network not in self._web3:
-            url = self.runtime.env.get(
-                spec.rpc_env_name(network)
-            ) or self.runtime.settings.rpc_urls.get(network)
-            if not url:
-                raise RflowError(
-                    FailureKind.INVALID_INPUT,
-                    f"no RPC URL for network {network}: set {spec.rpc_env_name(network)}",
-                )
-            self._web3[network] = AsyncWeb3(AsyncHTTPProvider(url, request_kwargs={"timeout": 15}))
-        return self._web3[network]
+        secrets.hide(*(variable for _, variable in spec.rpc_env_names(network)))
+        try:
+            return await self.runtime.rpc.get(network)
+        except LookupError as exc:
+            raise RflowError(FailureKind.INVALID_INPUT, f"no RPC URL for {exc}") from None
+
+    async def _ask(self, network: str, secrets: Secrets, method: str, *params: Any) -> Any:
+        """``method`` on ``network``'s endpoints (failing over): its result. No answer is
+        ``rpc_timeout``; a node over its rate limit ``rate_limited``."""
+        node = await self.node(network, secrets)
+        try:
+            return await node.call(method, *params)
+        except RpcUnavailable as exc:
+            raise RflowError(FailureKind.RPC_TIMEOUT, f"{method}: {exc}") from None
+        except RpcError as exc:
+            if exc.code == RPC_LIMIT_EXCEEDED:
+                raise RflowError(FailureKind.RATE_LIMITED, str(exc)) from None
+            raise
 
     def address_of(self, action: Mapping[str, Any]) -> str:
         if action.get("to"):
@@ -275,11 +280,22 @@ class Executors:
             for kind, value in zip(signature.inputs, action.get("args") or [], strict=True)
         ]
         data = selector + abi_encode(list(signature.inputs), args)
-        w3 = self.web3(action["network"], secrets)
-        raw = await w3.eth.call(
-            {"to": self.address_of(action), "data": "0x" + data.hex()},
-            action.get("block", "latest"),
-        )
+        block = action.get("block", "latest")
+        call = {"to": self.address_of(action), "data": "0x" + data.hex()}
+        try:
+            answer = await self._ask(
+                action["network"],
+                secrets,
+                "eth_call",
+                call,
+                hex(block) if isinstance(block, int) else block,
+            )
+        except RpcError as exc:  # the node answered: the call itself failed
+            raise RflowError(
+                FailureKind.REVERTED,
+                f"{action['function']} reverted: {revert_reason(exc.data) or exc.message}",
+            ) from None
+        raw = bytes.fromhex(str(answer).removeprefix("0x"))
         if not signature.outputs:
             return "0x" + bytes(raw).hex()
         values = abi_decode(list(signature.outputs), bytes(raw))
@@ -288,16 +304,13 @@ class Executors:
 
     async def query(self, effect: Execute, secrets: Secrets) -> Any:
         action = secrets.resolve(effect.action)
-        w3 = self.web3(action["network"], secrets)
-        response = await w3.provider.make_request(
-            action["method"], list(action.get("params") or [])
-        )
-        if "error" in response:
-            error = response["error"]
-            raise RflowError(
-                FailureKind.DATA_UNAVAILABLE, f"{action['method']}: {error.get('message', error)}"
+        try:
+            result = await self._ask(
+                action["network"], secrets, action["method"], *(action.get("params") or [])
             )
-        return _jsonable(response.get("result"))
+        except RpcError as exc:
+            raise RflowError(FailureKind.DATA_UNAVAILABLE, str(exc)) from None
+        return _jsonable(result)
 
     # --- state, sends, commands -------------------------------------------------------
 

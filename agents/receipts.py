@@ -4,14 +4,18 @@ rebroadcasts, drops and expiries, and nonce gaps filled by zero-value self-trans
 The tracker watches every open send of the relayers this worker owns, loaded from
 Postgres when ownership changes and added as the relayer broadcasts. A send settles
 only on chain evidence: a receipt of any of its attempts, confirmed; or its nonce
-used by another transaction while none of its own was mined. Nothing that may have
-reached the chain is ever signed again with a new nonce.
+used by another transaction, found in a confirmed block, while none of its own was
+mined. A missing receipt, an unknown hash or "nonce too low" from a node that lags
+mean *wait*: every endpoint of the network is asked, and the send stays pending with
+the reason (:mod:`rflow.relayer.resign` has the rules). Nothing that may have reached
+the chain is ever signed again with a new nonce.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from rflow.codecs import SendRequest
 from rflow.failures import FailureKind, RflowError, StepError
 from rflow.ingress.rpc import RpcError, RpcUnavailable
+from rflow.relayer import resign
 from rflow.relayer.fees import Fees, bump, cancelling, raised
 from rflow.relayer.node import Broadcast, Node
 from rflow.relayer.signing import Signer
@@ -38,6 +43,10 @@ MISSING_GRACE = 2.0
 MISSING_CHECKS = 2
 """Consecutive checks, a second apart, the node must not know a transaction to drop it."""
 POOL_CHECK_INTERVAL = 1.0
+EVERYWHERE_INTERVAL = 1.0
+"""Seconds between asking every endpoint for the receipts the current one does not show."""
+PROOF_INTERVAL = 2.0
+"""Seconds between searches for the transaction that took an unexplained used nonce."""
 RELOAD_INTERVAL = 5.0
 """Open sends are reloaded from Postgres this often, so none is ever forgotten."""
 FILL_GAS = 21_000
@@ -57,6 +66,12 @@ class Watched:
     missing: int = 0
     mined: bool = False
     """A receipt of it was seen (not yet confirmed): gone again means a reorg."""
+    maybe_out: bool = True
+    """It may have reached a node: only the chain can settle it (a refusal of a later
+    broadcast fills its nonce rather than give the nonce back). False only for a send
+    whose first broadcast every endpoint answered and none took."""
+    everywhere_at: float = 0.0
+    proof_at: float = 0.0
 
 
 class Lapsed(Exception):
@@ -84,11 +99,13 @@ class Tracker:
 
     # --- what to watch ------------------------------------------------------------------
 
-    def watch(self, row: SendRow, *, accepted: bool, nonce_low: bool = False) -> None:
+    def watch(
+        self, row: SendRow, *, accepted: bool, nonce_low: bool = False, maybe_out: bool = True
+    ) -> None:
         """Follow ``row``; a send already watched keeps what is known of it."""
         if row.send_key in self.watched:
             return
-        self.watched[row.send_key] = Watched(row, accepted, nonce_low)
+        self.watched[row.send_key] = Watched(row, accepted, nonce_low, maybe_out=maybe_out)
         self._wake.set()
 
     async def own(self, owned: set[tuple[str, str]]) -> None:
@@ -157,16 +174,27 @@ class Tracker:
         # the rest are not asked about, so a round costs the node a call per signer and a
         # lookup per send mined since, not a lookup per send followed.
         head, used = await node.mined_nonces(sorted({w.row.address for w in group}))
-        hashes = [
-            a.tx_hash for w in group if w.row.nonce < used[w.row.address] for a in w.row.attempts
-        ]
+        taken = [w for w in group if w.row.nonce < used[w.row.address]]
+        hashes = [a.tx_hash for w in taken for a in w.row.attempts]
         receipts = await node.receipts(hashes) if hashes else {}
-        confirmations = self.relayer.confirmations(network)
         now = time.monotonic()
+        # A used nonce with no receipt on this endpoint: the others may show it (a
+        # load-balanced provider answers from nodes a few seconds apart).
+        unseen = [w for w in taken if not self._mined_of(w, receipts)]
+        due = [w for w in unseen if now - w.everywhere_at >= EVERYWHERE_INTERVAL]
+        if due:
+            found, _ = await node.receipts_everywhere(
+                [a.tx_hash for w in due for a in w.row.attempts]
+            )
+            receipts.update(found)
+            for watched in due:
+                watched.everywhere_at = now
+        confirmations = self.relayer.confirmations(network)
         unmined: list[Watched] = []
+        unexplained: list[Watched] = []
         confirmed: list[tuple[Watched, dict[str, Any]]] = []
         for watched in group:
-            mined = [receipts[a.tx_hash] for a in watched.row.attempts if a.tx_hash in receipts]
+            mined = self._mined_of(watched, receipts)
             if mined:
                 receipt = mined[0]
                 block = int(receipt["blockNumber"], 16)
@@ -190,14 +218,24 @@ class Tracker:
                 watched.mined = False
                 watched.accepted = False
                 watched.retry_at = 0.0
-            unmined.append(watched)
+            if watched in unseen:
+                unexplained.append(watched)
+            else:
+                unmined.append(watched)
         await self.settle_mined(confirmed)
+        for watched in unexplained:
+            if watched.row.send_key in self.watched:
+                await self.unexplained(watched, now)
         due = [w for w in unmined if w.accepted and now - w.checked_at >= POOL_CHECK_INTERVAL]
         pooled = await node.pooled([w.row.tx_hash for w in due]) if due else {}
         for watched in unmined:
             if watched.row.send_key not in self.watched:
                 continue
             await self.unmined(watched, now, pooled.get(watched.row.tx_hash))
+
+    @staticmethod
+    def _mined_of(watched: Watched, receipts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        return [receipts[a.tx_hash] for a in watched.row.attempts if a.tx_hash in receipts]
 
     # --- settling -------------------------------------------------------------------------
 
@@ -287,7 +325,7 @@ class Tracker:
         row = watched.row
         node = await self.relayer.node(row.network)
         if watched.nonce_low:
-            await self.nonce_taken(watched)
+            await self.unexplained(watched, now)
             return
         deadline = row.deadline
         if (
@@ -354,14 +392,25 @@ class Tracker:
             watched.retry_at = now + 1.0
             return f"the node did not answer ({exc}); it is broadcast again until it does"
         except RflowError as exc:
-            if watched.accepted or watched.row.purpose != "step":
-                log.warning("rebroadcast of %s refused: %s", watched.row.send_key, exc)
+            row = watched.row
+            if watched.accepted or row.purpose != "step" or row.error is not None:
+                log.warning("rebroadcast of %s refused: %s", row.send_key, exc)
                 watched.retry_at = now + 1.0
                 watched.accepted = False
                 return f"{exc.message}; it is broadcast again every second"
-            # Refused before the node ever took it: it never went out.
-            self.watched.pop(watched.row.send_key, None)
-            await self.refused(watched.row, exc.as_data())
+            if watched.maybe_out:
+                # An earlier broadcast may have reached a node: only the chain can tell,
+                # so its nonce is taken by a self-transfer, and the send fails once that
+                # (and not the send) is shown to have used it.
+                watched.retry_at = now + 1.0
+                await self.fill(row, exc.as_data())
+                return (
+                    f"{exc.message}: a self-transfer takes its nonce {row.nonce}; the send "
+                    "fails once the chain shows that, not it, used the nonce"
+                )
+            # Refused by every node, and never taken by one: it never went out.
+            self.watched.pop(row.send_key, None)
+            await self.refused(row, exc.as_data())
             return f"{exc.message}: the send failed, it never went out"
         if outcome in (Broadcast.ACCEPTED, Broadcast.KNOWN):
             if not watched.accepted and watched.row.purpose == "step":
@@ -387,44 +436,78 @@ class Tracker:
             return Fees(0, 0)
 
     async def vanished(self, watched: Watched) -> None:
-        """The node no longer knows the send's latest transaction, and none is mined."""
+        """The current endpoint no longer knows the send's latest transaction, and none
+        is mined. Only an absence every endpoint agrees on counts."""
         row = watched.row
         node = await self.relayer.node(row.network)
+        known, complete = await node.known_everywhere([a.tx_hash for a in row.attempts])
+        if known or not complete:
+            watched.missing = 0
+            return
         used = await node.nonce(row.address, "latest")
         if used > row.nonce:
-            await self.nonce_taken(watched)
+            await self.unexplained(watched, time.monotonic(), force=True)
             return
         if row.error is None and row.purpose == "step":
-            message = f"transaction {row.tx_hash} (nonce {row.nonce}) left the node's pool unmined"
+            message = (
+                f"transaction {row.tx_hash} (nonce {row.nonce}) left the pool of every "
+                "endpoint unmined"
+            )
             await self.fill(row, StepError(kind=FailureKind.DROPPED, message=message))
         else:
             # A filler, or a send already being replaced: put it back out.
             watched.accepted = False
             watched.missing = 0
 
-    async def nonce_taken(self, watched: Watched) -> None:
-        """The chain says the send's nonce is used. With no receipt of any attempt (this
-        round checked them all), none of them can ever be mined: a send being replaced
-        settles with its reason; any other is signed again with a fresh nonce."""
+    async def unexplained(self, watched: Watched, now: float, *, force: bool = False) -> None:
+        """The send's nonce is used on chain (or a node said "nonce too low") and no
+        endpoint shows a receipt of any of its transactions: look for the transaction
+        that took the nonce and act only on what it proves (:mod:`rflow.relayer.resign`).
+        Searched at most every :data:`PROOF_INTERVAL` seconds; nothing is bumped or
+        rebroadcast meanwhile."""
+        if not force and now - watched.proof_at < PROOF_INTERVAL:
+            return
+        watched.proof_at = now
         row = watched.row
         node = await self.relayer.node(row.network)
-        used = await node.nonce(row.address, "latest")
+        taker = await node.taker(row.address, row.nonce)
+        if taker is None and watched.nonce_low:
+            used = await node.nonce(row.address, "latest")
+            if used <= row.nonce:
+                # No endpoint shows the nonce used: a node ahead of the others said so, or
+                # a replacement of ours is pending. Broadcast again shortly.
+                watched.nonce_low = False
+                watched.accepted = False
+                watched.retry_at = now + 1.0
+                return
         watched.nonce_low = False
-        if used <= row.nonce:
-            watched.accepted = False  # not taken yet: a pending replacement of ours
+        send = resign.Send(
+            nonce=row.nonce,
+            own={a.tx_hash.lower() for a in row.attempts},
+            purpose=row.purpose,
+            replacing=StepError.model_validate(row.error).message if row.error else None,
+        )
+        decision = resign.decide(send, taker, self.relayer.confirmations(row.network))
+        if decision.verdict in (resign.Verdict.WAIT, resign.Verdict.MINED):
+            await self.waiting(row, decision.reason)
             return
-        receipts = await node.receipts([a.tx_hash for a in row.attempts])
-        if receipts:
-            return  # one of ours after all: the next round settles it
-        if row.purpose == "fill":
-            self.watched.pop(row.send_key, None)
-            await self.relayer.db(
-                lambda conn: sends.settle(conn, row.send_key, status="failed"), "settle filler"
-            )
+        if decision.verdict is resign.Verdict.SETTLE:
+            log.warning("send %s: %s", row.send_key, decision.reason)
+            if row.purpose == "fill":
+                self.watched.pop(row.send_key, None)
+                await self.relayer.db(
+                    lambda conn: sends.settle(conn, row.send_key, status="failed"),
+                    "settle filler",
+                )
+            else:
+                await self.settle_failed(row, StepError.model_validate(row.error))
             return
-        if row.error is not None:
-            await self.settle_failed(row, StepError.model_validate(row.error))
-            return
+        await self.sign_again(watched, decision.reason)
+
+    async def sign_again(self, watched: Watched, reason: str) -> None:
+        """Sign the send with a new nonce: proven necessary (:data:`resign.Verdict.SIGN_AGAIN`)."""
+        row = watched.row
+        node = await self.relayer.node(row.network)
         signer = self.relayer.signer(row.relayer)
         pending = await node.nonce(row.address, "pending")
         fees = await node.fees(cap=None, tip=None)
@@ -437,18 +520,33 @@ class Tracker:
                     signer, node, nonce, row.to_address, row.value, row.data, row.gas_limit, fees
                 )
                 await sends.add_attempt(conn, row.send_key, attempt)
+                await sends.waiting(conn, row.send_key, None)
             return attempt
 
-        attempt = await self.relayer.db(work, f"resign {row.send_key}")
+        attempt = await self.relayer.db(work, f"sign {row.send_key} again")
         log.warning(
-            "send %s: nonce %d was used by another transaction; signed again with nonce %d",
+            "send %s: %s; signed again with nonce %d (%s)",
             row.send_key,
-            row.nonce,
+            reason,
             attempt.nonce,
+            attempt.tx_hash,
         )
         watched.row = await self._reload(row.send_key) or row
         watched.accepted = False
         watched.retry_at = 0.0
+
+    async def waiting(self, row: SendRow, reason: str) -> None:
+        """Record what ``row`` waits for (logged when it changes)."""
+        if row.waiting_for == reason:
+            return
+        changed = await self.relayer.db(
+            lambda conn: sends.waiting(conn, row.send_key, reason), "send waiting"
+        )
+        if changed:
+            log.info("send %s pending: %s", row.send_key, reason)
+        watched = self.watched.get(row.send_key)
+        if watched is not None:
+            watched.row = dataclasses.replace(watched.row, waiting_for=reason)
 
     async def fill(
         self,

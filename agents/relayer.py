@@ -29,8 +29,8 @@ from rflow.budgets import Charge, GasBreaker, charges
 from rflow.codecs import DecodeError, SendControl, SendRequest, decode
 from rflow.engine import StepResult
 from rflow.failures import FailureKind, RflowError, StepError
-from rflow.ingress.rpc import JsonRpc, RpcUnavailable, endpoints
-from rflow.lang.model import Network, Project
+from rflow.ingress.rpc import RpcUnavailable
+from rflow.lang.model import Project
 from rflow.lang.model import Relayer as RelayerSpec
 from rflow.relayer import build
 from rflow.relayer.fees import Fees, suggest
@@ -115,8 +115,7 @@ class Relayer:
         self.app = app
         self.runtime = app.rflow
         self.settings = self.runtime.settings
-        self._rpcs: list[JsonRpc] = []
-        self._nodes: dict[str, tuple[Network, Node]] = {}
+        self._nodes: dict[str, tuple[Any, Node]] = {}
         self._signers: dict[str, tuple[RelayerSpec, Signer]] = {}
         self._synced: set[tuple[str, str]] = set()
         self.tracker = Tracker(self)
@@ -134,24 +133,19 @@ class Relayer:
         return project
 
     async def node(self, network: str) -> Node:
-        """The node of ``network`` as the current deployment declares it. One a deploy
-        no longer declares stays known for following the sends already made on it."""
-        project = self.project
-        declared = project.networks.get(network)
-        cached = self._nodes.get(network)
-        if cached is not None and (declared is None or cached[0] == declared):
-            return cached[1]
-        if declared is None:
-            raise RflowError(FailureKind.INVALID_INPUT, f"no network named {network!r}")
+        """The endpoints of ``network`` as the current deployment declares them. A network
+        a deploy no longer declares stays known for following the sends made on it."""
         try:
-            url = endpoints(self.settings, project, network, self.runtime.env).http
+            pool = await self.runtime.rpc.get(network)
         except LookupError as exc:
             raise RflowError(FailureKind.INVALID_INPUT, str(exc)) from None
-        rpc = JsonRpc(url, timeout=15.0)
-        await rpc.__aenter__()
-        self._rpcs.append(rpc)
-        node = Node(rpc, declared.chain_id)
-        self._nodes[network] = (declared, node)
+        cached = self._nodes.get(network)
+        if cached is not None and cached[0] is pool:
+            return cached[1]
+        declared = self.project.networks.get(network)
+        chain_id = declared.chain_id if declared is not None else cached[1].chain_id  # type: ignore[index]
+        node = Node(pool, chain_id)
+        self._nodes[network] = (pool, node)
         return node
 
     def signer(self, relayer: str) -> Signer:
@@ -172,9 +166,11 @@ class Relayer:
         it): the values of the variables its step filled in, named in its ``reply``, and
         the networks' RPC URLs (which may carry an API key)."""
         project = self.runtime.project
-        rpc = (
-            [spec.rpc_env_name(name) for name, spec in project.networks.items()] if project else []
-        )
+        rpc = [
+            variable
+            for name, spec in (project.networks.items() if project else ())
+            for _, variable in spec.rpc_env_names(name)
+        ]
         return Secrets(self.runtime.env).hide(*((reply or {}).get("secrets") or ()), *rpc)
 
     def confirmations(self, network: str) -> int:
@@ -183,8 +179,6 @@ class Relayer:
 
     async def close(self) -> None:
         await self.tracker.stop()
-        for rpc in self._rpcs:
-            await rpc.__aexit__(None, None, None)
 
     async def db(self, work: Any, what: str) -> Any:
         return await self.runtime.database.run(work, what=what)
@@ -511,7 +505,8 @@ class Relayer:
                 elif outcome is Broadcast.NONCE_TOO_LOW:
                     self.tracker.watch(row, accepted=False, nonce_low=True)
                 else:
-                    self.tracker.watch(row, accepted=False)
+                    # Refused for now by every endpoint, none took it: not out yet.
+                    self.tracker.watch(row, accepted=False, maybe_out=False)
         if spent:
             # Reserved and spent both count against the cap: the next send need not wait
             # for the move (a crash before it leaves the reservation for the recovery pass).

@@ -95,21 +95,37 @@ _SETTLE = """
 UPDATE sends SET status = %(status)s, tx_hash = coalesce(%(tx_hash)s, tx_hash),
     block_number = %(block_number)s, block_hash = %(block_hash)s, gas_used = %(gas_used)s,
     effective_gas_price = %(effective_gas_price)s, error = %(error)s,
+    waiting_for = NULL, waiting_since = NULL,
     settled_at = now(), updated_at = now()
 WHERE send_key = %(send_key)s AND settled_at IS NULL
+"""
+# The reason is replaced only when it changes, so `waiting_since` says how long it holds.
+_WAITING = """
+UPDATE sends SET waiting_for = %(reason)s,
+    waiting_since = CASE WHEN %(reason)s::text IS NULL THEN NULL
+                         WHEN waiting_for IS DISTINCT FROM %(reason)s::text THEN now()
+                         ELSE waiting_since END
+WHERE send_key = %(send_key)s AND settled_at IS NULL
+  AND waiting_for IS DISTINCT FROM %(reason)s::text
 """
 _BY_RUN = """
 SELECT s.send_key, s.send_id, s.network, s.relayer, s.nonce, s.tx_hash, s.status,
        s.block_number, s.gas_used, s.effective_gas_price, s.value, s.to_address, s.error,
-       s.reply ->> 'path' AS step, a.max_fee_per_gas, a.max_priority_fee_per_gas,
+       s.waiting_for, s.waiting_since, s.reply ->> 'path' AS step,
+       a.max_fee_per_gas, a.max_priority_fee_per_gas,
        (SELECT count(*) FROM send_attempts c WHERE c.send_key = s.send_key) AS attempts
 FROM sends s LEFT JOIN send_attempts a ON a.tx_hash = s.tx_hash
 WHERE s.run_id = %s ORDER BY s.created_at
 """
+# The nonce is the mined transaction's: a send signed again with a new nonce (on proof
+# that another transaction took its first) reports the one the chain shows.
 _SETTLE_MINED = """
 UPDATE sends SET status = x.status, tx_hash = coalesce(x.tx_hash, sends.tx_hash),
+    nonce = coalesce((SELECT a.nonce FROM send_attempts a WHERE a.tx_hash = x.tx_hash),
+                     sends.nonce),
     block_number = x.block_number, block_hash = x.block_hash, gas_used = x.gas_used,
     effective_gas_price = x.effective_gas_price, error = NULL,
+    waiting_for = NULL, waiting_since = NULL,
     settled_at = now(), updated_at = now()
 FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::text[], %b::numeric[],
             %b::numeric[])
@@ -164,6 +180,8 @@ class SendRow(_Send):
     send_id: str = ""
     deadline: datetime | None = None
     """When the step's timeout runs out: a send still unmined then is cancelled."""
+    waiting_for: str | None = None
+    """What the open send waits for, for a person (see :func:`waiting`)."""
 
     @property
     def settled(self) -> bool:
@@ -215,6 +233,7 @@ def _row(found: dict[str, Any]) -> SendRow:
         attempts=attempts,
         send_id=found["send_id"],
         deadline=found["deadline"],
+        waiting_for=found.get("waiting_for"),
     )
 
 
@@ -403,6 +422,14 @@ async def mark(conn: psycopg.AsyncConnection, send_key: str, error: dict[str, An
     return cur.rowcount == 1
 
 
+async def waiting(conn: psycopg.AsyncConnection, send_key: str, reason: str | None) -> bool:
+    """Record what the open send ``send_key`` waits for (``None``: nothing any more);
+    False when that was recorded already, or the send has settled."""
+    with translated():
+        cur = await conn.execute(_WAITING, {"send_key": send_key, "reason": reason})
+    return cur.rowcount == 1
+
+
 async def settle(
     conn: psycopg.AsyncConnection,
     send_key: str,
@@ -475,7 +502,8 @@ async def of_run(conn: psycopg.AsyncConnection, run_id: str) -> list[dict[str, A
 _PENDING = """
 SELECT s.send_id, s.send_key, s.purpose, s.network, s.relayer, s.address, s.nonce, s.tx_hash,
        a.max_fee_per_gas, a.max_priority_fee_per_gas, s.fee_cap, s.deadline, s.error,
-       s.created_at, extract(epoch FROM now() - s.created_at)::float8 AS age,
+       s.waiting_for, s.waiting_since, s.created_at,
+       extract(epoch FROM now() - s.created_at)::float8 AS age,
        (SELECT count(*) FROM send_attempts c WHERE c.send_key = s.send_key) AS attempts,
        coalesce(s.run_id, r.run_id) AS run_id,
        coalesce(s.reply, r.reply) ->> 'path' AS step,

@@ -67,6 +67,9 @@ class Runtime:
     """The :class:`~rflow.ingress.WebhookIngress` of the web server."""
     consumption: consumption.Consumption | None = None
     """How the agents take their records (:mod:`rflow.streams.consumption`)."""
+    rpc: Any = None
+    """The :class:`~rflow.ingress.pool.Pools`: each network's endpoints, shared by the
+    relayer and the chain reads of this worker."""
     on_deployment: list[Callable[[Deployment], None]] = field(default_factory=list)
     """Called in :meth:`take`, in order, by the components that keep what they derive
     from the project (the runner's workflows and versions, the run slots)."""
@@ -270,10 +273,12 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
 
     from rflow import agents
     from rflow.streams import deployments, metrics
+    from rflow.streams.nodes import Nodes
 
     runtime.deployments = deployments.Deployments(runtime, source)
     deployments.attach(app, runtime.deployments)
     runtime.metrics = metrics.attach(app)
+    runtime.rpc = app.add_dependency(Nodes(runtime)).pools
     agents.attach(app)
     views.attach(app)
     producer = ingress_views.attach(app)

@@ -197,12 +197,52 @@ class Metrics:
         self.dead_letters = self._gauge(
             "rflow_dead_letters", "Dead-lettered records and runs", "kind"
         )
+        self.rpc_calls = self._counter(
+            "rflow_rpc_calls",
+            "Requests to JSON-RPC endpoints, by network, endpoint and outcome (ok, error: "
+            "the node answered with an error, unavailable: no answer)",
+            "network",
+            "endpoint",
+            "outcome",
+        )
+        self.rpc_latency = self._histogram(
+            "rflow_rpc_latency_seconds",
+            "Time a JSON-RPC endpoint took to answer a request (or fail), by network and endpoint",
+            "network",
+            "endpoint",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.rpc_breaker = self._gauge(
+            "rflow_rpc_breaker_state",
+            "1 for each JSON-RPC endpoint's breaker state (closed, half_open, open)",
+            "network",
+            "endpoint",
+            "state",
+        )
+        self.rpc_lag = self._gauge(
+            "rflow_rpc_lag_blocks",
+            "Blocks a JSON-RPC endpoint's head is behind the best endpoint's of its network",
+            "network",
+            "endpoint",
+        )
         self.approvals_pending = self._gauge(
             "rflow_approvals_pending",
             "Approvals waiting for a decision, by workflow and priority",
             "workflow",
             "priority",
         )
+
+    def rpc_called(self, network: str, endpoint: str, outcome: str, seconds: float) -> None:
+        """One request to a JSON-RPC endpoint (:class:`~rflow.ingress.pool.Observer`)."""
+        self.rpc_calls.labels(network, endpoint, outcome).inc()
+        self.rpc_latency.labels(network, endpoint).observe(seconds)
+
+    def rpc_health(self, network: str, endpoint: str, breaker: str, lag: int | None) -> None:
+        """An endpoint's breaker state and lag (:class:`~rflow.ingress.pool.Observer`)."""
+        for state in CIRCUIT_STATES:
+            self.rpc_breaker.labels(network, endpoint, state).set(1 if state == breaker else 0)
+        if lag is not None:
+            self.rpc_lag.labels(network, endpoint).set(lag)
 
     def _counter(self, name: str, help: str, *labels: str) -> Counter:
         self.specs.append(MetricSpec(name + "_total", "counter", help, labels))

@@ -35,14 +35,8 @@ from rflow.ingress.blocks import DEFAULT_WINDOW, BlockRef, BlockTracker, Unlinke
 from rflow.ingress.chain_state import ChainState, ChainStore, Emission, StoredBlock
 from rflow.ingress.firings import WaitMatch, collect
 from rflow.ingress.listeners import abi_dirs, listeners_for
-from rflow.ingress.rpc import (
-    ChainMoved,
-    HeadWatcher,
-    JsonRpc,
-    RpcError,
-    RpcUnavailable,
-    endpoints,
-)
+from rflow.ingress.pool import RpcPool, network_endpoints
+from rflow.ingress.rpc import ChainMoved, HeadWatcher, RpcError, RpcUnavailable
 from rflow.lang import Project
 from rflow.settings import Settings
 from rflow.storage import StorageError
@@ -104,7 +98,8 @@ class ChainFollower:
         self.producer = producer
         self.store = store
         self.start_block = start_block
-        self.endpoints = endpoints(settings, project, network, env, ws_url)
+        self.urls = network_endpoints(settings, project, network, env)
+        self.ws_url = ws_url
         self.poll_interval = poll_interval
         self.idle = idle
         self.batch_size = batch_size
@@ -118,6 +113,7 @@ class ChainFollower:
         self.levels = sorted({listener.confirmations for listener in self.listeners})
         declared = project.networks.get(network)
         self.chain_id = declared.chain_id if declared is not None else 0
+        self.max_lag = declared.max_lag_blocks if declared is not None else 5
         self.tracker: BlockTracker | None = None
         """The in-memory state; ``None`` until resumed (and again after a failure)."""
         self._heads: HeadWatcher | None = None
@@ -143,8 +139,8 @@ class ChainFollower:
             log.info("no event triggers on %s: nothing to follow", self.network)
             return
         async with (
-            JsonRpc(self.endpoints.http) as rpc,
-            HeadWatcher(rpc, self.endpoints.ws, poll_interval=self.poll_interval) as heads,
+            RpcPool(self.network, self.urls, max_lag=self.max_lag) as rpc,
+            HeadWatcher(rpc, self.ws_url or rpc.ws, poll_interval=self.poll_interval) as heads,
         ):
             self._heads = heads
             failures = 0
@@ -186,12 +182,12 @@ class ChainFollower:
 
     # --- resuming -----------------------------------------------------------------
 
-    async def _resume(self, rpc: JsonRpc) -> BlockTracker:
+    async def _resume(self, rpc: RpcPool) -> BlockTracker:
         chain_id = await rpc.chain_id()
         if chain_id != self.chain_id:
             raise WrongChain(
                 f"network {self.network} declares chain id {self.chain_id} but "
-                f"{self.endpoints.http} serves chain {chain_id}"
+                f"its node {rpc.label} serves chain {chain_id}"
             )
         genesis = await rpc.header(0)
         if genesis is None:
@@ -232,7 +228,7 @@ class ChainFollower:
 
     # --- reading the chain --------------------------------------------------------
 
-    async def _sync(self, rpc: JsonRpc, tracker: BlockTracker) -> None:
+    async def _sync(self, rpc: RpcPool, tracker: BlockTracker) -> None:
         """Process headers until the recorded tip is the node's head."""
         while True:
             head = await rpc.header("latest")
@@ -272,7 +268,7 @@ class ChainFollower:
             await self._process(rpc, tracker, segment, force=force)
 
     async def _attach(
-        self, rpc: JsonRpc, tracker: BlockTracker, segment: list[BlockRef]
+        self, rpc: RpcPool, tracker: BlockTracker, segment: list[BlockRef]
     ) -> tuple[list[BlockRef], bool]:
         """Prepend parents until ``segment`` links to the recorded chain (a reorg)."""
         while True:
@@ -296,7 +292,7 @@ class ChainFollower:
                 raise ChainMoved(f"the parent of block {segment[0].number} vanished")
             segment.insert(0, parent)
 
-    async def _same_origin(self, rpc: JsonRpc) -> None:
+    async def _same_origin(self, rpc: RpcPool) -> None:
         """Raise :class:`ChainMoved` if the node's chain is not the one recorded (its
         genesis changed), so that resuming starts that chain afresh."""
         genesis = await rpc.header(0)
@@ -304,7 +300,7 @@ class ChainFollower:
             raise ChainMoved(f"the {self.network} chain was started over (its genesis changed)")
 
     async def _process(
-        self, rpc: JsonRpc, tracker: BlockTracker, segment: list[BlockRef], *, force: bool
+        self, rpc: RpcPool, tracker: BlockTracker, segment: list[BlockRef], *, force: bool
     ) -> None:
         update = tracker.apply(segment, force=force)
         now = self.clock()

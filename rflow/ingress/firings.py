@@ -21,7 +21,7 @@ from rflow.failures import RflowError
 from rflow.ingress.blocks import BlockRef, Firing
 from rflow.ingress.listeners import Listener
 from rflow.ingress.logs import LogDecodeError
-from rflow.ingress.rpc import ChainMoved, JsonRpc, RpcError
+from rflow.ingress.rpc import Calls, ChainMoved, RpcError
 from rflow.triggering import trigger_record
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class WaitMatch:
 
 
 async def collect(
-    rpc: JsonRpc,
+    rpc: Calls,
     listeners: Sequence[Listener],
     firings: Sequence[Firing],
     now: datetime,
@@ -124,7 +124,7 @@ def wait_match(listener: Listener, entry: Mapping[str, Any], block: BlockRef) ->
 
 
 async def fetch_logs(
-    rpc: JsonRpc, query: dict[str, Any], blocks: Sequence[BlockRef], *, network: str = ""
+    rpc: Calls, query: dict[str, Any], blocks: Sequence[BlockRef], *, network: str = ""
 ) -> list[tuple[dict[str, Any], BlockRef]]:
     """The logs matching ``query`` in ``blocks`` (consecutive), each with its block.
 

@@ -44,11 +44,56 @@ class ChainMoved(Exception):
     """The chain changed while it was being read (a reorg between two calls); read again."""
 
 
-class JsonRpc:
+class Calls:
+    """The calls the follower makes, on top of ``call`` and ``batch`` (one node's
+    :class:`JsonRpc`, or a network's :class:`~rflow.ingress.pool.RpcPool`)."""
+
+    label: str
+
+    async def call(self, method: str, *params: Any) -> Any:
+        raise NotImplementedError
+
+    async def batch(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+        raise NotImplementedError
+
+    async def chain_id(self) -> int:
+        """``eth_chainId``."""
+        return int(await self.call("eth_chainId"), 16)
+
+    async def block_number(self) -> int:
+        """``eth_blockNumber``."""
+        return int(await self.call("eth_blockNumber"), 16)
+
+    async def header(self, number: int | Literal["latest"]) -> BlockRef | None:
+        """The header at ``number`` (or the latest); ``None`` if the node has none."""
+        tag = number if isinstance(number, str) else hex(number)
+        found = await self.call("eth_getBlockByNumber", tag, False)
+        return _header(found)
+
+    async def header_by_hash(self, block_hash: str) -> BlockRef | None:
+        """The header of ``block_hash``; ``None`` if the node does not have it."""
+        return _header(await self.call("eth_getBlockByHash", block_hash, False))
+
+    async def headers(self, numbers: Iterable[int]) -> list[BlockRef | None]:
+        """Headers by number, in one batch."""
+        calls = [("eth_getBlockByNumber", (hex(n), False)) for n in numbers]
+        return [_header(found) for found in await self.batch(calls)]
+
+    async def logs(self, queries: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        """``eth_getLogs`` for each filter, in one batch."""
+        results = await self.batch([("eth_getLogs", (q,)) for q in queries])
+        for query, result in zip(queries, results, strict=True):
+            if not isinstance(result, list):
+                raise RpcUnavailable(f"eth_getLogs {query} returned {type(result).__name__}")
+        return results
+
+
+class JsonRpc(Calls):
     """JSON-RPC over HTTP; use ``async with JsonRpc(url) as rpc``."""
 
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
         self.url = url
+        self.label = "the node"
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._ids = itertools.count(1)
         self._session: aiohttp.ClientSession | None = None
@@ -122,39 +167,6 @@ class JsonRpc:
             raise RpcUnavailable(f"{self.url} left {len(missing)} batched calls unanswered")
         return [_answer(m, by_id[i]) for i, (m, _) in zip(ids, calls, strict=True)]
 
-    # --- the calls the follower makes ---------------------------------------------
-
-    async def chain_id(self) -> int:
-        """``eth_chainId``."""
-        return int(await self.call("eth_chainId"), 16)
-
-    async def block_number(self) -> int:
-        """``eth_blockNumber``."""
-        return int(await self.call("eth_blockNumber"), 16)
-
-    async def header(self, number: int | Literal["latest"]) -> BlockRef | None:
-        """The header at ``number`` (or the latest); ``None`` if the node has none."""
-        tag = number if isinstance(number, str) else hex(number)
-        found = await self.call("eth_getBlockByNumber", tag, False)
-        return _header(found)
-
-    async def header_by_hash(self, block_hash: str) -> BlockRef | None:
-        """The header of ``block_hash``; ``None`` if the node does not have it."""
-        return _header(await self.call("eth_getBlockByHash", block_hash, False))
-
-    async def headers(self, numbers: Iterable[int]) -> list[BlockRef | None]:
-        """Headers by number, in one batch."""
-        calls = [("eth_getBlockByNumber", (hex(n), False)) for n in numbers]
-        return [_header(found) for found in await self.batch(calls)]
-
-    async def logs(self, queries: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-        """``eth_getLogs`` for each filter, in one batch."""
-        results = await self.batch([("eth_getLogs", (q,)) for q in queries])
-        for query, result in zip(queries, results, strict=True):
-            if not isinstance(result, list):
-                raise RpcUnavailable(f"eth_getLogs {query} returned {type(result).__name__}")
-        return results
-
 
 @dataclass(frozen=True)
 class Endpoints:
@@ -171,22 +183,17 @@ def endpoints(
     env: Mapping[str, str] | None = None,
     ws_url: str | None = None,
 ) -> Endpoints:
-    """The node of ``network``: its ``rpc_url_env`` variable if set, else the settings.
+    """The first endpoint of ``network`` (see :func:`rflow.ingress.pool.network_endpoints`):
+    its ``rpc_url_env`` variable if set, else the settings.
 
     The websocket is ``ws_url`` if given, else the RPC URL with ``ws(s)://`` for
     ``http(s)://`` (where anvil, geth and most self-hosted nodes serve it). A ``ws://``
     RPC URL works the other way round.
     """
-    declared = project.networks.get(network)
-    url = None
-    if declared is not None and declared.rpc_url_env and env:
-        url = env.get(declared.rpc_url_env)
-    if not url:
-        url = settings.rpc_urls.get(network.lower().replace("-", "_")) or settings.rpc_url(network)
-    if url.startswith(("ws://", "wss://")):
-        return Endpoints("http" + url[2:], ws_url or url)
-    derived = "ws" + url[4:] if url.startswith(("http://", "https://")) else None
-    return Endpoints(url, ws_url or derived)
+    from rflow.ingress.pool import network_endpoints
+
+    first = network_endpoints(settings, project, network, env)[0]
+    return Endpoints(first.http, ws_url or first.ws)
 
 
 def _answer(method: str, answer: Any) -> Any:
@@ -233,7 +240,7 @@ class HeadWatcher:
 
     def __init__(
         self,
-        rpc: JsonRpc,
+        rpc: Any,
         ws_url: str | None,
         *,
         poll_interval: float = 0.25,
@@ -248,7 +255,7 @@ class HeadWatcher:
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> HeadWatcher:
-        self._task = asyncio.create_task(self._run(), name=f"rflow.heads {self.rpc.url}")
+        self._task = asyncio.create_task(self._run(), name=f"rflow.heads {self.rpc.label}")
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -311,7 +318,7 @@ class HeadWatcher:
             try:
                 number = await self.rpc.block_number()
             except (RpcUnavailable, RpcError, ValueError, TypeError) as exc:
-                log.debug("polling %s failed: %s", self.rpc.url, exc)
+                log.debug("polling %s failed: %s", self.rpc.label, exc)
                 number = None
             if number is None or number != last:
                 # A failed poll wakes the follower too: its own calls then meet the

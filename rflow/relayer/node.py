@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from rflow.failures import FailureKind, RflowError
+from rflow.ingress.pool import RpcPool
 from rflow.ingress.rpc import JsonRpc, RpcError, RpcUnavailable
 from rflow.relayer.build import revert_reason
 from rflow.relayer.fees import Fees, suggest
+from rflow.relayer.resign import Taker
 
 GAS_HEADROOM = (6, 5)
 """Estimated gas times 1.2: state can move between the estimate and inclusion."""
@@ -76,10 +78,18 @@ def _vetted(answer: Any, what: str) -> Any:
     return answer
 
 
-class Node:
-    """One network's node, as the relayer uses it."""
+GALLOP = 24
+"""Blocks back from the head a nonce's taker is looked for, doubling: 2**24 blocks."""
+SCAN = 64
+"""A bracket this small is read whole, in one request, instead of halved."""
+Outcome = Broadcast | RflowError | RpcUnavailable
 
-    def __init__(self, rpc: JsonRpc, chain_id: int) -> None:
+
+class Node:
+    """One network's endpoints, as the relayer uses them: reads from the current one,
+    broadcasts and absences from all of them (:class:`~rflow.ingress.pool.RpcPool`)."""
+
+    def __init__(self, rpc: RpcPool, chain_id: int) -> None:
         self.rpc = rpc
         self.chain_id = chain_id
 
@@ -135,38 +145,28 @@ class Node:
         return int(await self.rpc.call("eth_getTransactionCount", address, tag), 16)
 
     async def broadcast(self, raw: bytes) -> Broadcast:
-        """Send a signed transaction. Raises ``RflowError`` when the node refuses it for
-        good (``insufficient_funds``, or any other refusal as ``simulation_failed``), and
-        ``RpcUnavailable`` when the answer was lost: the send may or may not be out."""
-        try:
-            await self.rpc.call("eth_sendRawTransaction", "0x" + raw.hex())
-        except RpcError as exc:
-            outcome = _refusal(exc)
-            if isinstance(outcome, RflowError):
-                raise outcome from None
-            return outcome
-        return Broadcast.ACCEPTED
+        """Send a signed transaction to every endpoint. Raises ``RflowError`` when they
+        all refuse it for good (``insufficient_funds``, or any other refusal as
+        ``simulation_failed``), and ``RpcUnavailable`` when no endpoint took it and one's
+        answer was lost: the send may or may not be out."""
+        (outcome,) = await self.broadcast_many([raw])
+        if isinstance(outcome, RflowError | RpcUnavailable):
+            raise outcome
+        return outcome
 
-    async def broadcast_many(
-        self, raws: Sequence[bytes]
-    ) -> list[Broadcast | RflowError | RpcUnavailable]:
-        """Send signed transactions in one request, in order (a signer's nonces ascending):
-        each one's :class:`Broadcast`, or in its place the ``RflowError`` of a refusal for
-        good or the ``RpcUnavailable`` of a lost answer, as :meth:`broadcast` raises them."""
+    async def broadcast_many(self, raws: Sequence[bytes]) -> list[Outcome]:
+        """Send signed transactions to every endpoint, each in one request, in order (a
+        signer's nonces ascending): for each transaction, what the endpoints' answers
+        mean together (:func:`combined`)."""
         calls = [("eth_sendRawTransaction", ("0x" + raw.hex(),)) for raw in raws]
-        try:
-            answers = await self.rpc.answers(calls)
-        except RpcUnavailable as exc:
-            return [exc] * len(raws)
-        outcomes: list[Broadcast | RflowError | RpcUnavailable] = []
-        for answer in answers:
-            if isinstance(answer, RpcError):
-                outcomes.append(_refusal(answer))
-            elif isinstance(answer, RpcUnavailable):
-                outcomes.append(answer)
-            else:
-                outcomes.append(Broadcast.ACCEPTED)
-        return outcomes
+        answered = await self.rpc.each(calls)
+        per_endpoint: list[list[Outcome]] = []
+        for _, answers in answered:
+            if isinstance(answers, RpcUnavailable):
+                per_endpoint.append([answers] * len(raws))
+                continue
+            per_endpoint.append([_outcome(answer) for answer in answers])
+        return [combined([each[i] for each in per_endpoint]) for i in range(len(raws))]
 
     async def mined_nonces(self, addresses: Sequence[str]) -> tuple[int, dict[str, int]]:
         """The head block number and, for each of ``addresses``, its nonce at the head:
@@ -184,9 +184,129 @@ class Node:
         return {h: r for h, r in zip(hashes, answers, strict=True) if r}
 
     async def pooled(self, hashes: Sequence[str]) -> dict[str, bool]:
-        """Whether the node knows each transaction (pending or mined)."""
+        """Whether the current endpoint knows each transaction (pending or mined)."""
         answers = await self.rpc.batch([("eth_getTransactionByHash", (h,)) for h in hashes])
         return {h: a is not None for h, a in zip(hashes, answers, strict=True)}
+
+    async def receipts_everywhere(
+        self, hashes: Sequence[str]
+    ) -> tuple[dict[str, dict[str, Any]], bool]:
+        """The receipts of ``hashes`` that any endpoint has, and whether every endpoint
+        answered (when one did not, a missing receipt proves nothing)."""
+        calls = [("eth_getTransactionReceipt", (h,)) for h in hashes]
+        found: dict[str, dict[str, Any]] = {}
+        complete = True
+        for _, answers in await self.rpc.each(calls):
+            if isinstance(answers, RpcUnavailable):
+                complete = False
+                continue
+            for tx_hash, answer in zip(hashes, answers, strict=True):
+                if isinstance(answer, RpcError | RpcUnavailable):
+                    complete = False
+                elif answer and tx_hash not in found:
+                    found[tx_hash] = answer
+        return found, complete
+
+    async def known_everywhere(self, hashes: Sequence[str]) -> tuple[set[str], bool]:
+        """Which of ``hashes`` any endpoint knows (pending or mined), and whether every
+        endpoint answered (an absence counts only when all of them say so)."""
+        calls = [("eth_getTransactionByHash", (h,)) for h in hashes]
+        known: set[str] = set()
+        complete = True
+        for _, answers in await self.rpc.each(calls):
+            if isinstance(answers, RpcUnavailable):
+                complete = False
+                continue
+            for tx_hash, answer in zip(hashes, answers, strict=True):
+                if isinstance(answer, RpcError | RpcUnavailable):
+                    complete = False
+                elif answer is not None:
+                    known.add(tx_hash)
+        return known, complete
+
+    async def taker(self, address: str, nonce: int) -> Taker | None:
+        """The transaction that used ``address``'s ``nonce``, as a block shows it, or
+        ``None`` when no endpoint can show it now. Each endpoint is searched on its own
+        (its answers stay one node's view of the chain), the current one first."""
+        for name in self.rpc.names():
+            try:
+                found = await self.rpc.on_endpoint(name, lambda r: _taker_on(r, address, nonce))
+            except (RpcError, RpcUnavailable, ValueError, TypeError, KeyError):
+                continue
+            if found is not None:
+                return Taker(*found, endpoint=name)
+        return None
+
+
+async def _taker_on(rpc: JsonRpc, address: str, nonce: int) -> tuple[str, int, str, int] | None:
+    """On one endpoint: ``(hash, block number, block hash, depth)`` of the transaction of
+    ``address`` with ``nonce``, or ``None`` if this endpoint does not show it used.
+
+    The block is found from the nonce counts alone (``eth_getTransactionCount`` at a
+    block: the first block where it exceeds ``nonce`` holds the transaction), going back
+    from the head by doubling steps, then halving the bracket; then that block's
+    transactions are read. A node that cannot answer for old blocks (no archive) just
+    finds nothing beyond what it keeps."""
+    head = int(await rpc.call("eth_blockNumber"), 16)
+    backs = sorted({min(2**i - 1, head) for i in range(GALLOP + 1)})
+    counts = await rpc.answers(
+        [("eth_getTransactionCount", (address, hex(head - back))) for back in backs]
+    )
+    above = head  # the lowest block known to count more than nonce
+    below = None  # a block known to count nonce or fewer
+    for back, count in zip(backs, counts, strict=True):
+        if isinstance(count, RpcError | RpcUnavailable):
+            return None
+        if int(count, 16) <= nonce:
+            below = head - back
+            break
+        above = head - back
+    if below is None or below == head:
+        return None
+    while above - below > SCAN:
+        middle = (above + below) // 2
+        if int(await rpc.call("eth_getTransactionCount", address, hex(middle)), 16) <= nonce:
+            below = middle
+        else:
+            above = middle
+    blocks = list(range(below + 1, above + 1))
+    counts = await rpc.batch([("eth_getTransactionCount", (address, hex(b))) for b in blocks])
+    block = next(b for b, count in zip(blocks, counts, strict=True) if int(count, 16) > nonce)
+    found = await rpc.call("eth_getBlockByNumber", hex(block), True)
+    if not found:
+        return None
+    for tx in found.get("transactions") or ():
+        if (
+            isinstance(tx, dict)
+            and str(tx.get("from", "")).lower() == address.lower()
+            and int(tx["nonce"], 16) == nonce
+        ):
+            return str(tx["hash"]).lower(), block, found["hash"], head - block + 1
+    return None
+
+
+def combined(outcomes: Sequence[Outcome]) -> Outcome:
+    """What one transaction's broadcast to several endpoints means: taken if any endpoint
+    took it (or had it); else its nonce used if any says so; else perhaps out if an
+    answer was lost; else refused for now if any said so; else refused for good."""
+    for wanted in (Broadcast.ACCEPTED, Broadcast.KNOWN, Broadcast.NONCE_TOO_LOW):
+        if wanted in outcomes:
+            return wanted
+    for outcome in outcomes:
+        if isinstance(outcome, RpcUnavailable):
+            return outcome
+    if Broadcast.NOT_NOW in outcomes:
+        return Broadcast.NOT_NOW
+    return outcomes[0]
+
+
+def _outcome(answer: Any) -> Outcome:
+    """One endpoint's answer to ``eth_sendRawTransaction``, sorted."""
+    if isinstance(answer, RpcError):
+        return _refusal(answer)
+    if isinstance(answer, RpcUnavailable):
+        return answer
+    return Broadcast.ACCEPTED
 
 
 def _refusal(exc: RpcError) -> Broadcast | RflowError:

@@ -20,19 +20,58 @@ from rflow.lang.model.common import (
 )
 
 
+class Endpoint(Model):
+    """One JSON-RPC provider of a network."""
+
+    name: Name
+    """How logs, metrics and errors name this endpoint (its URL is never shown)."""
+    url_env: EnvVar
+    """Environment variable holding the endpoint's JSON-RPC URL (it may carry an API key)."""
+    weight: int = Field(1, ge=1, le=1000)
+    """How often this endpoint is picked to read from, against the others' weights, when
+    a worker picks one (at start, and when the one it reads from fails or lags)."""
+
+
 class Network(Model):
     """An EVM chain the project talks to."""
 
     chain_id: int = Field(ge=1)
     """The chain id (1 for Ethereum mainnet, 31337 for a local anvil)."""
     rpc_url_env: EnvVar | None = None
-    """Environment variable holding the JSON-RPC URL; default RFLOW_RPC_URL_<NAME>."""
+    """Environment variable holding the JSON-RPC URL; default RFLOW_RPC_URL_<NAME>. For
+    several providers, list ``endpoints`` instead."""
+    endpoints: list[Endpoint] = []
+    """Several JSON-RPC providers of this network: reads go to a healthy one and fail
+    over; a send's receipt and a transaction's absence are asked of every one."""
+    max_lag_blocks: int = Field(5, ge=0, le=100_000)
+    """An endpoint whose head is more blocks than this behind the best endpoint's is
+    read from only when no other answers."""
     confirmations: int = Field(1, ge=0, le=1000)
     """Blocks to wait before an event counts (triggers may override)."""
 
+    @model_validator(mode="after")
+    def _one_way_to_name_endpoints(self) -> Network:
+        if self.endpoints and self.rpc_url_env:
+            raise invalid("give either rpc_url_env (one endpoint) or endpoints (several), not both")
+        names = [endpoint.name for endpoint in self.endpoints]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise invalid(f"endpoint names must be unique: {', '.join(twice)} is listed twice")
+        return self
+
     def rpc_env_name(self, name: str) -> str:
-        """The variable that holds this network's RPC URL, given the network's name."""
+        """The variable that holds this network's RPC URL (its first endpoint's, when it
+        lists several), given the network's name."""
+        if self.endpoints:
+            return self.endpoints[0].url_env
         return self.rpc_url_env or "RFLOW_RPC_URL_" + name.upper().replace("-", "_")
+
+    def rpc_env_names(self, name: str) -> list[tuple[str, str]]:
+        """Each endpoint's name and the variable that holds its URL; a network without
+        ``endpoints`` has one, named ``default``."""
+        if self.endpoints:
+            return [(endpoint.name, endpoint.url_env) for endpoint in self.endpoints]
+        return [("default", self.rpc_env_name(name))]
 
 
 class Contract(Model):
