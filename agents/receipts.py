@@ -489,7 +489,7 @@ class Tracker:
         )
         decision = resign.decide(send, taker, self.relayer.confirmations(row.network))
         if decision.verdict in (resign.Verdict.WAIT, resign.Verdict.MINED):
-            await self.waiting(row, decision.reason)
+            await self.waiting(row, decision.reason, nonce_used=taker is not None)
             return
         if decision.verdict is resign.Verdict.SETTLE:
             log.warning("send %s: %s", row.send_key, decision.reason)
@@ -535,18 +535,22 @@ class Tracker:
         watched.accepted = False
         watched.retry_at = 0.0
 
-    async def waiting(self, row: SendRow, reason: str) -> None:
-        """Record what ``row`` waits for (logged when it changes)."""
-        if row.waiting_for == reason:
+    async def waiting(self, row: SendRow, reason: str, *, nonce_used: bool) -> None:
+        """Record what ``row`` waits for, and whether its nonce is used (logged when it
+        changes)."""
+        if row.waiting_for == reason and row.nonce_used == nonce_used:
             return
         changed = await self.relayer.db(
-            lambda conn: sends.waiting(conn, row.send_key, reason), "send waiting"
+            lambda conn: sends.waiting(conn, row.send_key, reason, nonce_used=nonce_used),
+            "send waiting",
         )
         if changed:
             log.info("send %s pending: %s", row.send_key, reason)
         watched = self.watched.get(row.send_key)
         if watched is not None:
-            watched.row = dataclasses.replace(watched.row, waiting_for=reason)
+            watched.row = dataclasses.replace(
+                watched.row, waiting_for=reason, nonce_used=nonce_used
+            )
 
     async def fill(
         self,

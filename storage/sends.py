@@ -101,12 +101,12 @@ WHERE send_key = %(send_key)s AND settled_at IS NULL
 """
 # The reason is replaced only when it changes, so `waiting_since` says how long it holds.
 _WAITING = """
-UPDATE sends SET waiting_for = %(reason)s,
+UPDATE sends SET waiting_for = %(reason)s, nonce_used = %(nonce_used)s,
     waiting_since = CASE WHEN %(reason)s::text IS NULL THEN NULL
                          WHEN waiting_for IS DISTINCT FROM %(reason)s::text THEN now()
                          ELSE waiting_since END
 WHERE send_key = %(send_key)s AND settled_at IS NULL
-  AND waiting_for IS DISTINCT FROM %(reason)s::text
+  AND (waiting_for IS DISTINCT FROM %(reason)s::text OR nonce_used <> %(nonce_used)s)
 """
 _BY_RUN = """
 SELECT s.send_key, s.send_id, s.network, s.relayer, s.nonce, s.tx_hash, s.status,
@@ -182,6 +182,8 @@ class SendRow(_Send):
     """When the step's timeout runs out: a send still unmined then is cancelled."""
     waiting_for: str | None = None
     """What the open send waits for, for a person (see :func:`waiting`)."""
+    nonce_used: bool = False
+    """The chain shows its nonce used: nothing is left to speed up or cancel."""
 
     @property
     def settled(self) -> bool:
@@ -234,6 +236,7 @@ def _row(found: dict[str, Any]) -> SendRow:
         send_id=found["send_id"],
         deadline=found["deadline"],
         waiting_for=found.get("waiting_for"),
+        nonce_used=bool(found.get("nonce_used")),
     )
 
 
@@ -422,11 +425,15 @@ async def mark(conn: psycopg.AsyncConnection, send_key: str, error: dict[str, An
     return cur.rowcount == 1
 
 
-async def waiting(conn: psycopg.AsyncConnection, send_key: str, reason: str | None) -> bool:
-    """Record what the open send ``send_key`` waits for (``None``: nothing any more);
-    False when that was recorded already, or the send has settled."""
+async def waiting(
+    conn: psycopg.AsyncConnection, send_key: str, reason: str | None, *, nonce_used: bool = False
+) -> bool:
+    """Record what the open send ``send_key`` waits for (``None``: nothing any more), and
+    whether the chain shows its nonce used; False when that was recorded already, or the
+    send has settled."""
+    params = {"send_key": send_key, "reason": reason, "nonce_used": nonce_used}
     with translated():
-        cur = await conn.execute(_WAITING, {"send_key": send_key, "reason": reason})
+        cur = await conn.execute(_WAITING, params)
     return cur.rowcount == 1
 
 
@@ -502,7 +509,7 @@ async def of_run(conn: psycopg.AsyncConnection, run_id: str) -> list[dict[str, A
 _PENDING = """
 SELECT s.send_id, s.send_key, s.purpose, s.network, s.relayer, s.address, s.nonce, s.tx_hash,
        a.max_fee_per_gas, a.max_priority_fee_per_gas, s.fee_cap, s.deadline, s.error,
-       s.waiting_for, s.waiting_since, s.created_at,
+       s.waiting_for, s.waiting_since, s.nonce_used, s.created_at,
        extract(epoch FROM now() - s.created_at)::float8 AS age,
        (SELECT count(*) FROM send_attempts c WHERE c.send_key = s.send_key) AS attempts,
        coalesce(s.run_id, r.run_id) AS run_id,

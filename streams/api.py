@@ -29,7 +29,16 @@ from rflow.engine.keys import workflow_version
 from rflow.lang.units import UnitError, parse_amount
 from rflow.principals import Principals
 from rflow.schedules import ScheduleError
-from rflow.storage import InvalidValue, StorageError, budgets, controls, runs, versions, waits
+from rflow.storage import (
+    InvalidValue,
+    StorageError,
+    budgets,
+    controls,
+    runs,
+    sends,
+    versions,
+    waits,
+)
 from rflow.streams.control import Control, ControlError
 from rflow.streams.producer import ProduceError
 
@@ -221,6 +230,7 @@ def attach(app: RflowApp, control: Control) -> None:
                 run = await runs.get_run(conn, run_id)
                 if run is not None:
                     run["charges"] = await budgets.run_charges(conn, run_id)
+                    run["sends"] = await sends.of_run(conn, run_id)
                 return run
 
             run = await db(load, "run")

@@ -161,6 +161,8 @@ def pending_document(row: dict[str, Any]) -> dict[str, Any]:
         state = f"replacing {row['replaces']}" if row["replaces"] else "filling a nonce"
     elif error is not None:
         state = f"being replaced ({error.get('kind')})"
+    elif row["waiting_for"]:
+        state = "waiting"
     else:
         state = "pending"
     return {
@@ -184,6 +186,9 @@ def pending_document(row: dict[str, Any]) -> dict[str, Any]:
         "step": row["step"],
         "replaces": row["replaces"],
         "error": error,
+        "waiting_for": row["waiting_for"],
+        "nonce_used": row["nonce_used"],
+        "waiting_since": row["waiting_since"].isoformat() if row["waiting_since"] else None,
     }
 
 

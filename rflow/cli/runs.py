@@ -208,6 +208,16 @@ def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
         rows.append([step["path"], step["status"], str(step["attempt"]), took, lines[0]])
         rows.extend(["", "", "", "", line] for line in lines[1:])
     click.echo(table(rows, ["STEP", "STATUS", "ATTEMPT", "TOOK", "OUTPUT / ERROR"]))
+    if run["sends"]:
+        click.echo("")
+        lines = [
+            [s["send_id"], s["step"] or "-", str(s["nonce"]), s["tx_hash"], s["status"]]
+            for s in run["sends"]
+        ]
+        click.echo(table(lines, ["SEND", "STEP", "NONCE", "TRANSACTION", "STATUS"]))
+        for send in run["sends"]:
+            if send["status"] == "pending" and send["waiting_for"]:
+                click.echo(f"{send['send_id']} waits: {send['waiting_for']}")
     if run["charges"]:
         click.echo("")
         charges = [[c["budget"], c["asset"], str(c["amount"]), c["status"]] for c in run["charges"]]
@@ -236,12 +246,13 @@ def _live_state(run_id: str) -> dict[str, Any] | None:
 
 
 async def _run_with_charges(conn: Any, run_id: str) -> dict[str, Any] | None:
-    from rflow.storage import budgets
+    from rflow.storage import budgets, sends
     from rflow.storage import runs as store
 
     run = await store.get_run(conn, run_id)
     if run is not None:
         run["charges"] = await budgets.run_charges(conn, run_id)
+        run["sends"] = await sends.of_run(conn, run_id)
     return run
 
 

@@ -107,6 +107,9 @@ def list_sends(network: str | None, relayer: str | None, as_json: bool) -> None:
         "STEP", "STATE",
     ]  # fmt: skip
     click.echo(table(lines, header))
+    for row in rows:
+        if row["waiting_for"]:
+            click.echo(f"{row['id']} waits: {row['waiting_for']}")
 
 
 @sends.command()

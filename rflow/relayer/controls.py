@@ -20,6 +20,12 @@ def refusal(row: SendRow | None, action: str) -> str | None:
     if row.settled:
         verb = "speed up" if action == "speedup" else action
         return f"the send has settled ({row.status}): there is nothing to {verb}"
+    if row.nonce_used:
+        verb = "speed up" if action == "speedup" else action
+        return (
+            f"its nonce {row.nonce} is used on chain ({row.waiting_for}): there is nothing to "
+            f"{verb}"
+        )
     if action == "cancel" and row.purpose == "fill":
         return (
             "this send is the self-transfer that takes another send's nonce (a cancel "

@@ -9,16 +9,21 @@ used exactly one nonce per run, and each run reports the transaction the chain m
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from playwright.async_api import expect
 
 from rflow import storage
 from rflow.lang import load_project
 from rflow.storage import budgets
 from tests.integration import chain
+from tests.integration.browser import chromium, screenshot, sign_in
 from tests.integration.harness import wait_until
 from tests.integration.lagging_rpc import LaggingRpc
 from tests.integration.test_runs import fire, settled_run
@@ -27,6 +32,24 @@ pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
 VALUE = 10**12
 """Wei paid per run."""
+FOREVER = 10**6
+"""Seconds: hidden until the test says otherwise."""
+
+
+async def cli(settings, *args: str) -> str:
+    """``rflow ARGS`` in a process of its own against this test's stack; its output."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rflow.cli",
+        *args,
+        env={**os.environ, **settings.to_env()},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await process.communicate()
+    assert process.returncode == 0, out.decode()
+    return out.decode()
 
 
 def write_project(folder: Path, endpoints: dict[str, int], confirmations: int = 1) -> Path:
@@ -189,11 +212,14 @@ async def test_a_node_behind_by_blocks_pays_once(settings, worker_factory, tmp_p
         await assert_paid_once(settings, node, paid, before)
 
 
-async def test_a_worker_killed_while_its_node_hides_receipts_pays_once(
+async def test_a_worker_killed_while_its_node_hides_receipts_pays_once_and_says_why_it_waits(
     settings, worker_factory, tmp_path
 ):
+    """The node hides receipts and transactions until the test lets it show them; the
+    worker is killed after the transfers are mined and started again. Meanwhile each
+    send waits, and says so on the API, in `rflow runs show` and in the console."""
     async with contextlib.AsyncExitStack() as stack:
-        faults = {"hide_receipts": 20.0, "hide_transactions": 20.0}
+        faults = {"hide_receipts": FOREVER, "hide_transactions": FOREVER}
         node = await lagging_chain(stack, tmp_path, worker_factory, {"main": faults})
         before = await nonce_of(node)
         paid = await pay(settings, node, 3, "restart")
@@ -207,6 +233,31 @@ async def test_a_worker_killed_while_its_node_hides_receipts_pays_once(
         restarted = worker_factory(project_path=node.project, env=node.env, send_bump_after=2.0)
         await restarted.wait_ready()
         node.worker = restarted
+
+        async def waiting():
+            _, body = await restarted.get("/api/sends")
+            found = [s for s in (body or {}).get("sends", []) if s["state"] == "waiting"]
+            return found if len(found) == 3 else None
+
+        found = await wait_until(waiting, timeout=60, what="every send to say what it waits for")
+        for send in found:
+            assert send["nonce_used"], send
+            assert f"took nonce {send['nonce']}" in send["waiting_for"], send
+            assert "waiting for an endpoint to show its receipt" in send["waiting_for"], send
+        shown = await cli(settings, "runs", "show", found[0]["run_id"])
+        assert f"{found[0]['id']} waits: its transaction" in shown, shown
+        async with chromium(tmp_path / "profile") as browser:
+            page = await browser.new_page()
+            await sign_in(page, restarted.url, settings.api_token.get_secret_value())
+            await page.goto(f"{restarted.url}/console/sends")
+            reason = page.locator(f'[data-send="{found[0]["id"]}"] .waiting-for')
+            await expect(reason).to_contain_text("waiting for an endpoint to show its receipt")
+            # Its nonce is used: nothing to speed up or cancel, and the page offers neither.
+            card = page.locator(f'[data-send="{found[0]["id"]}"]')
+            await expect(card.locator("form")).to_have_count(0)
+            await screenshot(page, "sends-waiting-for-a-receipt")
+        for proxy in node.nodes.values():
+            proxy.hide_receipts = proxy.hide_transactions = 0.0
         await assert_paid_once(settings, node, paid, before)
 
 

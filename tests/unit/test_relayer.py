@@ -291,6 +291,12 @@ def test_an_operator_may_speed_up_or_cancel_only_a_send_still_in_play():
             "the send is being replaced already (timeout: the step's timeout ran out); "
             f"speed up its replacement {replacement} instead"
         )
+    mined = stored_send(nonce_used=True, waiting_for="its transaction 0xab took nonce 7")
+    assert refusal(mined, "speedup") == (
+        "its nonce 7 is used on chain (its transaction 0xab took nonce 7): there is nothing "
+        "to speed up"
+    )
+    assert refusal(mined, "cancel").endswith("there is nothing to cancel")
 
 
 def test_a_send_id_is_short_stable_and_of_the_key():
