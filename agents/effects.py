@@ -194,6 +194,10 @@ class EffectRunner:
             self.runtime.topics.sends, record.partition_key, encode(record), effect.run_id
         )
 
+    async def produce_send(self, key: str, record: bytes, run_id: str) -> None:
+        """Produce an encoded send request to the sends topic (a deferred send handed back)."""
+        await self._produce(self.runtime.topics.sends, key, record, run_id)
+
     async def send_result(self, key: str, event: Event, partition: int | None = None) -> None:
         """An action's result back to its run: decided here when this worker owns the
         run's partition, else produced to the runs topic."""

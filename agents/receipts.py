@@ -27,7 +27,7 @@ from rflow.codecs import SendRequest
 from rflow.failures import FailureKind, RflowError, StepError
 from rflow.ingress.rpc import RpcError, RpcUnavailable
 from rflow.relayer import resign
-from rflow.relayer.fees import Fees, bump, cancelling, raised
+from rflow.relayer.fees import Fees, bump, cancelling, gwei, raised
 from rflow.relayer.node import Broadcast, Node
 from rflow.relayer.signing import Signer
 from rflow.secrets import placeholders
@@ -47,6 +47,11 @@ EVERYWHERE_INTERVAL = 1.0
 """Seconds between asking every endpoint for the receipts the current one does not show."""
 PROOF_INTERVAL = 2.0
 """Seconds between searches for the transaction that took an unexplained used nonce."""
+DEFER_CHECK = 2.0
+"""Seconds between checks of the base fee for the sends that wait for it to fall."""
+RELEASE_AGAIN = 30.0
+"""Seconds before a deferred send handed back to the sends topic is handed back again,
+should the relayer not have taken it meanwhile."""
 RELOAD_INTERVAL = 5.0
 """Open sends are reloaded from Postgres this often, so none is ever forgotten."""
 FILL_GAS = 21_000
@@ -72,6 +77,9 @@ class Watched:
     whose first broadcast every endpoint answered and none took."""
     everywhere_at: float = 0.0
     proof_at: float = 0.0
+    underpriced: bool = False
+    """Its last broadcast was refused for now (under the base fee, the pool full): it is
+    still bumped, which is what may get it taken."""
 
 
 class Lapsed(Exception):
@@ -93,19 +101,31 @@ class Tracker:
         self.lock = asyncio.Lock()
         """Held by each round and by each operator's request: one of them at a time decides
         what a send needs next."""
+        self.deferred: set[tuple[str, int]] = set()
+        """The sends of the owned relayers that wait, unsigned, for the base fee
+        (``(send key, attempt)``; rows in ``send_deferrals``)."""
         self._wake = asyncio.Event()
         self._stopped = False
         self._loaded_at = 0.0
+        self._deferrals_at = 0.0
 
     # --- what to watch ------------------------------------------------------------------
 
     def watch(
-        self, row: SendRow, *, accepted: bool, nonce_low: bool = False, maybe_out: bool = True
+        self,
+        row: SendRow,
+        *,
+        accepted: bool,
+        nonce_low: bool = False,
+        maybe_out: bool = True,
+        underpriced: bool = False,
     ) -> None:
         """Follow ``row``; a send already watched keeps what is known of it."""
         if row.send_key in self.watched:
             return
-        self.watched[row.send_key] = Watched(row, accepted, nonce_low, maybe_out=maybe_out)
+        self.watched[row.send_key] = Watched(
+            row, accepted, nonce_low, maybe_out=maybe_out, underpriced=underpriced
+        )
         self._wake.set()
 
     async def own(self, owned: set[tuple[str, str]]) -> None:
@@ -118,17 +138,28 @@ class Tracker:
             await self.load()
 
     async def load(self) -> None:
-        """Watch every open send of the owned relayers (rebroadcast what was never seen)."""
+        """Watch every open send of the owned relayers (rebroadcast what was never seen),
+        and know which of their sends wait for the base fee."""
         self._loaded_at = time.monotonic()
+        deferred: set[tuple[str, int]] = set()
+        for network, relayers in self._by_network().items():
+
+            async def read(conn, n=network, r=relayers):
+                return await sends.open_sends(conn, n, r), await sends.deferrals(
+                    conn, network=n, relayers=r
+                )
+
+            rows, waiting = await self.relayer.db(read, "open sends")
+            for row in rows:
+                self.watch(row, accepted=False)
+            deferred |= {(d.send_key, d.attempt) for d in waiting}
+        self.deferred = deferred
+
+    def _by_network(self) -> dict[str, list[str]]:
         by_network: dict[str, list[str]] = defaultdict(list)
         for network, relayer in self.owned:
             by_network[network].append(relayer)
-        for network, relayers in by_network.items():
-            rows = await self.relayer.db(
-                lambda conn, n=network, r=relayers: sends.open_sends(conn, n, r), "open sends"
-            )
-            for row in rows:
-                self.watch(row, accepted=False)
+        return by_network
 
     async def stop(self) -> None:
         self._stopped = True
@@ -140,7 +171,7 @@ class Tracker:
         """Round after round until the worker stops; a failed round is logged and retried."""
         interval = self.settings.send_poll_interval
         while not self._stopped:
-            if not self.watched:
+            if not self.watched and not self.deferred:
                 self._wake.clear()
                 # asyncio.timeout: wait_for can swallow a cancellation on Python 3.11.
                 with contextlib.suppress(TimeoutError):
@@ -151,6 +182,9 @@ class Tracker:
                     if time.monotonic() - self._loaded_at > RELOAD_INTERVAL and self.owned:
                         await self.load()
                     await self.round()
+                if self.deferred and time.monotonic() - self._deferrals_at >= DEFER_CHECK:
+                    self._deferrals_at = time.monotonic()
+                    await self.release_deferrals()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -236,6 +270,50 @@ class Tracker:
     @staticmethod
     def _mined_of(watched: Watched, receipts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         return [receipts[a.tx_hash] for a in watched.row.attempts if a.tx_hash in receipts]
+
+    # --- sends that wait for the base fee --------------------------------------------
+
+    async def release_deferrals(self) -> None:
+        """Hand back to the sends topic each deferred send whose cap the base fee allows
+        now (or whose step's timeout ran out, so that it fails): the relayer agent takes
+        it in its turn, as a delivery of a send never stored, and signs it, refuses it,
+        or defers it again."""
+        now = datetime.now(UTC)
+        for network, relayers in self._by_network().items():
+            waiting = await self.relayer.db(
+                lambda conn, n=network, r=relayers: sends.deferrals(conn, network=n, relayers=r),
+                "send deferrals",
+            )
+            if not waiting:
+                continue
+            try:
+                market, base = await (await self.relayer.node(network)).market()
+            except RflowError as exc:
+                log.warning("no base fee from %s for the deferred sends: %s", network, exc)
+                continue
+            due = [
+                d
+                for d in waiting
+                if (base + market.max_priority_fee_per_gas <= d.fee_cap)
+                or (d.deadline is not None and now >= d.deadline)
+            ]
+            due = [
+                d
+                for d in due
+                if d.released_at is None or (now - d.released_at).total_seconds() > RELEASE_AGAIN
+            ]
+            for deferral in due:
+                log.info(
+                    "send %s: the base fee %d wei allows it now; handing it back to be signed",
+                    deferral.send_key,
+                    base,
+                )
+                await self.relayer.resend(deferral)
+            if due:
+                attempts = [(d.send_key, d.attempt) for d in due]
+                await self.relayer.db(
+                    lambda conn, a=attempts: sends.released(conn, a), "release deferred sends"
+                )
 
     # --- settling -------------------------------------------------------------------------
 
@@ -344,7 +422,9 @@ class Tracker:
         if not watched.accepted:
             if now >= watched.retry_at:
                 await self.rebroadcast(watched, now)
-            return
+            if not watched.underpriced or watched.accepted:
+                return
+            # Refused for now for its price (under the base fee, say): a bump is the remedy.
         if known is not None:
             watched.checked_at = now
             if known or now - watched.broadcast_at < MISSING_GRACE:
@@ -363,15 +443,21 @@ class Tracker:
         if now - watched.broadcast_at > self.settings.send_bump_after:
             fees = bump(fees_of(row.latest), row.fee_cap)
             if fees is None:
-                watched.broadcast_at = now  # at the cap: wait another period
+                # At its cap: it keeps its nonce, and the operator sees why it waits.
+                watched.broadcast_at = now
+                await self.waiting(row, self._at_cap(row), nonce_used=False)
                 return
             signer = self.relayer.signer(row.relayer)
             attempt = sign(
                 signer, node, row.nonce, row.to_address, row.value, row.data, row.gas_limit, fees
             )
-            await self.relayer.db(
-                lambda conn: sends.add_attempt(conn, row.send_key, attempt), "bump"
-            )
+
+            async def bumped(conn) -> None:
+                async with conn.transaction():
+                    await sends.add_attempt(conn, row.send_key, attempt)
+                    await sends.waiting(conn, row.send_key, None)
+
+            await self.relayer.db(bumped, "bump")
             watched.row = await self._reload(row.send_key) or row
             log.info(
                 "send %s not mined after %.0fs: bumped to %d wei/gas (%s)",
@@ -380,7 +466,18 @@ class Tracker:
                 fees.max_fee_per_gas,
                 attempt.tx_hash,
             )
+            watched.broadcast_at = now  # the next bump waits its period, taken or not
             await self.rebroadcast(watched, now)
+
+    @staticmethod
+    def _at_cap(row: SendRow) -> str:
+        """Why a send at its fee cap is not bumped, and what an operator can do."""
+        return (
+            f"unmined at its fee cap of {gwei(row.fee_cap)} (its transaction pays "
+            f"{gwei(row.latest.max_fee_per_gas)}): it keeps nonce {row.nonce} and waits for the "
+            f"base fee to fall; speed it up above the cap (rflow sends speedup {row.send_id} "
+            f"--above-cap) or cancel it (rflow sends cancel {row.send_id})"
+        )
 
     async def rebroadcast(self, watched: Watched, now: float) -> str:
         """Broadcast the send's latest attempt; what the node answered, for a person."""
@@ -413,6 +510,7 @@ class Tracker:
             await self.refused(row, exc.as_data())
             return f"{exc.message}: the send failed, it never went out"
         if outcome in (Broadcast.ACCEPTED, Broadcast.KNOWN):
+            watched.underpriced = False
             if not watched.accepted and watched.row.purpose == "step":
                 key = watched.row.send_key
                 await self.relayer.db(lambda conn: budgets.settle(conn, key, "spent"), "hand-off")
@@ -424,6 +522,7 @@ class Tracker:
             watched.nonce_low = True
             return "nonce too low: a transaction mined already used the nonce"
         watched.accepted = False
+        watched.underpriced = True
         watched.retry_at = now + 1.0
         return "not taken for now (underpriced, or the node is busy); broadcast again every second"
 

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 from rflow.agents.controls import Controls
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import partition_of
-from rflow.agents.receipts import Tracker, reply_of, result_of, sign
+from rflow.agents.receipts import DEFER_CHECK, Tracker, reply_of, result_of, sign
 from rflow.budgets import Charge, GasBreaker, charges
-from rflow.codecs import DecodeError, SendControl, SendRequest, decode
+from rflow.codecs import DecodeError, SendControl, SendRequest, decode, encode
 from rflow.engine import StepResult
 from rflow.failures import FailureKind, RflowError, StepError
 from rflow.ingress.rpc import RpcUnavailable
@@ -102,6 +102,15 @@ class _Ready:
 
 class _KeyTaken(Exception):
     """Another delivery of the same send committed first."""
+
+
+class _OverCap(Exception):
+    """The send's fees would pass its step's ``max_fee_per_gas``: it waits, unsigned."""
+
+    def __init__(self, intent: build.Intent, error: RflowError) -> None:
+        super().__init__(error.message)
+        self.intent = intent
+        self.error = error
 
 
 class _OneByOne(Exception):
@@ -222,10 +231,13 @@ class Relayer:
         failed: list[tuple[SendRequest, BaseException]] = []
         refused: list[tuple[str, dict[str, Any], RflowError]] = []
         ready: list[_Ready] = []
+        deferred: list[sends.Deferral] = []
         checked = await self.check_many(fresh)
         for request, outcome in zip(fresh, checked, strict=True):
             if isinstance(outcome, _Ready):
                 ready.append(outcome)
+            elif isinstance(outcome, _OverCap):
+                deferred.append(self._deferral(request, outcome))
             elif isinstance(outcome, RflowError):
                 refused.append((request.execute.key, reply_of(request), outcome))
             else:
@@ -241,9 +253,57 @@ class Relayer:
             else:
                 out.append(result)
         replies += await self.refuse(refused)
+        await self.keep_deferrals(deferred, fresh)
         await self.hand_off(out)
         await self.reply_many(replies)
         return failed
+
+    def _deferral(self, request: SendRequest, over: _OverCap) -> sends.Deferral:
+        execute = request.execute
+        cap = over.intent.max_fee_per_gas or 0
+        return sends.Deferral(
+            send_key=execute.key,
+            attempt=execute.attempt,
+            run_id=execute.run_id,
+            workflow=execute.workflow,
+            path=execute.path,
+            network=over.intent.network,
+            relayer=over.intent.relayer,
+            fee_cap=cap,
+            reason=(
+                f"not signed yet, no nonce taken: {over.error.message}; it is signed once the "
+                f"base fee allows (checked every {DEFER_CHECK:.0f}s)"
+            ),
+            request=encode(request),
+            deadline=execute.deadline,
+        )
+
+    async def keep_deferrals(
+        self, deferred: Sequence[sends.Deferral], fresh: Sequence[SendRequest]
+    ) -> None:
+        """Keep the sends that wait for the base fee, and forget the deferrals of those
+        that were stored or refused this time (the tracker knows which exist)."""
+        waiting = {(d.send_key, d.attempt) for d in deferred}
+        done = [
+            (r.execute.key, r.execute.attempt)
+            for r in fresh
+            if (r.execute.key, r.execute.attempt) in self.tracker.deferred
+            and (r.execute.key, r.execute.attempt) not in waiting
+        ]
+        if not deferred and not done:
+            return
+
+        async def work(conn: Any) -> None:
+            async with conn.transaction():
+                await sends.defer_many(conn, deferred)
+                await sends.undefer_many(conn, done)
+
+        await self.db(work, "send deferrals")
+        for deferral in deferred:
+            if (deferral.send_key, deferral.attempt) not in self.tracker.deferred:
+                log.info("send %s waits: %s", deferral.send_key, deferral.reason)
+        self.tracker.deferred.update(waiting)
+        self.tracker.deferred.difference_update(done)
 
     async def refuse(
         self, refused: Sequence[tuple[str, dict[str, Any], RflowError]]
@@ -342,7 +402,14 @@ class Relayer:
         gas: int,
         history: dict[str, Any],
     ) -> _Ready:
-        fees, _ = suggest(history, cap=intent.max_fee_per_gas, tip=intent.max_priority_fee_per_gas)
+        try:
+            fees, _ = suggest(
+                history, cap=intent.max_fee_per_gas, tip=intent.max_priority_fee_per_gas
+            )
+        except RflowError as exc:
+            if exc.kind is FailureKind.GAS_CAP_EXCEEDED:
+                raise _OverCap(intent, exc) from None
+            raise
         reservations, breakers = charges(self.project, request.execute.workflow, intent.shape)
         return _Ready(
             request=request,
@@ -506,7 +573,7 @@ class Relayer:
                     self.tracker.watch(row, accepted=False, nonce_low=True)
                 else:
                     # Refused for now by every endpoint, none took it: not out yet.
-                    self.tracker.watch(row, accepted=False, maybe_out=False)
+                    self.tracker.watch(row, accepted=False, maybe_out=False, underpriced=True)
         if spent:
             # Reserved and spent both count against the cap: the next send need not wait
             # for the move (a crash before it leaves the reservation for the recovery pass).
@@ -514,6 +581,13 @@ class Relayer:
                 self.db(lambda conn: budgets.settle_many(conn, spent, "spent"), "hand-off"),
                 f"hand-off of {len(spent)} send(s)",
             )
+
+    async def resend(self, deferral: sends.Deferral) -> None:
+        """Hand a deferred send back to the sends topic, as it first came (same key)."""
+        request = decode(deferral.request, SendRequest)
+        await self.runtime.runner.effects.produce_send(
+            request.partition_key, deferral.request, deferral.run_id
+        )
 
     async def reply_many(self, replies: Sequence[tuple[dict[str, Any], Any, Any]]) -> None:
         """Each send's result back to its run, produced together."""

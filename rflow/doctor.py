@@ -171,12 +171,15 @@ async def live_checks(
     if project is not None:
         urls = _rpc_urls(project, env)
         for name, network in project.networks.items():
-            checks.append(
-                (
-                    f"network {name}",
-                    check_network(name, network.chain_id, urls[name], network.rpc_env_name(name)),
+            # Each endpoint of a network that lists several is checked on its own.
+            for endpoint, variable in network.rpc_env_names(name):
+                label = name if not network.endpoints else f"{name} endpoint {endpoint}"
+                checks.append(
+                    (
+                        f"network {label}",
+                        check_network(label, network.chain_id, env.get(variable), variable),
+                    )
                 )
-            )
         for name, relayer in project.relayers.items():
             nets = {n: urls.get(n) for n in relayer.networks}
             checks.append(

@@ -51,7 +51,9 @@ class FailureKind(StrEnum):
     """A check did not hold: the ``assert`` command, the ``fail`` command, an HTTP status
     outside ``expect_status``, a command that exited non-zero, or an unexpected error."""
     GAS_CAP_EXCEEDED = "gas_cap_exceeded"
-    """The next block's base fee plus the tip is above the step's ``max_fee_per_gas``."""
+    """The next block's base fee plus the tip is above the step's ``max_fee_per_gas``. A
+    send no longer fails with it: it waits, unsigned, until the base fee allows (see
+    docs/relayer.md); runs journaled before that may still show it."""
     BUDGET_EXCEEDED = "budget_exceeded"
     """A send would take an attached budget past a cap in its window (native value, a
     token amount, or gas under ``max_gas_spend``); nothing was signed."""

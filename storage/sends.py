@@ -598,3 +598,124 @@ async def ever(
         cur = await conn.execute(_EVER, {"network": network, "relayer": relayer})
         row = await cur.fetchone()
         return bool(row and row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Deferral:
+    """A send waiting, unsigned and with no nonce, for the base fee to fall under its cap."""
+
+    send_key: str
+    attempt: int
+    run_id: str
+    workflow: str
+    path: str
+    network: str
+    relayer: str
+    fee_cap: int
+    reason: str
+    request: bytes
+    deadline: datetime | None = None
+    send_id: str = ""
+    deferred_at: datetime | None = None
+    released_at: datetime | None = None
+
+
+_DEFER = """
+INSERT INTO send_deferrals (send_key, attempt, send_id, run_id, workflow, path, network,
+                            relayer, fee_cap, reason, request, deadline)
+SELECT * FROM unnest(%b::text[], %b::integer[], %b::text[], %b::text[], %b::text[], %b::text[],
+                     %b::text[], %b::text[], %b::numeric[], %b::text[], %b::bytea[],
+                     %b::timestamptz[])
+ON CONFLICT (send_key, attempt) DO UPDATE
+    SET reason = excluded.reason, fee_cap = excluded.fee_cap, released_at = NULL
+"""
+_UNDEFER = """
+DELETE FROM send_deferrals d
+USING unnest(%b::text[], %b::integer[]) AS x(send_key, attempt)
+WHERE d.send_key = x.send_key AND d.attempt = x.attempt
+"""
+_DEFERRALS = """
+SELECT * FROM send_deferrals
+WHERE (%(network)s::text IS NULL OR network = %(network)s::text)
+  AND (%(relayers)s::text[] IS NULL OR relayer = ANY(%(relayers)s::text[]))
+  AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
+ORDER BY deferred_at, send_key
+LIMIT %(limit)s
+"""
+_RELEASED = """
+UPDATE send_deferrals SET released_at = now()
+FROM unnest(%b::text[], %b::integer[]) AS x(send_key, attempt)
+WHERE send_deferrals.send_key = x.send_key AND send_deferrals.attempt = x.attempt
+"""
+
+
+async def defer_many(conn: psycopg.AsyncConnection, deferrals: Sequence[Deferral]) -> None:
+    """Keep sends that wait for the base fee (one already kept gets the new reason)."""
+    if not deferrals:
+        return
+    rows = [(d.send_key, d.attempt, send_id(d.send_key), *_deferred(d)) for d in deferrals]
+    with translated():
+        await conn.execute(_DEFER, columns(rows, 12, unique_by=lambda row: row[:2]))
+
+
+def _deferred(d: Deferral) -> tuple[Any, ...]:
+    return (
+        d.run_id, d.workflow, d.path, d.network, d.relayer, d.fee_cap, d.reason, d.request,
+        d.deadline,
+    )  # fmt: skip
+
+
+async def undefer_many(conn: psycopg.AsyncConnection, attempts: Sequence[tuple[str, int]]) -> None:
+    """Forget the deferrals of ``attempts`` (``(send key, attempt)``): stored or refused."""
+    if not attempts:
+        return
+    with translated():
+        await conn.execute(_UNDEFER, columns(list(attempts), 2))
+
+
+async def released(conn: psycopg.AsyncConnection, attempts: Sequence[tuple[str, int]]) -> None:
+    """Note that the deferrals of ``attempts`` were handed back to the sends topic now."""
+    if not attempts:
+        return
+    with translated():
+        await conn.execute(_RELEASED, columns(list(attempts), 2))
+
+
+async def deferrals(
+    conn: psycopg.AsyncConnection,
+    *,
+    network: str | None = None,
+    relayers: Sequence[str] | None = None,
+    run_id: str | None = None,
+    limit: int = 1000,
+) -> list[Deferral]:
+    """The sends waiting for the base fee, oldest first."""
+    params = {
+        "network": network,
+        "relayers": list(relayers) if relayers is not None else None,
+        "run_id": run_id,
+        "limit": limit,
+    }
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_DEFERRALS, params)
+            found = await cur.fetchall()
+    return [
+        Deferral(
+            send_key=row["send_key"],
+            attempt=row["attempt"],
+            run_id=row["run_id"],
+            workflow=row["workflow"],
+            path=row["path"],
+            network=row["network"],
+            relayer=row["relayer"],
+            fee_cap=int(row["fee_cap"]),
+            reason=row["reason"],
+            request=bytes(row["request"]),
+            deadline=row["deadline"],
+            send_id=row["send_id"],
+            deferred_at=row["deferred_at"],
+            released_at=row["released_at"],
+        )
+        for row in found
+    ]

@@ -41,6 +41,7 @@ from rflow.storage import (
 )
 from rflow.streams.control import Control, ControlError
 from rflow.streams.producer import ProduceError
+from rflow.streams.send_actions import deferral_document
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -231,6 +232,9 @@ def attach(app: RflowApp, control: Control) -> None:
                 if run is not None:
                     run["charges"] = await budgets.run_charges(conn, run_id)
                     run["sends"] = await sends.of_run(conn, run_id)
+                    run["deferred_sends"] = [
+                        deferral_document(d) for d in await sends.deferrals(conn, run_id=run_id)
+                    ]
                 return run
 
             run = await db(load, "run")
@@ -457,7 +461,12 @@ def attach(app: RflowApp, control: Control) -> None:
                 relayer=query.get("relayer"),
                 limit=limit_of(query, 1000),
             )
-            return {"sends": found}
+            deferred = await control.sends.deferred(
+                network=query.get("network"),
+                relayer=query.get("relayer"),
+                limit=limit_of(query, 1000),
+            )
+            return {"sends": found, "deferred": deferred}
 
         return await answer(work)
 

@@ -48,6 +48,23 @@ class SendActions:
         )
         return [pending_document(row) for row in rows]
 
+    async def deferred(
+        self,
+        *,
+        network: str | None = None,
+        relayer: str | None = None,
+        run_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """The sends waiting, unsigned, for the base fee to fall under their cap."""
+        relayers = [relayer] if relayer is not None else None
+        rows = await self.database(
+            lambda conn: sends.deferrals(
+                conn, network=network, relayers=relayers, run_id=run_id, limit=limit
+            )
+        )
+        return [deferral_document(row) for row in rows]
+
     async def find(self, ident: str) -> SendRow:
         """The one send ``ident`` names (its id, its send key, or an attempt's hash)."""
         matches = await self.database(lambda conn: sends.lookup(conn, ident))
@@ -189,6 +206,25 @@ def pending_document(row: dict[str, Any]) -> dict[str, Any]:
         "waiting_for": row["waiting_for"],
         "nonce_used": row["nonce_used"],
         "waiting_since": row["waiting_since"].isoformat() if row["waiting_since"] else None,
+    }
+
+
+def deferral_document(row: sends.Deferral) -> dict[str, Any]:
+    """One deferred send (unsigned, no nonce) as ``rflow sends ls --json`` and ``GET
+    /api/sends`` give it."""
+    return {
+        "id": row.send_id,
+        "send_key": row.send_key,
+        "state": "deferred",
+        "network": row.network,
+        "relayer": row.relayer,
+        "run_id": row.run_id,
+        "step": row.path,
+        "attempt": row.attempt,
+        "fee_cap": row.fee_cap,
+        "waiting_for": row.reason,
+        "deferred_at": row.deferred_at.isoformat() if row.deferred_at else None,
+        "deadline": row.deadline.isoformat() if row.deadline else None,
     }
 
 

@@ -218,6 +218,8 @@ def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
         for send in run["sends"]:
             if send["status"] == "pending" and send["waiting_for"]:
                 click.echo(f"{send['send_id']} waits: {send['waiting_for']}")
+    for send in run["deferred_sends"]:
+        click.echo(f"{send['id']} ({send['step']}) waits: {send['waiting_for']}")
     if run["charges"]:
         click.echo("")
         charges = [[c["budget"], c["asset"], str(c["amount"]), c["status"]] for c in run["charges"]]
@@ -248,11 +250,15 @@ def _live_state(run_id: str) -> dict[str, Any] | None:
 async def _run_with_charges(conn: Any, run_id: str) -> dict[str, Any] | None:
     from rflow.storage import budgets, sends
     from rflow.storage import runs as store
+    from rflow.streams.send_actions import deferral_document
 
     run = await store.get_run(conn, run_id)
     if run is not None:
         run["charges"] = await budgets.run_charges(conn, run_id)
         run["sends"] = await sends.of_run(conn, run_id)
+        run["deferred_sends"] = [
+            deferral_document(d) for d in await sends.deferrals(conn, run_id=run_id)
+        ]
     return run
 
 

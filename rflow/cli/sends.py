@@ -57,7 +57,7 @@ def list_sends(network: str | None, relayer: str | None, as_json: bool) -> None:
     signed (bumps and speed-ups included)."""
     from rflow.relayer.fees import gwei
     from rflow.storage import sends as store
-    from rflow.streams.send_actions import pending_document
+    from rflow.streams.send_actions import deferral_document, pending_document
 
     async def read(conn: Any) -> list[dict[str, Any]]:
         found = await store.pending(conn, network=network, relayer=relayer)
@@ -78,11 +78,22 @@ def list_sends(network: str | None, relayer: str | None, as_json: bool) -> None:
                 fail(f"no {what} {name!r}: the deployed project has {known}, and none sent")
         return found
 
-    found = asyncio.run(with_database(read))
+    async def read_all(conn: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+        relayers = [relayer] if relayer is not None else None
+        deferred = await store.deferrals(conn, network=network, relayers=relayers)
+        return await read(conn), deferred
+
+    found, deferred = asyncio.run(with_database(read_all))
     rows = [pending_document(row) for row in found]
+    waiting = [deferral_document(row) for row in deferred]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps(rows + waiting, indent=2))
         return
+    if waiting:
+        click.echo("not signed yet (each waits for the base fee to fall under its cap):")
+        for row in waiting:
+            click.echo(f"{row['id']} run {row['run_id']} step {row['step']}: {row['waiting_for']}")
+        click.echo("")
     if not rows:
         click.echo("no pending sends")
         return

@@ -107,6 +107,18 @@ def attach(console: Console) -> None:
                 return None, [], [], [], ([], 0)
             charges = await budgets.run_charges(conn, run_id)
             transactions = await sends.of_run(conn, run_id)
+            transactions += [
+                {
+                    "send_id": d.send_id,
+                    "step": d.path,
+                    "relayer": d.relayer,
+                    "network": d.network,
+                    "status": "waiting",
+                    "waiting_for": d.reason,
+                    "deferred": True,
+                }
+                for d in await sends.deferrals(conn, run_id=run_id)
+            ]
             open_approvals = await waits.pending_approvals(conn, run_id=run_id)
             combinations = await runs.matrix_runs(conn, run)
             return run, charges, transactions, open_approvals, combinations

@@ -30,11 +30,13 @@ def attach(console: Console) -> None:
 
     async def sends_page(visit: Visit) -> Any:
         pending = await control.sends.pending(limit=500)
+        deferred = await control.sends.deferred(limit=500)
         return console.render(
             visit,
             "sends.html",
             active="sends",
             sends=pending,
+            deferred=deferred,
             waiting=await console.approvals_waiting(),
             live=True,
         )

@@ -4,12 +4,14 @@ A network may list several providers (``networks.<name>.endpoints``). An
 :class:`RpcPool` reads from one of them at a time, the *current* endpoint, and moves
 to another when it fails. The rules, one place each:
 
-1. **Transport failures count, answers do not.** No connection, a timeout, an HTTP
-   error status or an answer that is not JSON-RPC counts against the endpoint, and the
-   call goes to the next one (:meth:`RpcPool._first`). An error the node answers ("nonce
-   too low", "already known", "replacement underpriced", a revert, a bad parameter) is
-   an answer about the request: it is returned as it is and never marks the endpoint
-   down.
+1. **Failures of the endpoint count, answers about the request do not.** No
+   connection, a timeout, an HTTP error status, an answer that is not JSON-RPC, and an
+   error where the endpoint should have answered (an internal error, a rate limit, an
+   unknown method, or any error to a plain read such as ``eth_blockNumber``) count
+   against the endpoint, and the call goes to the next one (:meth:`RpcPool._first`). An
+   error the node answers about a transaction or a call ("nonce too low", "already
+   known", "replacement underpriced", a revert: :func:`about_the_request`) is returned as
+   it is and never marks the endpoint down.
 2. **A breaker per endpoint** (:class:`Breaker`): :data:`FAILURES` consecutive transport
    failures open it for :data:`COOL_DOWN` seconds, doubling while it keeps failing (up
    to :data:`MAX_COOL_DOWN`); then calls may try it again, and the first answer closes
@@ -56,6 +58,36 @@ HEAD_INTERVAL = 2.0
 """Seconds between readings of every endpoint's head while the pool is used."""
 HEAD_TIMEOUT = 3.0
 """Seconds a head reading may take before the endpoint counts as not answering."""
+
+
+ABOUT_THE_REQUEST = frozenset({"eth_sendRawTransaction", "eth_call", "eth_estimateGas"})
+"""Methods whose errors can be answers about what was sent (a revert, a transaction the
+node will not take): the endpoint is working."""
+ENDPOINT_FAULTS = frozenset({-32603, -32005, -32601})
+"""JSON-RPC error codes that are about the endpoint whatever the method: an internal
+error, a request over its limit (EIP-1474), a method it does not offer."""
+
+
+def about_the_request(error: RpcError) -> bool:
+    """Whether ``error`` answers the request (the endpoint works) rather than says the
+    endpoint could not (rule 1)."""
+    return error.method in ABOUT_THE_REQUEST and error.code not in ENDPOINT_FAULTS
+
+
+class EndpointFault(RpcUnavailable):
+    """An endpoint answered with an error where it should have answered (rule 1)."""
+
+    def __init__(self, error: RpcError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _faults(answers: Any) -> RpcError | None:
+    """The first error in a batch's answers that is the endpoint's fault, if any."""
+    for answer in answers if isinstance(answers, list) else ():
+        if isinstance(answer, RpcError) and not about_the_request(answer):
+            return answer
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +294,9 @@ class RpcPool(Calls):
     # --- asking ---------------------------------------------------------------------
 
     async def _on(self, endpoint: Endpoint, ask: Callable[[JsonRpc], Awaitable[T]]) -> T:
-        """``ask`` on ``endpoint``, with its breaker and metrics kept."""
+        """``ask`` on ``endpoint``, with its breaker and metrics kept. An error answer that
+        is the endpoint's fault (rule 1), alone or in a batch, is raised as
+        :class:`EndpointFault`."""
         started = time.monotonic()
         before = endpoint.breaker.state
         try:
@@ -271,32 +305,49 @@ class RpcPool(Calls):
             endpoint.breaker.failed()
             self._observe(endpoint, "unavailable", started, before)
             raise
-        except RpcError:
-            endpoint.breaker.answered()
+        except RpcError as exc:
+            if about_the_request(exc):
+                endpoint.breaker.answered()
+                self._observe(endpoint, "error", started, before)
+                raise
+            endpoint.breaker.failed()
             self._observe(endpoint, "error", started, before)
-            raise
+            raise EndpointFault(exc) from None
+        fault = _faults(result)
+        if fault is not None:
+            endpoint.breaker.failed()
+            self._observe(endpoint, "error", started, before)
+            raise EndpointFault(fault)
         endpoint.breaker.answered()
         self._observe(endpoint, "ok", started, before)
         return result
 
     async def _first(self, ask: Callable[[JsonRpc], Awaitable[T]]) -> T:
-        """``ask`` on the endpoints in :meth:`order` until one answers (rule 1)."""
+        """``ask`` on the endpoints in :meth:`order` until one answers (rule 1). When
+        none does and one answered with an error, that error is raised (the caller sorts
+        what the node said); else :class:`RpcUnavailable`."""
         failures = []
+        answered: RpcError | None = None
         for endpoint in self.order():
             try:
                 result = await self._on(endpoint, ask)
+            except EndpointFault as exc:
+                answered = exc.error
+                failures.append(f"{endpoint.name}: {exc}")
             except RpcUnavailable as exc:
                 failures.append(f"{endpoint.name}: {exc}")
-                if endpoint is self.current:
-                    self.current = None
-                continue
             except RpcError:
                 self.current = endpoint
                 raise
-            if self.current is not endpoint and len(self.endpoints) > 1:
-                log.info("%s: reading from endpoint %s", self.network, endpoint.name)
-            self.current = endpoint
-            return result
+            else:
+                if self.current is not endpoint and len(self.endpoints) > 1:
+                    log.info("%s: reading from endpoint %s", self.network, endpoint.name)
+                self.current = endpoint
+                return result
+            if endpoint is self.current:
+                self.current = None
+        if answered is not None:
+            raise answered
         if len(self.endpoints) == 1:
             raise RpcUnavailable(failures[0].partition(": ")[2])
         raise RpcUnavailable(f"no endpoint of {self.network} answered: " + "; ".join(failures))
@@ -328,6 +379,8 @@ class RpcPool(Calls):
                 return RpcUnavailable(f"endpoint {endpoint.name}: its breaker is open")
             try:
                 return await self._on(endpoint, lambda rpc: rpc.answers(calls))
+            except EndpointFault as exc:
+                return exc
             except RpcUnavailable as exc:
                 return exc
 
@@ -406,9 +459,8 @@ class RpcPool(Calls):
 
     def _report(self, endpoint: Endpoint) -> None:
         if self.observer is not None:
-            self.observer.rpc_health(
-                self.network, endpoint.name, endpoint.breaker.state, self.lag(endpoint)
-            )
+            lag = self.lag(endpoint) if len(self.endpoints) > 1 else 0
+            self.observer.rpc_health(self.network, endpoint.name, endpoint.breaker.state, lag)
 
 
 class Pools:

@@ -141,6 +141,14 @@ class Node:
         fees, _ = suggest(history, cap=cap, tip=tip)
         return fees
 
+    async def market(self) -> tuple[Fees, int]:
+        """What the network asks for the next block (no cap), and its base fee."""
+        try:
+            history = await self.rpc.call("eth_feeHistory", hex(5), "latest", [50])
+        except (RpcError, RpcUnavailable) as exc:
+            raise unavailable(exc, "eth_feeHistory") from None
+        return suggest(history)
+
     async def nonce(self, address: str, tag: str = "pending") -> int:
         return int(await self.rpc.call("eth_getTransactionCount", address, tag), 16)
 

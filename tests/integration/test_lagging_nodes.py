@@ -13,11 +13,13 @@ import asyncio
 import contextlib
 import os
 import sys
+import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from playwright.async_api import expect
+from prometheus_client.parser import text_string_to_metric_families
 
 from rflow import storage
 from rflow.lang import load_project
@@ -275,3 +277,142 @@ async def test_one_of_two_endpoints_hiding_receipts_pays_once_and_settles_from_t
         before = await nonce_of(node)
         paid = await pay(settings, node, 3, "two")
         await assert_paid_once(settings, node, paid, before)
+
+
+EVENT_PROJECT = """
+networks:
+  local:
+    chain_id: 31337
+    confirmations: 0
+    max_lag_blocks: 5
+    endpoints:
+      - {{ name: good, url_env: URL_GOOD, weight: 100 }}
+      - {{ name: down, url_env: URL_DOWN }}
+      - {{ name: failing, url_env: URL_FAILING }}
+      - {{ name: lagging, url_env: URL_LAGGING }}
+contracts:
+  Emitter:
+    address: {{ local: "{emitter}" }}
+    abi: {abi}
+relayers:
+  payout: {{ key_env: PAYOUT_KEY, networks: [local] }}
+workflows:
+  on-swap:
+    trigger:
+      event: {{ contract: Emitter, name: Swap, network: local }}
+    permissions: {{ relayers: [payout], max_value_per_tx: 1 ether }}
+    steps:
+      - id: balance
+        query: {{ network: local, method: eth_getBalance, params: ["${{{{ trigger.args.sender }}}}", latest] }}
+      - id: pay
+        send_transaction:
+          network: local
+          relayer: payout
+          to: "${{{{ trigger.args.sender }}}}"
+          value: "{value}"
+"""
+
+
+async def test_sends_reads_and_an_event_trigger_go_on_through_endpoints_that_fail(
+    settings, worker_factory, tmp_path
+):
+    """Four endpoints: one down, one answering only errors, one 20 blocks behind, and a
+    good one that goes down halfway. Events fire once each (the follower moves to the
+    endpoint that lags and neither skips nor repeats a block), their reads answer and
+    their payouts pay once, counted on chain."""
+    async with contextlib.AsyncExitStack() as stack:
+        url = await stack.enter_async_context(chain.private_anvil())
+        w3 = chain.connect(url)
+        stack.push_async_callback(w3.provider.disconnect)
+        relayer = await chain.funded_account(w3)
+        caller = await chain.funded_account(w3)
+        emitter, _ = await chain.deploy(w3, "Emitter", account=caller)
+        proxies = {
+            "good": {},
+            "down": {"down": True},
+            "failing": {"failing": True},
+            "lagging": {"lag_blocks": 20},
+        }
+        nodes = {
+            name: await stack.enter_async_context(LaggingRpc(url, **faults))
+            for name, faults in proxies.items()
+        }
+        project = tmp_path / "project.yaml"
+        project.write_text(
+            EVENT_PROJECT.format(emitter=emitter, abi=chain.artifact_path("Emitter"), value=VALUE)
+        )
+        env = {"PAYOUT_KEY": relayer.key.hex()}
+        env |= {f"URL_{name.upper()}": node.url for name, node in nodes.items()}
+        worker = worker_factory(project_path=project, env=env)
+        await worker.wait_ready()
+
+        async def mining() -> None:  # a chain with a block every 0.1 s
+            while True:
+                await chain.mine(w3)
+                await asyncio.sleep(0.1)
+
+        miner = asyncio.create_task(mining())
+        stack.callback(miner.cancel)
+
+        async def swap(sender) -> str:
+            await chain.funded_account(w3)  # a block between events
+            receipt = await chain.transact(w3, "Emitter", emitter, "swap", 1, 2, account=sender)
+            return receipt["blockHash"]
+
+        async def runs_of_swaps() -> list[dict]:
+            conn = await storage.connect(settings)
+            async with conn:
+                cur = await conn.execute(
+                    "SELECT run_id, trigger_key, status FROM runs WHERE workflow = 'on-swap'"
+                )
+                return [
+                    {"run_id": r, "trigger_key": k, "status": s} for r, k, s in await cur.fetchall()
+                ]
+
+        async def settled(count: int):
+            found = await runs_of_swaps()
+            done = [r for r in found if r["status"] in ("succeeded", "failed")]
+            return found if len(done) >= count else None
+
+        first = await chain.funded_account(w3)
+        await swap(first)
+        await wait_until(lambda: settled(1), timeout=90, what="the first event's run to settle")
+        nodes["good"].down = True
+        second = await chain.funded_account(w3)
+        await swap(second)
+        found = await wait_until(
+            lambda: settled(2), timeout=120, what="the second event's run to settle"
+        )
+        assert len(found) == 2 and len({r["trigger_key"] for r in found}) == 2, found
+        for row in found:
+            run = await settled_run(settings, row["run_id"])
+            assert run["status"] == "succeeded", (run, worker.tail(80))
+            balance, paid = run["steps"][0], run["steps"][1]
+            assert balance["path"] == "balance" and balance["output"].startswith("0x")
+            tx = paid["output"]["tx"]
+            mined = await chain.rpc(w3, "eth_getTransactionByHash", tx["hash"])
+            assert mined["to"].lower() in (first.address.lower(), second.address.lower())
+            assert int(mined["value"], 16) == VALUE
+        used = int(await chain.rpc(w3, "eth_getTransactionCount", relayer.address, "latest"), 16)
+        assert used == 2, "one transfer per event, nothing signed twice"
+        assert nodes["lagging"].calls["eth_getLogs"] > 0, "the follower read the lagging node"
+        metrics = await asyncio.to_thread(scrape, worker)
+        assert metrics[("rflow_rpc_breaker_state", "down", "closed")] == 0, metrics
+        assert metrics[("rflow_rpc_breaker_state", "good", "closed")] == 0, metrics
+        assert metrics[("rflow_rpc_breaker_state", "lagging", "closed")] == 1, metrics
+        assert metrics[("rflow_rpc_calls_total", "failing", "error")] > 0, metrics
+
+
+def scrape(worker) -> dict[tuple[str, str, str], float]:
+    """The worker's per-endpoint metrics, as Prometheus reads them: (metric, endpoint,
+    breaker state or outcome) -> value."""
+    request = urllib.request.Request(worker.url + "/metrics", headers=worker.auth)
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        text = resp.read().decode()
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("rflow_rpc_") and "endpoint" in sample.labels:
+                detail = sample.labels.get("state") or sample.labels.get("outcome") or ""
+                found[(sample.name, sample.labels["endpoint"], detail)] = sample.value
+    return found

@@ -110,8 +110,9 @@ class SendTransaction(Model):
     """Gas limit; default: the node's estimate."""
     max_fee_per_gas: AmountOrExpr | None = None
     """The most the send may pay per gas (an amount such as 50 gwei): a send whose next
-    block's base fee plus tip is above it fails gas_cap_exceeded, and fee bumps stop there
-    (unset: no such check, and bumps stop at four times the first fee)."""
+    block's base fee plus tip is above it is not signed yet and waits, with no nonce taken,
+    until the base fee allows; fee bumps stop there, and a transaction at it waits for the
+    base fee to fall (unset: no such check, and bumps stop at four times the first fee)."""
     max_priority_fee_per_gas: AmountOrExpr | None = None
     """The tip per gas; default: what recent blocks paid."""
 

@@ -120,6 +120,19 @@ async def test_an_answered_error_is_about_the_request_not_the_endpoint():
     assert fakes["b"].asked["eth_sendRawTransaction"] == 0
 
 
+async def test_an_endpoint_answering_reads_with_errors_is_failed_over_and_its_breaker_opens():
+    pool, fakes, _ = make(["erring", "good"], weights=[1000, 1])
+    fakes["erring"].erring = True
+    for _ in range(pools.FAILURES):
+        pool.current = None
+        assert await pool.call("eth_getTransactionReceipt", "0x00") == "good"
+    assert pool.endpoints[0].breaker.state == "open"
+    fakes["good"].erring = True
+    # When every endpoint answers with an error, the caller gets what the node said.
+    with pytest.raises(RpcError, match="nonce too low"):
+        await pool.call("eth_blockNumber")
+
+
 async def test_when_every_endpoint_fails_the_error_names_each_by_name_never_by_url():
     pool, fakes, _ = make(["alchemy", "infura"])
     for fake in fakes.values():
@@ -139,9 +152,12 @@ async def test_each_asks_every_endpoint_and_reports_those_that_did_not_answer():
     found = dict(await pool.each([("eth_chainId", ())]))
     assert found["a"] == ["a"]
     assert isinstance(found["b"], RpcUnavailable)
-    assert isinstance(found["c"][0], RpcError)
+    # An error to a plain read is the endpoint failing; to a transaction, an answer.
+    assert isinstance(found["c"], RpcUnavailable)
+    found = dict(await pool.each([("eth_sendRawTransaction", ("0x00",))]))
+    assert isinstance(found["c"][0], RpcError) and found["a"] == ["a"]
     for fake in fakes.values():
-        assert fake.asked["(batch)"] == 1
+        assert fake.asked["(batch)"] == 2
 
 
 async def test_an_endpoint_far_behind_is_read_from_only_when_no_other_answers():
