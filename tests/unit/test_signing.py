@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from coincurve import PrivateKey
+import asyncio
+
 from eth_account import Account
 from eth_utils import to_checksum_address
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rflow.relayer.signing import Signer
+from rflow.relayer.signing import LocalKey, Signer
 
 ACCOUNT = Account.from_key("0x" + "42" * 32)
-SIGNER = Signer("payout", ACCOUNT.address, PrivateKey(bytes(ACCOUNT.key)))
+SIGNER = Signer("payout", LocalKey(bytes(ACCOUNT.key)))
 
 uint64 = st.integers(min_value=0, max_value=2**64 - 1)
 uint256 = st.integers(min_value=0, max_value=2**256 - 1)
@@ -32,15 +33,17 @@ def test_a_signed_send_is_byte_for_byte_what_eth_account_signs(
     chain_id, nonce, to, value, data, gas, max_fee, tip
 ):
     address = to_checksum_address(to)
-    raw, tx_hash = SIGNER.sign(
-        chain_id=chain_id,
-        nonce=nonce,
-        to=address,
-        value=value,
-        data=data,
-        gas=gas,
-        max_fee_per_gas=max_fee,
-        max_priority_fee_per_gas=tip,
+    raw, tx_hash = asyncio.run(
+        SIGNER.sign(
+            chain_id=chain_id,
+            nonce=nonce,
+            to=address,
+            value=value,
+            data=data,
+            gas=gas,
+            max_fee_per_gas=max_fee,
+            max_priority_fee_per_gas=tip,
+        )
     )
     expected = Account.sign_transaction(
         {
