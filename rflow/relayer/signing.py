@@ -22,9 +22,10 @@ access key.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, NoReturn, Protocol
+from typing import Any, ClassVar, Literal, NoReturn, Protocol
 
 import rlp
 from coincurve import PrivateKey, PublicKey
@@ -275,3 +276,71 @@ async def open_signer(project: Project, relayer: str, env: Mapping[str, str]) ->
             f"not the declared address {declared.address}",
         )
     return signer
+
+
+ASK_TIMEOUT = 15.0
+"""Seconds ``rflow validate`` and ``rflow doctor`` wait for a signer's public key."""
+
+
+def configured(declared: RelayerSpec, env: Mapping[str, str]) -> bool:
+    """Whether the environment holds what the signer needs (its key, PIN or credentials);
+    validation warns about what is missing."""
+    if declared.pkcs11 is not None:
+        return bool(env.get(declared.pkcs11.pin_env))
+    if declared.aws_kms is not None:
+        kms = declared.aws_kms
+        needed = [kms.access_key_id_env, kms.secret_access_key_env, kms.endpoint_env]
+        return all(env.get(name) for name in needed if name is not None)
+    return bool(declared.key_env and env.get(declared.key_env))
+
+
+async def ask_address(relayer: str, declared: RelayerSpec, env: Mapping[str, str]) -> str:
+    """The address ``declared``'s key signs for, asked of whatever holds it (bounded by
+    :data:`ASK_TIMEOUT`); :class:`RflowError` when it cannot be asked."""
+    try:
+        async with asyncio.timeout(ASK_TIMEOUT):
+            key = await open_key(relayer, declared, env)
+    except TimeoutError:
+        raise RflowError(
+            FailureKind.SIGNER_UNAVAILABLE,
+            f"relayer {relayer}: {where(declared)} did not answer within {ASK_TIMEOUT:.0f}s",
+        ) from None
+    try:
+        return address_of(key.public_key)
+    finally:
+        await key.close()
+
+
+async def address_findings(
+    project: Project, env: Mapping[str, str]
+) -> list[tuple[tuple[str, ...], Literal["error", "warning"], str]]:
+    """What asking each relayer's signer for its address finds, for ``rflow validate``:
+    ``(data path, severity, message)``. A declared ``address`` the key does not sign for
+    is an error at ``relayers.NAME.address``; a signer that cannot be asked from here (a
+    variable that holds no key, an HSM or KMS reachable from the workers only) is a
+    warning at its declaration. Relayers without a declared address, or whose secrets
+    are not set (already a warning), are not asked."""
+
+    async def one(name: str, declared: RelayerSpec) -> Any:
+        if declared.address is None or not configured(declared, env):
+            return None
+        try:
+            address = await ask_address(name, declared, env)
+        except RflowError as exc:
+            why = exc.message.removeprefix(f"relayer {name}: ")
+            return (
+                ("relayers", name, declared.kind),
+                "warning",
+                f"{why}: the address was not checked",
+            )
+        if address.lower() != declared.address.lower():
+            return (
+                ("relayers", name, "address"),
+                "error",
+                f"{where(declared)} signs for {address}, not for the declared address "
+                f"{declared.address}",
+            )
+        return None
+
+    found = await asyncio.gather(*(one(n, r) for n, r in project.relayers.items()))
+    return [finding for finding in found if finding is not None]
