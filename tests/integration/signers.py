@@ -120,41 +120,54 @@ class LocalKms:
             await client.close()
 
 
+def start_local_kms(folder: Path, port: int) -> subprocess.Popen[bytes]:
+    """local-kms on 127.0.0.1:``port``, its keys kept in ``folder`` (a restart on the same
+    folder has them again), once it listens."""
+    assert LOCAL_KMS.is_file(), f"local-kms is not built: {INSTALL}"
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "local-kms.log").open("ab") as log:
+        process = subprocess.Popen(
+            [str(LOCAL_KMS)],
+            env={
+                "PATH": os.environ.get("PATH", ""),
+                "PORT": str(port),
+                "KMS_DATA_PATH": str(folder / "data"),
+                "KMS_SEED_PATH": str(folder / "none.yaml"),
+                "KMS_REGION": REGION,
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    deadline = time.monotonic() + 30
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return process
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop(process)
+            raise AssertionError(
+                "local-kms did not listen within 30 s: " + (folder / "local-kms.log").read_text()
+            )
+        time.sleep(0.05)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop a process this test started, by its pid."""
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
 @contextlib.contextmanager
 def local_kms(folder: Path) -> Iterator[LocalKms]:
     """local-kms on a free port of 127.0.0.1, its data in ``folder``; stopped (by its pid)
     when the block ends."""
-    assert LOCAL_KMS.is_file(), f"local-kms is not built: {INSTALL}"
     port = free_port()
-    folder.mkdir(parents=True, exist_ok=True)
-    log = (folder / "local-kms.log").open("ab")
-    process = subprocess.Popen(
-        [str(LOCAL_KMS)],
-        env={
-            "PATH": os.environ.get("PATH", ""),
-            "PORT": str(port),
-            "KMS_DATA_PATH": str(folder / "data"),
-            "KMS_SEED_PATH": str(folder / "none.yaml"),
-            "KMS_REGION": REGION,
-        },
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
+    process = start_local_kms(folder, port)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            assert process.poll() is None, (folder / "local-kms.log").read_text()
-            assert time.monotonic() < deadline, "local-kms did not listen within 30 s"
-            time.sleep(0.05)
         yield LocalKms(f"http://127.0.0.1:{port}/", process)
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-        log.close()
+        stop(process)

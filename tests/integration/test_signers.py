@@ -16,13 +16,25 @@ import pytest
 from eth_account import Account
 from eth_keys import keys as eth_keys
 
+from rflow import storage
 from rflow.failures import FailureKind, RflowError
 from rflow.lang import Project, validate_path, validate_text
 from rflow.relayer import kms, pkcs11
 from rflow.relayer.signing import HALF_N, Signer, open_signer
+from rflow.storage import sends
 from tests.integration import chain
-from tests.integration.signers import PIN, Hsm, LocalKms, local_kms, softhsm
+from tests.integration.harness import wait_until
+from tests.integration.signers import (
+    PIN,
+    Hsm,
+    LocalKms,
+    local_kms,
+    softhsm,
+    start_local_kms,
+    stop,
+)
 from tests.integration.test_runs import fire, settled_run
+from tests.integration.test_sends import sends_of
 
 DIGESTS = 300
 
@@ -346,3 +358,58 @@ async def test_a_workflow_pays_exactly_once_through_a_kms_backed_relayer(
         signer.address,
         kms_server.env,
     )
+
+
+@pytest.mark.usefixtures("applied_topics", "schema")
+async def test_a_kms_that_stops_answering_takes_no_nonce_and_a_retry_pays_once(
+    settings, worker_factory, tmp_path, w3
+):
+    """A send whose KMS does not answer is refused ``signer_unavailable`` before anything
+    is stored (no nonce taken); its step's retry, once KMS is back, pays once, with the
+    nonce after the last one used."""
+    folder, port = tmp_path / "kms", chain.free_port()
+    process = start_local_kms(folder, port)
+    try:
+        server = LocalKms(f"http://127.0.0.1:{port}/", process)
+        key_id = await server.create_key()
+        probe = await open_signer(
+            project_with(vault=("aws_kms", server.yaml(key_id))), "vault", server.env
+        )
+        await probe.close()
+        address = probe.address
+        await chain.rpc(w3, "anvil_setBalance", address, hex(10**18))
+        path = tmp_path / "project.yaml"
+        path.write_text(
+            PAY.format(kind="aws_kms", signer=server.yaml(key_id), address=address).replace(
+                "      - id: pay\n",
+                "      - id: pay\n        retry: { max_attempts: 20, backoff: 1s }\n",
+            )
+        )
+        worker = worker_factory(project_path=path, env=server.env)
+        await worker.wait_ready()
+        first = await fire(settings, path, "pay", "manual:before", {"to": Account.create().address})
+        assert (await settled_run(settings, first, timeout=90))["status"] == "succeeded"
+        [sent] = await sends_of(settings, first)
+
+        stop(process)
+        recipient = Account.create().address
+        rid = await fire(settings, path, "pay", "manual:during", {"to": recipient})
+        key = sent["send_key"].replace("manual:before", "manual:during")
+
+        async def refused() -> dict | None:
+            conn = await storage.connect(settings)
+            async with conn:
+                kept = await sends.refusals(conn, [(key, 1)])
+            return kept.get((key, 1))
+
+        error = await wait_until(refused, timeout=60, what="the send refused while KMS is down")
+        assert error["kind"] == "signer_unavailable", error
+        assert await sends_of(settings, rid) == []  # nothing stored, no nonce taken
+        process = start_local_kms(folder, port)
+        run = await settled_run(settings, rid, timeout=90)
+        assert run["status"] == "succeeded", (run, worker.tail())
+        assert await w3.eth.get_balance(recipient) == 12345
+        assert await w3.eth.get_transaction_count(address) == 2
+        assert [s["nonce"] for s in await sends_of(settings, rid)] == [1]
+    finally:
+        stop(process)
