@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, SecretStr, field_validator, model_validator
+from pydantic import ConfigDict, Discriminator, Field, SecretStr, field_validator, model_validator
 
 from rflow.lang.model.common import (
     Address,
@@ -161,6 +161,12 @@ class Relayer(Model):
     """An account that sends transactions. It declares where its key is, exactly one of:
     ``key_env`` (a raw key in an environment variable, for development), ``pkcs11`` (an
     HSM) or ``aws_kms``. The relayer signs the same way whichever it is."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [{"required": [kind]} for kind in ("key_env", "pkcs11", "aws_kms")]
+        }
+    )
 
     key_env: EnvVar | None = None
     """Environment variable holding the private key as hex (never written in YAML). For
