@@ -413,3 +413,26 @@ async def test_a_kms_that_stops_answering_takes_no_nonce_and_a_retry_pays_once(
         assert [s["nonce"] for s in await sends_of(settings, rid)] == [1]
     finally:
         stop(process)
+
+
+async def test_doctor_reports_the_address_each_signer_gives_and_fails_a_different_one(
+    hsm, kms_server, w3
+):
+    from rflow.doctor import check_relayer
+
+    address = hsm.make_key("doctored")
+    key_id = await kms_server.create_key()
+    url = {"local": os.environ.get("RFLOW_RPC_URL_LOCAL")}
+    env = {"HSM_PIN": PIN, **kms_server.env}
+    project = project_with(address, vault=("pkcs11", hsm.yaml("doctored")))
+    good = await check_relayer("vault", project.relayers["vault"], url, env)
+    assert good.status in ("pass", "warn") and good.detail.startswith(f"{address} (pkcs11); ")
+    project = project_with(address, cloud=("aws_kms", kms_server.yaml(key_id)))
+    bad = await check_relayer("cloud", project.relayers["cloud"], url, env)
+    assert bad.status == "fail"
+    assert bad.detail.startswith(f"AWS KMS key {key_id} ({kms_server.spec(key_id).region}) signs")
+    assert bad.detail.endswith(f"the project declares {address}")
+    silent = await check_relayer(
+        "vault", project_with(vault=("pkcs11", hsm.yaml("doctored"))).relayers["vault"], url, {}
+    )
+    assert silent.status == "fail" and "HSM_PIN" in silent.detail
