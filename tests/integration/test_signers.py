@@ -436,3 +436,18 @@ async def test_doctor_reports_the_address_each_signer_gives_and_fails_a_differen
         "vault", project_with(vault=("pkcs11", hsm.yaml("doctored"))).relayers["vault"], url, {}
     )
     assert silent.status == "fail" and "HSM_PIN" in silent.detail
+
+
+async def test_a_token_that_keeps_no_public_key_still_gives_the_address(hsm):
+    from pkcs11 import ObjectClass
+
+    address = hsm.make_key("bare")
+    session = pkcs11._open(hsm.spec("bare"), pkcs11.SecretStr(PIN), "vault", rw=True)
+    try:
+        session.get_key(object_class=ObjectClass.PUBLIC_KEY, label="bare").destroy()
+    finally:
+        session.close()
+    key = await pkcs11.open_key("vault", hsm.spec("bare"), {"HSM_PIN": PIN})
+    signer = Signer("vault", key)
+    assert signer.address == address  # the one key two signatures both recover to
+    await signed_transfer_recovers(signer)
