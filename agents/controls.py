@@ -80,8 +80,8 @@ class Controls:
             above_cap=request["above_cap"],
             market=await self.tracker.market(node),
         )
-        signer = self.relayer.signer(row.relayer)
-        attempt = sign(
+        signer = await self.relayer.signer(row.relayer)
+        attempt = await sign(
             signer, node, row.nonce, row.to_address, row.value, row.data, row.gas_limit, chosen
         )
         request_id = request["request_id"]

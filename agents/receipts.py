@@ -447,8 +447,8 @@ class Tracker:
                 watched.broadcast_at = now
                 await self.waiting(row, self._at_cap(row), nonce_used=False)
                 return
-            signer = self.relayer.signer(row.relayer)
-            attempt = sign(
+            signer = await self.relayer.signer(row.relayer)
+            attempt = await sign(
                 signer, node, row.nonce, row.to_address, row.value, row.data, row.gas_limit, fees
             )
 
@@ -607,7 +607,7 @@ class Tracker:
         """Sign the send with a new nonce: proven necessary (:data:`resign.Verdict.SIGN_AGAIN`)."""
         row = watched.row
         node = await self.relayer.node(row.network)
-        signer = self.relayer.signer(row.relayer)
+        signer = await self.relayer.signer(row.relayer)
         pending = await node.nonce(row.address, "pending")
         fees = await node.fees(cap=None, tip=None)
         fees = Fees(min(fees.max_fee_per_gas, row.fee_cap), fees.max_priority_fee_per_gas)
@@ -615,7 +615,7 @@ class Tracker:
         async def work(conn) -> Attempt:
             async with conn.transaction():
                 nonce = await sends.next_nonce(conn, row.network, row.address, pending)
-                attempt = sign(
+                attempt = await sign(
                     signer, node, nonce, row.to_address, row.value, row.data, row.gas_limit, fees
                 )
                 await sends.add_attempt(conn, row.send_key, attempt)
@@ -668,11 +668,11 @@ class Tracker:
         Returns the filler's attempt; ``None`` when nothing was stored: the send settled,
         or is being replaced already, or its nonce has a filler."""
         node = await self.relayer.node(row.network)
-        signer = self.relayer.signer(row.relayer)
+        signer = await self.relayer.signer(row.relayer)
         latest = row.latest
         if fees is None:
             fees = Fees(raised(latest.max_fee_per_gas), raised(latest.max_priority_fee_per_gas))
-        attempt = sign_fill(signer, node, row.nonce, fees)
+        attempt = await sign_fill(signer, node, row.nonce, fees)
         key = filler_key(row)
 
         async def work(conn) -> bool:
@@ -734,8 +734,8 @@ class Tracker:
         return await self.relayer.db(lambda conn: sends.find(conn, send_key), "find send")
 
 
-def sign_fill(signer: Signer, node: Node, nonce: int, fees: Fees) -> Attempt:
-    return sign(signer, node, nonce, signer.address, 0, b"", FILL_GAS, fees)
+async def sign_fill(signer: Signer, node: Node, nonce: int, fees: Fees) -> Attempt:
+    return await sign(signer, node, nonce, signer.address, 0, b"", FILL_GAS, fees)
 
 
 def filler_key(row: SendRow) -> str:
@@ -759,10 +759,10 @@ def _expired(row: SendRow) -> str:
     return f"transaction {row.tx_hash} (nonce {row.nonce}) was not mined in time"
 
 
-def sign(
+async def sign(
     signer: Signer, node: Node, nonce: int, to: str, value: int, data: bytes, gas: int, fees: Fees
 ) -> Attempt:
-    raw, tx_hash = signer.sign(
+    raw, tx_hash = await signer.sign(
         chain_id=node.chain_id,
         nonce=nonce,
         to=to,

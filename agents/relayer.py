@@ -14,6 +14,7 @@ speed-ups and cancels, which travel on the same topic, are :mod:`rflow.agents.co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -35,7 +36,7 @@ from rflow.lang.model import Relayer as RelayerSpec
 from rflow.relayer import build
 from rflow.relayer.fees import Fees, suggest
 from rflow.relayer.node import Broadcast, Node, Probe
-from rflow.relayer.signing import Signer, signer
+from rflow.relayer.signing import Signer, open_signer
 from rflow.secrets import Secrets
 from rflow.storage import budgets, sends
 from rflow.storage.sends import SendRow
@@ -74,10 +75,10 @@ class _Ready:
     def signer_on(self) -> tuple[str, str]:
         return (self.intent.network, self.signer.address)
 
-    def new_send(self, nonce: int) -> sends.NewSend:
+    async def new_send(self, nonce: int) -> sends.NewSend:
         """This send signed with ``nonce``, as stored."""
         intent, execute = self.intent, self.request.execute
-        attempt = sign(
+        attempt = await sign(
             self.signer, self.node, nonce, intent.to, intent.value, intent.data, self.gas, self.fees
         )
         return sends.NewSend(
@@ -125,7 +126,7 @@ class Relayer:
         self.runtime = app.rflow
         self.settings = self.runtime.settings
         self._nodes: dict[str, tuple[Any, Node]] = {}
-        self._signers: dict[str, tuple[RelayerSpec, Signer]] = {}
+        self._signers: dict[str, tuple[RelayerSpec, asyncio.Future[Signer]]] = {}
         self._synced: set[tuple[str, str]] = set()
         self.tracker = Tracker(self)
         self.assigned: frozenset[int] = frozenset()
@@ -157,18 +158,32 @@ class Relayer:
         self._nodes[network] = (pool, node)
         return node
 
-    def signer(self, relayer: str) -> Signer:
-        """The signer of ``relayer`` as the current deployment declares it. One a deploy
-        removed stays known for its open sends (bumps, fills); new sends are refused by
-        the permissions check before a signer is asked for."""
+    async def signer(self, relayer: str) -> Signer:
+        """The signer of ``relayer`` as the current deployment declares it, opened once (a
+        token logged in to, a KMS key's public key fetched) and shared by every caller.
+        One a deploy removed stays known for its open sends (bumps, fills); new sends are
+        refused by the permissions check before a signer is asked for. A signer whose HSM
+        or KMS did not answer is opened again by the next caller; one refused (a wrong
+        PIN, a key that signs for another address) stays refused until a deploy changes
+        its declaration."""
         declared = self.project.relayers.get(relayer)
         cached = self._signers.get(relayer)
         if cached is not None and (declared is None or cached[0] == declared):
-            return cached[1]
-        made = signer(self.project, relayer, self.runtime.env)
-        assert declared is not None  # signer() refuses an undeclared relayer
-        self._signers[relayer] = (declared, made)
-        return made
+            return await asyncio.shield(cached[1])
+        if declared is None:
+            raise RflowError(FailureKind.PERMISSION_DENIED, f"no relayer named {relayer!r}")
+        opening = asyncio.ensure_future(open_signer(self.project, relayer, self.runtime.env))
+        self._signers[relayer] = (declared, opening)
+        if cached is not None:
+            self.runtime.runner.effects.spawn(_closed(cached[1]), f"old signer of {relayer}")
+        try:
+            return await asyncio.shield(opening)
+        except Exception as exc:
+            refused = isinstance(exc, RflowError) and exc.kind is FailureKind.PERMISSION_DENIED
+            current = self._signers.get(relayer)
+            if not refused and current is not None and current[1] is opening:
+                del self._signers[relayer]  # not answered: the next caller tries again
+            raise
 
     def secrets(self, reply: Mapping[str, Any] | None) -> Secrets:
         """What scrubs the results of a send (its step result, its errors, log lines about
@@ -188,6 +203,8 @@ class Relayer:
 
     async def close(self) -> None:
         await self.tracker.stop()
+        for _, opening in self._signers.values():
+            await _closed(opening)
 
     async def db(self, work: Any, what: str) -> Any:
         return await self.runtime.database.run(work, what=what)
@@ -334,7 +351,7 @@ class Relayer:
             await self.runtime.catch_up()
         for index, request in enumerate(requests):
             try:
-                intent, signer = self._plan(request)
+                intent, signer = await self._plan(request)
             except Exception as exc:
                 outcomes[index] = exc
                 continue
@@ -366,7 +383,7 @@ class Relayer:
         # Every send has its outcome by now: a refusal, an exception or its _Ready.
         return [outcome for outcome in outcomes if outcome is not None]
 
-    def _plan(self, request: SendRequest) -> tuple[build.Intent, Signer]:
+    async def _plan(self, request: SendRequest) -> tuple[build.Intent, Signer]:
         """What ``request`` sends and who signs it, once its permissions are checked."""
         execute = request.execute
         behind = self.runtime.checks_behind()
@@ -391,7 +408,7 @@ class Relayer:
         action = Secrets(self.runtime.env).resolve(execute.action)
         intent = build.intent(project, action)
         build.check_permissions(project, execute.workflow, intent)
-        return intent, self.signer(intent.relayer)
+        return intent, await self.signer(intent.relayer)
 
     def _ready(
         self,
@@ -513,7 +530,10 @@ class Relayer:
         new: list[sends.NewSend] = []
         for pair, items in by_signer.items():
             first = await self._nonces(conn, items[0], chain_nonces.get(pair), len(items))
-            new += [item.new_send(first + i) for i, item in enumerate(items)]
+            try:
+                new += [await item.new_send(first + i) for i, item in enumerate(items)]
+            except RflowError:  # a signer that did not sign: each send answers on its own
+                return False
         stored = await sends.insert_many(conn, new)
         return len(stored) == len(new)
 
@@ -528,7 +548,7 @@ class Relayer:
             charges=item.reservations,
         )
         nonce = await self._nonces(conn, item, chain_nonce)
-        if not await sends.insert_many(conn, [item.new_send(nonce)]):
+        if not await sends.insert_many(conn, [await item.new_send(nonce)]):
             raise _KeyTaken
 
     async def _nonces(
@@ -628,6 +648,12 @@ class Relayer:
             for network in relayer.networks
             if partition_of(f"{network}:{name}".encode(), count) in assigned
         }
+
+
+async def _closed(opening: asyncio.Future[Signer]) -> None:
+    """Close a signer once it has opened (one that failed to open has nothing to close)."""
+    with contextlib.suppress(Exception):
+        await (await opening).close()
 
 
 def attach(app: RflowApp) -> Relayer:

@@ -2,8 +2,9 @@
 
 Static validation first; then Kafka (reachable, every declared topic present with its
 declared partition count), Postgres (reachable, migrated), each network's RPC (answers,
-with the declared chain id), each relayer (key present, its address, its balance on
-each of its networks) and each contract (code at its address on each network).
+with the declared chain id), each relayer (its signer answers: a key set and valid, an
+HSM or KMS that gives its public key; the address it signs for, the declared one; its
+balance on each of its networks) and each contract (code at its address on each network).
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from eth_account import Account
 from web3 import AsyncHTTPProvider, AsyncWeb3
 
 from rflow import storage
+from rflow.failures import RflowError
 from rflow.lang import Project
+from rflow.lang.model import Relayer as RelayerSpec
+from rflow.relayer import signing
 from rflow.settings import Settings
 from rflow.streams import topics
 
@@ -115,22 +118,23 @@ async def check_network(name: str, chain_id: int, url: str | None, variable: str
 
 async def check_relayer(
     name: str,
-    key_env: str,
-    declared: str | None,
+    declared: RelayerSpec,
     networks: dict[str, str | None],
     env: Mapping[str, str],
 ) -> Finding:
+    """The relayer's signer answers (its key is set and valid, its HSM or KMS gives its
+    public key), signs for the declared address, and has a balance on its networks."""
     check = f"relayer {name}"
-    key = env.get(key_env)
-    if not key:
-        return Finding(check, "fail", f"key missing: set {key_env}")
     try:
-        address = Account.from_key(key).address
-    except Exception:  # a malformed key must not be echoed in any form
-        return Finding(check, "fail", f"{key_env} does not hold a valid private key")
-    if declared and declared.lower() != address.lower():
+        address = await signing.ask_address(name, declared, env)
+    except RflowError as exc:
+        return Finding(check, "fail", exc.message.removeprefix(f"relayer {name}: "))
+    if declared.address and declared.address.lower() != address.lower():
         return Finding(
-            check, "fail", f"{key_env} is the key of {address}, the project declares {declared}"
+            check,
+            "fail",
+            f"{signing.where(declared)} signs for {address}, the project declares "
+            f"{declared.address}",
         )
     balances = []
     for network, url in networks.items():
@@ -143,7 +147,11 @@ async def check_relayer(
         finally:
             await w3.provider.disconnect()
     zero = [b for b in balances if b.endswith(": 0 wei") or "no RPC" in b]
-    return Finding(check, "warn" if zero else "pass", f"{address}; " + ", ".join(balances))
+    return Finding(
+        check,
+        "warn" if zero else "pass",
+        f"{address} ({declared.kind}); " + ", ".join(balances),
+    )
 
 
 async def check_contract(name: str, network: str, address: str, url: str | None) -> Finding:
@@ -185,7 +193,7 @@ async def live_checks(
             checks.append(
                 (
                     f"relayer {name}",
-                    check_relayer(name, relayer.key_env, relayer.address, nets, env),
+                    check_relayer(name, relayer, nets, env),
                 )
             )
         for name, contract in project.contracts.items():

@@ -64,6 +64,10 @@ class FailureKind(StrEnum):
     INVALID_INPUT = "invalid_input"
     """A step's input cannot be used: an expression that fails at run time, a value of the
     wrong type or out of range, an environment variable not set on the worker."""
+    SIGNER_UNAVAILABLE = "signer_unavailable"
+    """The relayer's signer did not answer: its HSM (a PKCS#11 token) or KMS could not be
+    reached, timed out, or was throttled. Nothing was signed or broadcast, and no nonce was
+    taken."""
     CANCELLED = "cancelled"
     """The run was stopped: ``rflow runs cancel``, a newer run of its concurrency group
     (``cancel_in_progress``, ``replace``), ``rflow sends cancel``, or a retracted trigger.
@@ -78,6 +82,7 @@ RETRYABLE: frozenset[FailureKind] = frozenset(
         FailureKind.RATE_LIMITED,
         FailureKind.DATA_UNAVAILABLE,
         FailureKind.GAS_CAP_EXCEEDED,
+        FailureKind.SIGNER_UNAVAILABLE,
     }
 )
 """Pre-queue and off-chain failures: the only kinds ``retry`` applies to."""

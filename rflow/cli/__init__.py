@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "deploy": ("deploy", "Validate the project at PATH, then publish it as the new deployment."),
     "deployments": ("deploy", "The newest deployments, and which one each worker runs."),
     "doctor": ("doctor", "Validate PATH, then check Kafka, Postgres, RPCs, relayer and more."),
+    "keys": ("keys", "Relayer keys: make one inside a PKCS#11 token, ask a signer its address."),
     "migrate": ("ops", "Apply the database migrations (idempotent)."),
     "run": ("run", "Start a run of WORKFLOW through its manual trigger."),
     "runs": ("runs", "Runs: their status, journals, approvals and cancellation."),

@@ -8,6 +8,7 @@ from rflow.cli import (  # noqa: F401  (each module registers its commands on im
     dead_letters,
     deploy,
     doctor,
+    keys,
     ops,
     run,
     runs,

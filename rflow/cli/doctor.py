@@ -22,11 +22,12 @@ def doctor(path: str, as_json: bool) -> None:
 
     Exits 0 when no check fails (warnings allowed), 1 otherwise.
     """
+    from rflow.cli.validate import with_signers
     from rflow.doctor import Finding, live_checks
     from rflow.lang import validate_path
 
     env = environ()
-    report = validate_path(path, env)
+    report = with_signers(validate_path(path, env), env)
     findings = [
         Finding(
             "validate",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -25,6 +27,16 @@ def summary(path: str, report: ValidationReport) -> str:
     )
 
 
+def with_signers(report: ValidationReport, env: Mapping[str, str]) -> ValidationReport:
+    """``report`` with what each relayer's signer says of its address, located at the
+    relayer's declaration (:func:`rflow.relayer.signing.address_findings`)."""
+    if report.project is None or not report.project.relayers:
+        return report
+    from rflow.relayer.signing import address_findings
+
+    return report.with_findings(asyncio.run(address_findings(report.project, env)))
+
+
 @main.command()
 @click.argument("path", type=click.Path(exists=True, path_type=str))
 @click.option(
@@ -40,8 +52,11 @@ def validate(path: str, output_format: str, as_json: bool) -> None:
     """Check the workflow files at PATH (a file or a folder) without running anything.
 
     Exits 0 when there are no errors (warnings are printed), 1 when there are errors.
+    A relayer that declares its ``address`` has its signer asked which address it signs
+    for (its key, its HSM or its KMS): a different one is an error.
     """
-    report = validate_path(path, environ())
+    env = environ()
+    report = with_signers(validate_path(path, env), env)
     if output_format == "json" or as_json:
         document = {
             "ok": report.ok,

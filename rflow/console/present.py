@@ -42,6 +42,7 @@ FAILURES: dict[str, str] = {
     "budget_exceeded": "the send would take a budget over its cap: nothing was sent",
     "permission_denied": "the workflow's permissions do not allow this",
     "invalid_input": "the step's input was not valid when it ran",
+    "signer_unavailable": "the relayer's HSM or KMS did not answer: nothing was signed (retried by a retry policy)",
     "cancelled": "cancelled by an operator or by a newer run",
     "rejected": "a person (or the approval's timeout) said no",
 }

@@ -8,6 +8,7 @@ that one broken entry does not hide the findings about the others.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -206,9 +207,7 @@ class Checker:
         for name, relayer in self.view.relayers.items():
             for i, network in enumerate(relayer.networks):
                 self._declared("networks", network, ("relayers", name, "networks", i))
-            self._secret(
-                ("relayers", name, "key_env"), relayer.key_env, f"the key of relayer {name!r}"
-            )
+            self._signer(name, relayer)
         for name, channel in self.view.channels.items():
             if isinstance(channel, SlackChannel):
                 self._secret(
@@ -249,6 +248,36 @@ class Checker:
                         f"token {symbol!r} has no matching contract, so this cap is never charged "
                         f"(declare contracts.{symbol} to charge its transfers)",
                     )
+
+    def _signer(self, name: str, relayer: Relayer) -> None:
+        path: DataPath = ("relayers", name)
+        if relayer.key_env is not None:
+            self._secret((*path, "key_env"), relayer.key_env, f"the key of relayer {name!r}")
+        if relayer.pkcs11 is not None:
+            hsm = relayer.pkcs11
+            self._secret(
+                (*path, "pkcs11", "pin_env"), hsm.pin_env, f"the PIN of relayer {name!r}'s token"
+            )
+            if not os.path.isfile(hsm.module):
+                self._warn(
+                    (*path, "pkcs11", "module"),
+                    f"no PKCS#11 library at {hsm.module} here: relayer {name!r} cannot sign "
+                    "on a worker without it",
+                )
+        if relayer.aws_kms is not None:
+            kms = relayer.aws_kms
+            where = (*path, "aws_kms")
+            for field, what in (
+                ("access_key_id_env", "the AWS access key id"),
+                ("secret_access_key_env", "the AWS secret access key"),
+            ):
+                self._secret((*where, field), getattr(kms, field), f"{what} of relayer {name!r}")
+            if kms.endpoint_env is not None:
+                self._secret(
+                    (*where, "endpoint_env"),
+                    kms.endpoint_env,
+                    f"the KMS endpoint of relayer {name!r}",
+                )
 
     def _load_abi(self, name: str, contract: Contract) -> None:
         path = ("contracts", name, "abi")

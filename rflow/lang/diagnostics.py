@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
     from rflow.lang.model.project import Project
+    from rflow.lang.yamlsrc import SourceMap
 
 Severity = Literal["error", "warning"]
 DataPath = tuple[str | int, ...]
@@ -107,6 +108,24 @@ class ValidationReport:
     diagnostics: tuple[Diagnostic, ...]
     workflows: tuple[str, ...] = ()
     """Names of the workflows found, even when the project did not validate."""
+    source: SourceMap | None = field(default=None, compare=False, repr=False)
+    """Where each value of the project is written, to locate findings made later."""
+
+    def with_findings(self, findings: Iterable[tuple[DataPath, Severity, str]]) -> ValidationReport:
+        """This report with more findings, each ``(data path, severity, message)``,
+        located in the project's files (checks made after validation: a relayer's
+        signer asked for its address). An error among them leaves no project."""
+        extra = [
+            Diagnostic.at(self.source.value(path) if self.source else None, message, path, severity)
+            for path, severity, message in findings
+        ]
+        if not extra:
+            return self
+        diagnostics = sort_diagnostics([*self.diagnostics, *extra])
+        ok = not any(d.severity == "error" for d in diagnostics)
+        return ValidationReport(
+            self.project if ok else None, diagnostics, self.workflows, self.source
+        )
 
     @property
     def errors(self) -> tuple[Diagnostic, ...]:

@@ -76,6 +76,7 @@ def validate_path(
         report.project if not diagnostics else None,
         sort_diagnostics([*diagnostics, *report.diagnostics]),
         report.workflows,
+        report.source,
     )
 
 
@@ -125,7 +126,7 @@ def validate_sources(
     names = tuple(n for n in workflows if isinstance(n, str)) if isinstance(workflows, dict) else ()
     report = sort_diagnostics(diagnostics)
     ok = not any(d.severity == "error" for d in report)
-    return ValidationReport(project if ok else None, report, names)
+    return ValidationReport(project if ok else None, report, names, source)
 
 
 def _merge(

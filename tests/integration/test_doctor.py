@@ -107,6 +107,8 @@ async def test_each_failure_is_reported_with_its_reason(tmp_path, settings):
     )
     assert "not migrated" in findings["postgres"]["detail"]
     assert "answers chain id 31337, the project declares 1" in findings["network local"]["detail"]
-    assert findings["relayer ops"]["detail"] == "key missing: set DOCTOR_TEST_KEY"
+    assert findings["relayer ops"]["detail"] == (
+        "environment variable DOCTOR_TEST_KEY (a relayer key) is not set"
+    )
     assert findings["contract Thing on local"]["detail"] == f"no contract code at {EMPTY_ADDRESS}"
     assert all(f["status"] == "fail" for name, f in findings.items() if name != "validate")

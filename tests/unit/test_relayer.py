@@ -11,7 +11,7 @@ from rflow.failures import FailureKind, RflowError
 from rflow.lang import load_project
 from rflow.relayer import build, fees
 from rflow.relayer.controls import refusal
-from rflow.relayer.signing import signer
+from rflow.relayer.signing import open_signer
 from rflow.storage.sends import Attempt, SendRow, filler_key, send_id
 
 TOKEN = "0x" + "11" * 20
@@ -120,15 +120,15 @@ def test_amounts_filled_in_from_the_environment_read_with_their_units(project):
         build.intent(project, {**action, "value": "lots"})
 
 
-def test_a_missing_or_bad_key_is_named_but_never_shown(project):
+async def test_a_missing_or_bad_key_is_named_but_never_shown(project):
     with pytest.raises(RflowError, match="PAYOUT_KEY") as err:
-        signer(project, "payout", {})
+        await open_signer(project, "payout", {})
     assert err.value.kind is FailureKind.PERMISSION_DENIED
     with pytest.raises(RflowError) as err:
-        signer(project, "payout", {"PAYOUT_KEY": "not-a-key-secret"})
+        await open_signer(project, "payout", {"PAYOUT_KEY": "not-a-key-secret"})
     assert "not-a-key-secret" not in err.value.message
     account = Account.create()
-    key = signer(project, "payout", {"PAYOUT_KEY": account.key.hex()})
+    key = await open_signer(project, "payout", {"PAYOUT_KEY": account.key.hex()})
     assert key.address == account.address and account.key.hex() not in repr(key)
 
 

@@ -30,12 +30,14 @@ if TYPE_CHECKING:
     )
     from rflow.lang.model.project import SECTIONS, Project
     from rflow.lang.model.resources import (
+        AwsKmsKey,
         Budget,
         BudgetScope,
         Channel,
         Config,
         Contract,
         Network,
+        Pkcs11Key,
         Principal,
         Relayer,
     )
@@ -80,12 +82,14 @@ _HOMES = {
     **dict.fromkeys(("SECTIONS", "Project"), "project"),
     **dict.fromkeys(
         (
+            "AwsKmsKey",
             "Budget",
             "BudgetScope",
             "Channel",
             "Config",
             "Contract",
             "Network",
+            "Pkcs11Key",
             "Principal",
             "Relayer",
         ),
@@ -119,6 +123,7 @@ __all__ = [
     "STEP_CLASSES",
     "TRIGGER_KINDS",
     "Approval",
+    "AwsKmsKey",
     "Backoff",
     "Branch",
     "Budget",
@@ -144,6 +149,7 @@ __all__ = [
     "Network",
     "Notify",
     "Permissions",
+    "Pkcs11Key",
     "Principal",
     "Project",
     "Query",

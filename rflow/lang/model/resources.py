@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, SecretStr, field_validator, model_validator
+from pydantic import ConfigDict, Discriminator, Field, SecretStr, field_validator, model_validator
 
 from rflow.lang.model.common import (
     Address,
@@ -94,18 +95,117 @@ class Contract(Model):
         return value
 
 
-class Relayer(Model):
-    """A signer that sends transactions; its key lives in an environment variable."""
+class Pkcs11Key(Model):
+    """A secp256k1 key inside a PKCS#11 token (an HSM: Thales, YubiHSM, AWS CloudHSM,
+    SoftHSM): the token signs, and the private key never leaves it."""
 
-    key_env: EnvVar
-    """Environment variable holding the private key (never written in YAML)."""
+    module: str = Field(min_length=1)
+    """The token's PKCS#11 library, an absolute path (SoftHSM:
+    /usr/lib/softhsm/libsofthsm2.so)."""
+    token: str = Field(min_length=1, max_length=32)
+    """The label of the token that holds the key (the one given to softhsm2-util
+    --init-token --label)."""
+    key_label: str = Field(min_length=1)
+    """The label (CKA_LABEL) of the private key; its public key, when the token keeps one,
+    has the same label."""
+    pin_env: EnvVar
+    """Environment variable holding the user PIN that opens the token (never written in
+    YAML, never logged)."""
+
+    @field_validator("module")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise invalid(
+                f"the PKCS#11 module must be an absolute path to a shared library, not {value!r}"
+            )
+        return value
+
+
+class AwsKmsKey(Model):
+    """An AWS KMS key of spec ECC_SECG_P256K1 and usage SIGN_VERIFY: KMS signs, and the
+    private key never leaves it. Requests are signed with the credentials in the
+    environment variables named here."""
+
+    key_id: str = Field(min_length=1)
+    """The key: its id, its ARN, ``alias/NAME`` or an alias ARN."""
+    region: str
+    """The key's region, e.g. us-east-1."""
+    endpoint_env: EnvVar | None = None
+    """Environment variable holding the KMS endpoint URL (a VPC endpoint, or a local KMS
+    in tests); default https://kms.REGION.amazonaws.com."""
+    access_key_id_env: EnvVar = "AWS_ACCESS_KEY_ID"
+    """Environment variable holding the access key id."""
+    secret_access_key_env: EnvVar = "AWS_SECRET_ACCESS_KEY"
+    """Environment variable holding the secret access key (never logged)."""
+    session_token_env: EnvVar = "AWS_SESSION_TOKEN"
+    """Environment variable holding the session token of temporary credentials, when
+    there is one."""
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if not _REGION.fullmatch(value):
+            raise invalid(f"{value!r} is not an AWS region name (like us-east-1 or eu-west-2)")
+        return value
+
+
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
+
+
+SignerKind = Literal["key_env", "pkcs11", "aws_kms"]
+"""Where a relayer's key is: an environment variable, a PKCS#11 token, AWS KMS."""
+
+
+class Relayer(Model):
+    """An account that sends transactions. It declares where its key is, exactly one of:
+    ``key_env`` (a raw key in an environment variable, for development), ``pkcs11`` (an
+    HSM) or ``aws_kms``. The relayer signs the same way whichever it is."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [{"required": [kind]} for kind in ("key_env", "pkcs11", "aws_kms")]
+        }
+    )
+
+    key_env: EnvVar | None = None
+    """Environment variable holding the private key as hex (never written in YAML). For
+    development: the key is in the worker's memory."""
+    pkcs11: Pkcs11Key | None = None
+    """The key is in a PKCS#11 token (an HSM), which signs."""
+    aws_kms: AwsKmsKey | None = None
+    """The key is in AWS KMS, which signs."""
     networks: list[Name] = Field(min_length=1)
     """Networks this relayer may send on."""
     address: Address | None = None
-    """The signer's address, when known, so `rflow doctor` can check the key matches."""
+    """The signer's address. The signer computes its address from its public key;
+    `rflow validate` and `rflow doctor` refuse a declared address that differs, and a
+    worker refuses to sign with it."""
+
+    @model_validator(mode="after")
+    def _one_signer(self) -> Relayer:
+        given = [k for k in ("key_env", "pkcs11", "aws_kms") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise invalid(
+                "a relayer declares exactly one of key_env, pkcs11 or aws_kms"
+                + (f" (got {' and '.join(given)})" if given else "")
+            )
+        return self
+
+    @property
+    def kind(self) -> SignerKind:
+        """Which of ``key_env``, ``pkcs11`` and ``aws_kms`` this relayer declares."""
+        if self.pkcs11 is not None:
+            return "pkcs11"
+        if self.aws_kms is not None:
+            return "aws_kms"
+        return "key_env"
 
     def signer_key(self, env: Mapping[str, str]) -> SecretStr:
-        """The private key from ``env``; ``LookupError`` names the variable when unset."""
+        """The private key of a ``key_env`` relayer from ``env``; ``LookupError`` names the
+        variable when unset."""
+        if self.key_env is None:
+            raise LookupError(f"this relayer's key is not in an environment variable ({self.kind})")
         value = env.get(self.key_env)
         if not value:
             raise LookupError(f"environment variable {self.key_env} (a relayer key) is not set")

@@ -138,7 +138,8 @@ class StepBase(Model):
     """Run the step only when this holds (per item inside foreach); else it is skipped."""
     retry: Retry | None = None
     """Retry a failed attempt of a retryable kind (rpc_timeout, rate_limited,
-    data_unavailable, gas_cap_exceeded): max_attempts, backoff, retry_if."""
+    data_unavailable, gas_cap_exceeded, signer_unavailable): max_attempts, backoff,
+    retry_if."""
     timeout: Duration | None = None
     """How long one attempt may take: an action fails with kind timeout; a send_transaction
     still unmined is cancelled (a zero-value self-transfer at its nonce) and fails timeout

@@ -71,5 +71,5 @@ async def test_a_send_past_its_deadline_is_refused_before_anything_is_planned():
 async def test_a_send_before_its_deadline_is_planned_as_any_other():
     the_relayer = relayer()
     fresh = request(datetime.now(UTC) + timedelta(minutes=1))
-    intent, signer = the_relayer._plan(fresh)
+    intent, signer = await the_relayer._plan(fresh)
     assert (intent.relayer, intent.value, signer.relayer) == ("payout", 1, "payout")

@@ -27,14 +27,44 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
         "TREASURY_LEAD_TOKEN",
     ):
         monkeypatch.setenv(name, "set-for-test")
+    # The dev relayer's declared address is anvil's first account: its key matches. The
+    # placeholders above hold no key, so their declared addresses cannot be checked.
+    monkeypatch.setenv("RELAYER_DEV_KEY", DEV_KEY)
     return CliRunner()
+
+
+DEV_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
+UNCHECKED = [
+    "examples/project.yaml:39:14: warning: relayers.payout.key_env: RELAYER_PAYOUT_KEY does "
+    "not hold a valid private key: the address was not checked",
+    "examples/project.yaml:43:14: warning: relayers.treasury.key_env: RELAYER_TREASURY_KEY "
+    "does not hold a valid private key: the address was not checked",
+]
 
 
 def test_validate_examples_text(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     result = runner.invoke(main, ["validate", "examples/"])
     assert result.exit_code == 0, result.output
-    assert result.output == "examples/: 9 workflows, 0 errors, 0 warnings\n"
+    assert result.output.splitlines() == [
+        *UNCHECKED,
+        "examples/: 9 workflows, 0 errors, 2 warnings",
+    ]
+
+
+def test_validate_refuses_a_declared_address_the_key_does_not_sign_for(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("RELAYER_DEV_KEY", "0x" + "42" * 32)
+    result = runner.invoke(main, ["validate", "examples"])
+    assert result.exit_code == 1
+    assert (
+        "examples/project.yaml:48:14: error: relayers.dev.address: the key in RELAYER_DEV_KEY "
+        "signs for 0x17c5185167401eD00cF5F5b2fc97D9BBfDb7D025, not for the declared address "
+        "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+    ) in result.output.splitlines()
+    assert "42" * 32 not in result.output
 
 
 def test_validate_prints_warnings_and_still_succeeds(
@@ -45,9 +75,10 @@ def test_validate_prints_warnings_and_still_succeeds(
     result = runner.invoke(main, ["validate", "examples"])
     assert result.exit_code == 0
     assert result.output.splitlines() == [
+        *UNCHECKED,
         "examples/project.yaml:47:14: warning: relayers.dev.key_env: environment variable "
         "RELAYER_DEV_KEY is not set (the key of relayer 'dev')",
-        "examples: 9 workflows, 0 errors, 1 warning",
+        "examples: 9 workflows, 0 errors, 3 warnings",
     ]
 
 
@@ -55,10 +86,12 @@ def test_validate_examples_json(runner: CliRunner) -> None:
     result = runner.invoke(main, ["validate", str(EXAMPLES), "--format", "json"])
     assert result.exit_code == 0
     document = json.loads(result.output)
+    assert [f"{w['path']}: {w['message']}" for w in document.pop("warnings")] == [
+        line.split(" warning: ", 1)[1] for line in UNCHECKED
+    ]
     assert document == {
         "ok": True,
         "errors": [],
-        "warnings": [],
         "workflows": [
             "copy-trade",
             "daily-treasury-report",
