@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -259,13 +260,24 @@ class Tracker:
         await self.settle_mined(confirmed)
         for watched in unexplained:
             if watched.row.send_key in self.watched:
-                await self.unexplained(watched, now)
+                await self._each(watched, self.unexplained(watched, now))
         due = [w for w in unmined if w.accepted and now - w.checked_at >= POOL_CHECK_INTERVAL]
         pooled = await node.pooled([w.row.tx_hash for w in due]) if due else {}
         for watched in unmined:
             if watched.row.send_key not in self.watched:
                 continue
-            await self.unmined(watched, now, pooled.get(watched.row.tx_hash))
+            await self._each(watched, self.unmined(watched, now, pooled.get(watched.row.tx_hash)))
+
+    @staticmethod
+    async def _each(watched: Watched, work: Awaitable[None]) -> None:
+        """One send's part of a round: a signer that does not answer (an HSM or a KMS
+        away) holds up only the sends that need a signature now, not the round."""
+        try:
+            await work
+        except RflowError as exc:
+            if exc.kind is not FailureKind.SIGNER_UNAVAILABLE:
+                raise
+            log.warning("send %s waits for its signer: %s", watched.row.send_key, exc.message)
 
     @staticmethod
     def _mined_of(watched: Watched, receipts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
