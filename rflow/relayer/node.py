@@ -201,36 +201,31 @@ class Node:
     ) -> tuple[dict[str, dict[str, Any]], bool]:
         """The receipts of ``hashes`` that any endpoint has, and whether every endpoint
         answered (when one did not, a missing receipt proves nothing)."""
-        calls = [("eth_getTransactionReceipt", (h,)) for h in hashes]
-        found: dict[str, dict[str, Any]] = {}
-        complete = True
-        for _, answers in await self.rpc.each(calls):
-            if isinstance(answers, RpcUnavailable):
-                complete = False
-                continue
-            for tx_hash, answer in zip(hashes, answers, strict=True):
-                if isinstance(answer, RpcError | RpcUnavailable):
-                    complete = False
-                elif answer and tx_hash not in found:
-                    found[tx_hash] = answer
-        return found, complete
+        return await self._everywhere("eth_getTransactionReceipt", hashes)
 
     async def known_everywhere(self, hashes: Sequence[str]) -> tuple[set[str], bool]:
         """Which of ``hashes`` any endpoint knows (pending or mined), and whether every
         endpoint answered (an absence counts only when all of them say so)."""
-        calls = [("eth_getTransactionByHash", (h,)) for h in hashes]
-        known: set[str] = set()
+        found, complete = await self._everywhere("eth_getTransactionByHash", hashes)
+        return set(found), complete
+
+    async def _everywhere(
+        self, method: str, hashes: Sequence[str]
+    ) -> tuple[dict[str, dict[str, Any]], bool]:
+        """``method`` for each of ``hashes`` on every endpoint: the first non-null answer
+        each hash got, and whether every endpoint answered every call."""
+        found: dict[str, dict[str, Any]] = {}
         complete = True
-        for _, answers in await self.rpc.each(calls):
+        for _, answers in await self.rpc.each([(method, (h,)) for h in hashes]):
             if isinstance(answers, RpcUnavailable):
                 complete = False
                 continue
             for tx_hash, answer in zip(hashes, answers, strict=True):
                 if isinstance(answer, RpcError | RpcUnavailable):
                     complete = False
-                elif answer is not None:
-                    known.add(tx_hash)
-        return known, complete
+                elif answer is not None and tx_hash not in found:
+                    found[tx_hash] = answer
+        return found, complete
 
     async def taker(self, address: str, nonce: int) -> Taker | None:
         """The transaction that used ``address``'s ``nonce``, as a block shows it, or

@@ -14,16 +14,16 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-import aiohttp
 from aiohttp import web
 
 from tests.integration.harness import free_port
+from tests.integration.rpc_front import RpcFront
 
 FAULTS = ("timeout", "429", "5xx", "drop_before", "drop_after", "slow")
 
 
 @dataclass
-class FaultyRpc:
+class FaultyRpc(RpcFront):
     upstream: str
     seed: int
     rate: float = 0.0
@@ -36,27 +36,7 @@ class FaultyRpc:
 
     def __post_init__(self) -> None:
         self.random = random.Random(self.seed)
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> FaultyRpc:
-        self._session = aiohttp.ClientSession()
-        app = web.Application(client_max_size=8 << 20)
-        app.router.add_post("/", self.handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
+        self._open()
 
     def draw(self) -> str | None:
         if self.rate <= 0 or self.random.random() >= self.rate:
@@ -78,12 +58,7 @@ class FaultyRpc:
             return self._drop(request)
         if fault == "slow":
             await asyncio.sleep(self.random.uniform(0.2, 1.5))
-        assert self._session is not None
-        async with self._session.post(
-            self.upstream, data=body, headers={"Content-Type": "application/json"}
-        ) as upstream:
-            answer = await upstream.read()
-            status = upstream.status
+        status, answer = await self.post(self.upstream, body)
         self.forwarded += 1
         if fault == "drop_after":
             return self._drop(request)

@@ -25,11 +25,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from eth_utils import keccak
 
 from tests.integration.harness import free_port
+from tests.integration.rpc_front import RpcFront
 
 _BLOCK_PARAM = {
     "eth_getTransactionCount": 1,
@@ -41,7 +41,7 @@ _BLOCK_PARAM = {
 
 
 @dataclass
-class LaggingRpc:
+class LaggingRpc(RpcFront):
     upstream: str
     hide_receipts: float = 0.0
     hide_transactions: float = 0.0
@@ -57,35 +57,8 @@ class LaggingRpc:
     """Calls answered, by method."""
 
     def __post_init__(self) -> None:
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._open()
         self._ids = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> LaggingRpc:
-        self._session = aiohttp.ClientSession()
-        app = web.Application(client_max_size=8 << 20)
-        app.router.add_post("/", self.handle)
-        app.router.add_post("/{tail:.*}", self.handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
-
-    async def __aenter__(self) -> LaggingRpc:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     # --- the proxy ----------------------------------------------------------------
 
@@ -185,9 +158,8 @@ class LaggingRpc:
         self.seen.setdefault(tx_hash.lower(), time.monotonic())
 
     async def forward(self, call: dict[str, Any]) -> dict[str, Any]:
-        assert self._session is not None
-        async with self._session.post(self.upstream, json=call) as upstream:
-            return await upstream.json(content_type=None)
+        _, answer = await self.post(self.upstream, json.dumps(call))
+        return json.loads(answer)
 
     async def upstream_call(self, method: str, *params: Any) -> Any:
         self._ids += 1
