@@ -229,7 +229,8 @@ class Control:
         if resends and not confirm:
             listed = "; ".join(f"{r['path']} ({r['tx_hash'] or 'no hash'})" for r in resends)
             raise ControlError(
-                f"retrying run {run_id} from step {from_step!r} sends {len(resends)} "
+                f"retrying run {run_id} from step {from_step or workflow.steps[plan.restart].id!r} "
+                f"sends {len(resends)} "
                 f"transaction(s) again: {listed}; confirm to send them again (--yes, or "
                 '"yes": true in the API)',
                 409,
