@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rflow.console.web import Console, Visit
 
 STATUSES = [status.value for status in RunStatus]
-SOURCES = ("event", "webhook", "schedule", "manual")
+SOURCES = ("event", "webhook", "schedule", "manual", "workflow")
 SINCE = {
     "15m": ("the last 15 minutes", timedelta(minutes=15)),
     "1h": ("the last hour", timedelta(hours=1)),

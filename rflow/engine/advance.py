@@ -657,7 +657,8 @@ class _Run(Blocks):
         path, kind = record.path, step.kind
         key = keys.idempotency_key(self.key, path, visit)
         if attempt == 1:
-            self.journal("step_started", path, "running", kind=kind)
+            extra = {"detail": self.child_of(step, path, visit)} if kind == "call_workflow" else {}
+            self.journal("step_started", path, "running", kind=kind, **extra)
         if kind == "choose":
             self.settle(record, StepStatus.SUCCEEDED, output=self.choose(step, context))
             return
@@ -837,6 +838,14 @@ class _Run(Blocks):
         )
         self.effects.append(self.cancel_child_effect(record, why))
         self.failed_attempt(record, StepError(kind=FailureKind.TIMEOUT, message=why))
+
+    def child_of(self, step: Any, path: str, visit: int, attempt: int = 1) -> dict[str, str]:
+        """The child run a call_workflow step starts, for the read model to link."""
+        if step.kind != "call_workflow":
+            return {}
+        key = children.trigger_key(self.run_id, path, visit, attempt)
+        workflow = step.call_workflow.workflow
+        return {"child_run": children.child_run_id(workflow, key), "child_workflow": workflow}
 
     def start_child_effect(self, step: Any, record: StepRecord) -> StartChild:
         started = record.input
@@ -1207,6 +1216,16 @@ class _Run(Blocks):
         }
         if error is not None:
             data["error"] = error.model_dump(mode="json")
+        if (
+            detail is None
+            and isinstance(record.input, dict)
+            and self.step_named(record.step).kind == "call_workflow"
+        ):
+            # The child this attempt started (a retried call starts a new one).
+            detail = {
+                "child_run": record.input.get("run_id"),
+                "child_workflow": record.input.get("workflow"),
+            }
         if detail is not None:
             data["detail"] = detail
         self.journal("step_settled", record.path, str(status), **data)

@@ -282,7 +282,8 @@ class WaitFor(Model):
             if then in ("approve", "reject") and not binary:
                 raise invalid(f"escalate.then: {then} applies to an approve_reject approval only")
         # on_timeout without any timeout is refused by the step, which may carry one.
-        if "on_reject" in self.model_fields_set and self.approval is None:
+        # Its default written out (a stored definition spells every default) is no error.
+        if "on_reject" in self.model_fields_set and self.on_reject != "end" and not self.approval:
             raise invalid("on_reject applies to an approval only")
         return self
 

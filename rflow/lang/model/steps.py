@@ -328,6 +328,7 @@ class WaitForStep(StepBase):
             )
         if (
             "on_timeout" in wait.model_fields_set
+            and wait.on_timeout != "fail"
             and self.wait_timeout is None
             and wait.approval is None
         ):

@@ -34,7 +34,7 @@ def test_validate_examples_text(runner: CliRunner, monkeypatch: pytest.MonkeyPat
     monkeypatch.chdir(REPO)
     result = runner.invoke(main, ["validate", "examples/"])
     assert result.exit_code == 0, result.output
-    assert result.output == "examples/: 9 workflows, 0 errors, 0 warnings\n"
+    assert result.output == "examples/: 15 workflows, 0 errors, 0 warnings\n"
 
 
 def test_validate_prints_warnings_and_still_succeeds(
@@ -47,7 +47,7 @@ def test_validate_prints_warnings_and_still_succeeds(
     assert result.output.splitlines() == [
         "examples/project.yaml:47:14: warning: relayers.dev.key_env: environment variable "
         "RELAYER_DEV_KEY is not set (the key of relayer 'dev')",
-        "examples: 9 workflows, 0 errors, 1 warning",
+        "examples: 15 workflows, 0 errors, 1 warning",
     ]
 
 
@@ -60,13 +60,19 @@ def test_validate_examples_json(runner: CliRunner) -> None:
         "errors": [],
         "warnings": [],
         "workflows": [
+            "approve-or-expire",
+            "best-quote",
+            "bridge-payment",
             "copy-trade",
             "daily-treasury-report",
             "demo-payout",
             "hello-local",
+            "invoice-run",
             "local-smoke",
             "weekly-payouts",
             "relayer-gas-watch",
+            "release-gate",
+            "settle-invoice",
             "sweep",
             "withdrawals",
         ],
