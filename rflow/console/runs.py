@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from rflow import approvals
+from rflow import approvals, runtree
 from rflow.console import present
 from rflow.console.auth import PREFIX
 from rflow.engine import RunStatus
@@ -124,7 +124,9 @@ def attach(console: Console) -> None:
                 waiting=await console.approvals_waiting(),
             )
         steps = run["steps"]
-        bars = present.timeline(steps, run["started_at"], run["settled_at"])
+        rows = runtree.rows(steps)
+        bars = present.timeline([row.step for row in rows], run["started_at"], run["settled_at"])
+        forks = {fork.step["path"]: fork for fork in runtree.forks(steps)}
         failed = [s for s in steps if s["status"] == "failed" and s["error_kind"]]
         retried = [s for s in steps if (s["attempt"] or 1) > 1]
         entries = []
@@ -139,7 +141,8 @@ def attach(console: Console) -> None:
             "run.html",
             active="runs",
             run=run,
-            steps=list(zip(steps, bars, strict=True)),
+            steps=list(zip(rows, bars, strict=True)),
+            forks=forks,
             failed_step=failed[-1] if failed else None,
             retried_steps=retried,
             charges=charges,

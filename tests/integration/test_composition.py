@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.async_api import expect
 
 from rflow import storage
 from rflow.engine.children import trigger_key
@@ -16,6 +17,7 @@ from rflow.engine.keys import run_id
 from rflow.storage import budgets, waits
 from tests.conftest import REPO
 from tests.integration import chain
+from tests.integration.browser import chromium, screenshot, sign_in
 from tests.integration.services import Service
 from tests.integration.test_api import call
 from tests.integration.test_operations import rflow
@@ -420,3 +422,108 @@ async def test_a_signal_before_during_and_after_its_wait(settings, worker_factor
         # A run that is over takes no signal.
         status, answer = await call(worker, "POST", f"/api/runs/{rid}/signals/go", {})
         assert status == 409 and "already succeeded" in answer["error"], answer
+
+
+# --- the console, in a real browser -------------------------------------------------------
+
+
+@pytest.fixture
+async def browser(tmp_path):
+    async with chromium(tmp_path / "chromium") as context:
+        yield context
+
+
+async def test_the_console_draws_branches_winners_compensations_and_child_links(
+    settings, worker_factory, tmp_path, w3, browser
+):
+    async with Service(
+        answers={
+            "/a/quote": (200, {"price": 101}),
+            "/b/quote": (200, {"price": 99}),
+            "/bridge/transfer": (500, {"error": "bridge down"}),
+            "/billing/settle/inv-9": (422, {"error": "no such invoice"}),
+        }
+    ) as svc:
+        relayer = await chain.funded_account(w3)
+        project = project_of(
+            tmp_path,
+            svc,
+            "best-quote.yaml",
+            "approve-or-expire.yaml",
+            "bridge-payment.yaml",
+            "invoice-run.yaml",
+            "settle-invoice.yaml",
+        )
+        text = (project / "approve-or-expire.yaml").read_text().replace("for: 1h", "for: 1s")
+        (project / "approve-or-expire.yaml").write_text(text)
+        env = {
+            "DEV_KEY": relayer.key.hex(),
+            "QUOTE_A_URL": f"{svc.url}/a",
+            "QUOTE_B_URL": f"{svc.url}/b",
+            "BRIDGE_URL": f"{svc.url}/bridge",
+            "FEES_URL": f"{svc.url}/fees",
+            "BILLING_URL": f"{svc.url}/billing",
+        }
+        worker = worker_factory(project_path=project, env=env)
+        await worker.wait_ready()
+        someone = chain.Account.create().address
+        quote = await fire(settings, project, "best-quote", "manual:c1", {"amount": 1})
+        race = await fire(
+            settings, project, "approve-or-expire", "manual:c2", {"to": someone, "value": "1 wei"}
+        )
+        saga = await fire(
+            settings,
+            project,
+            "bridge-payment",
+            "manual:c3",
+            {"merchant": someone, "customer": someone, "fee_collector": someone, "amount": "1 wei"},
+        )
+        parent = await fire(
+            settings, project, "invoice-run", "manual:c4", {"invoice": "inv-9", "amount": 1}
+        )
+        child = run_id("settle-invoice", trigger_key(parent, "settle"))
+        for rid in (quote, race, saga, parent, child):
+            settled = await settled_run(settings, rid, timeout=120)
+            assert settled["status"] in ("succeeded", "failed"), (settled, worker.tail())
+
+        page = await browser.new_page()
+        await sign_in(page, worker.url, settings.api_token.get_secret_value())
+        # A parallel: its branches side by side, on one row.
+        await page.goto(f"{worker.url}/console/runs/{quote}")
+        branches = page.locator("#branches-quotes .branch")
+        await expect(branches).to_have_count(2)
+        first, second = await branches.nth(0).bounding_box(), await branches.nth(1).bounding_box()
+        assert abs(first["y"] - second["y"]) < 1 and first["x"] + first["width"] <= second["x"]
+        await expect(branches.nth(0)).to_contain_text("venue_a")
+        await expect(branches.nth(1)).to_contain_text("venue_b")
+        await screenshot(page, "30-run-parallel")
+        # A race: the winner marked, the other cancelled and why.
+        await page.goto(f"{worker.url}/console/runs/{race}")
+        won = page.locator("#branches-answer .branch.won")
+        await expect(won).to_contain_text("deadline")
+        await expect(won.locator(".tag.winner")).to_have_text("winner")
+        lost = page.locator("#branches-answer .branch", has_text="human")
+        await expect(lost.locator(".status")).to_have_text("cancelled")
+        await expect(lost).to_contain_text("the race was won by deadline")
+        await screenshot(page, "31-run-race")
+        # A saga: the compensations under the steps they undid, the failure caught.
+        await page.goto(f"{worker.url}/console/runs/{saga}")
+        refund = page.locator("#step-refund-1")
+        await expect(refund.locator(".tag.compensation")).to_contain_text("compensates pay")
+        await expect(refund.locator(".status").first).to_have_text("succeeded")
+        await expect(page.locator("#step-reclaim_fee-1 .tag.compensation")).to_contain_text(
+            "compensates fee"
+        )
+        await expect(page.locator("#step-bridge_flow-1 .step-caught")).to_contain_text(
+            "compensated: fee, pay"
+        )
+        await screenshot(page, "32-run-saga")
+        # A child run, linked both ways.
+        await page.goto(f"{worker.url}/console/runs/{parent}")
+        await expect(page.locator("#children")).to_contain_text(child)
+        await page.locator("#step-settle-1 .child-link a").click()
+        await expect(page.locator("h1")).to_contain_text(child)
+        await expect(page.locator("#called-by")).to_contain_text(parent)
+        await screenshot(page, "33-run-child")
+        await page.locator("#called-by a").click()
+        await expect(page.locator("h1")).to_contain_text(parent)
