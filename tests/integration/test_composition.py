@@ -4,6 +4,7 @@ parallel (best-quote), race (approve-or-expire), sagas (bridge-payment), child r
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,11 @@ from playwright.async_api import expect
 from rflow import storage
 from rflow.engine.children import trigger_key
 from rflow.engine.keys import run_id
-from rflow.storage import budgets, waits
+from rflow.storage import budgets, sends, waits
 from tests.conftest import REPO
 from tests.integration import chain
 from tests.integration.browser import chromium, screenshot, sign_in
+from tests.integration.harness import wait_until
 from tests.integration.services import Service
 from tests.integration.test_api import call
 from tests.integration.test_operations import rflow
@@ -106,6 +108,11 @@ async def test_a_parallel_join_waits_for_a_branch_that_retried(settings, worker_
         assert steps["pick"]["output"] == {"message": "a: 101, b: 99"}
         assert {steps[b]["parent"] for b in ("venue_a", "venue_b")} == {"quotes"}
         assert {steps[b]["role"] for b in ("venue_a", "venue_b")} == {"branch"}
+        # runs show: the branches side by side, on one line.
+        shown = rflow(settings, "runs", "show", rid).stdout
+        assert "quotes (parallel): succeeded" in shown, shown
+        assert any("venue_a" in line and "venue_b" in line for line in shown.splitlines())
+        assert any("2 attempts" in line and "1 attempt" in line for line in shown.splitlines())
 
 
 # --- race -------------------------------------------------------------------------------
@@ -161,6 +168,9 @@ async def test_a_race_won_by_the_approval_cancels_the_deadline(
         assert steps["pay"]["status"] == "succeeded" and steps["expired"]["status"] == "skipped"
         assert await w3.eth.get_balance(payee) == 10**16
         assert await open_timers(settings, rid) == []
+        shown = rflow(settings, "runs", "show", rid).stdout
+        assert "answer (race): won by human" in shown, shown
+        assert any("human (winner)" in line and "deadline" in line for line in shown.splitlines())
 
 
 async def test_a_race_won_by_the_deadline_releases_the_approval(
@@ -527,3 +537,93 @@ async def test_the_console_draws_branches_winners_compensations_and_child_links(
         await screenshot(page, "33-run-child")
         await page.locator("#called-by a").click()
         await expect(page.locator("h1")).to_contain_text(parent)
+
+
+# --- withdrawn sends ----------------------------------------------------------------------
+
+
+async def test_a_withdrawn_send_is_never_signed_nor_charged(settings, worker_factory, tmp_path, w3):
+    """What a stopped branch's send meets at the relayer: withdrawn before the relayer
+    took it, it is refused (cancelled) with nothing reserved, signed or broadcast."""
+    async with Service() as service:
+        relayer = await chain.funded_account(w3)
+        project = project_of(tmp_path, service, "approve-or-expire.yaml")
+        worker = worker_factory(
+            project_path=project,
+            env={"DEV_KEY": relayer.key.hex(), "TREASURY_OPS_TOKEN": "ops-token"},
+        )
+        await worker.wait_ready()
+        payee = chain.Account.create().address
+        key = f"manual:{payee}"
+        withdrawn = await with_db(
+            settings,
+            lambda conn: sends.withdraw(
+                conn,
+                f"approve-or-expire:{key}:pay",
+                1,
+                {"kind": "cancelled", "message": "withdrawn before it was signed (test)"},
+            ),
+        )
+        assert withdrawn is True
+        rid = await fire(
+            settings, project, "approve-or-expire", key, {"to": payee, "value": "1 wei"}
+        )
+        await run_status(settings, rid, "waiting")
+        status, answer = await call(
+            worker, "POST", f"/api/runs/{rid}/approve", {"step": "human"}, token="ops-token"
+        )
+        assert status == 200, answer
+        run = await settled_run(settings, rid, timeout=60)
+        pay = steps_of(run)["pay"]
+        assert (pay["status"], pay["error_kind"]) == ("failed", "cancelled"), (run, worker.tail())
+        assert "withdrawn before it was signed" in pay["error_message"]
+        assert await with_db(settings, lambda conn: budgets.run_charges(conn, rid)) == []
+        assert await with_db(settings, lambda conn: sends.open_of_run(conn, rid)) == []
+        assert await w3.eth.get_transaction_count(relayer.address) == 0
+        assert await w3.eth.get_balance(payee) == 0
+
+
+async def test_a_withdrawal_waits_for_a_store_under_way_and_then_lets_the_send_go(settings):
+    """The relayer stores a send under its key's lock: a withdrawal arriving meanwhile
+    waits for the commit, then finds the send stored and withdraws nothing."""
+    key = "w:k:pay"
+    stored = sends.NewSend(
+        send_key=key,
+        purpose="step",
+        run_id="r1",
+        workflow="w",
+        reply=None,
+        network="local",
+        relayer="dev",
+        address="0x" + "11" * 20,
+        nonce=0,
+        to_address="0x" + "22" * 20,
+        value=1,
+        data=b"",
+        gas_limit=21000,
+        fee_cap=1,
+        attempt=sends.Attempt("0x" + "33" * 32, 0, 1, 1, b"raw"),
+    )
+    relayer = await storage.connect(settings)
+    other = await storage.connect(settings)
+    async with relayer, other:
+        async with relayer.transaction():
+            await sends.lock_keys(relayer, [key])
+            error = {"kind": "cancelled", "message": "lost the race"}
+            withdrawal = asyncio.create_task(sends.withdraw(other, key, 1, error))
+
+            async def waiting() -> bool:
+                cur = await relayer.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                )
+                return (await cur.fetchone())[0] >= 1
+
+            await wait_until(waiting, what="the withdrawal to wait for the send's lock")
+            assert not withdrawal.done()
+            await sends.insert_many(relayer, [stored])
+        assert await withdrawal is False  # it went out: the withdrawal changed nothing
+        assert await sends.refusals(relayer, [(key, 1)]) == {}
+        # Withdrawn first, the other way round: the relayer's store finds it refused.
+        later = "w:k2:pay"
+        assert await sends.withdraw(other, later, 1, error) is True
+        assert await sends.refusals(relayer, [(later, 1)]) == {(later, 1): error}
