@@ -44,6 +44,7 @@ from rflow.engine import (
     TimerFired,
     admission,
     advance,
+    children,
     lanes,
     resume,
 )
@@ -434,6 +435,9 @@ class Runner:
         start = self.start_of(workflow, record, combo, rid)
         entries = lanes.never_started(start, status, reason, datetime.now(UTC))
         self.effects.publish(entries)
+        answer = children.never_started(start, status, reason) if isinstance(start, Start) else None
+        if answer is not None:  # a child run: its parent is told it never started
+            self.effects.publish([answer])
         self.runtime.metrics.journaled(workflow, record.workflow, None, entries)
         log.info("run %s of %s not started: %s", rid, record.workflow, reason)
 

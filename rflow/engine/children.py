@@ -15,6 +15,8 @@ function each:
   dies right after.
 - :func:`result`: the parent's step ends with the child's outputs, or fails with the
   child's failure (its kind kept, so ``retry`` and ``catch`` treat it as the step's own).
+- :func:`never_started`: a child its lane never started (skipped, superseded) answers
+  its parent all the same, as cancelled.
 
 Cancelling the parent (or the race its step is in) retracts the child's firing: a child
 not started yet never starts, a running one is cancelled at its next step boundary.
@@ -25,6 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from rflow.engine import keys
+from rflow.engine.effects import Settle
+from rflow.engine.events import Start
 from rflow.engine.statuses import RunStatus
 from rflow.failures import FailureKind, StepError
 
@@ -78,3 +82,17 @@ def result(workflow: str, payload: Any) -> tuple[Any, StepError | None]:
         kind = FailureKind.ASSERT_FAILED
     message = f"child run {run_id} of {workflow} {status}: {error.get('message') or status}"
     return None, StepError(kind=kind, message=message, retry_after=error.get("retry_after"))
+
+
+def never_started(start: Start, status: RunStatus, reason: str) -> Settle | None:
+    """The settling of a child run that never started, for the parent that waits for it
+    (``None`` for a run no parent waits for)."""
+    if start.parent is None or start.parent.wait_id is None:
+        return None
+    return Settle(
+        run_id=start.run_id,
+        workflow=start.workflow,
+        status=status,
+        error=StepError(kind=FailureKind.CANCELLED, message=f"never started: {reason}"),
+        parent=start.parent,
+    )

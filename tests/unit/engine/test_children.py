@@ -224,3 +224,16 @@ def test_replaying_the_same_events_gives_the_same_effects():
         replay.feed(event)
     assert replay.effects == d.effects
     assert replay.state == d.state
+
+
+def test_a_child_its_lane_never_started_still_answers_its_parent():
+    from rflow.engine.children import never_started
+
+    parent = ParentLink(run_id="p1", workflow="w", path="child", wait_id="k")
+    start = Start(
+        run_id="c1", workflow="settle", version="v", trigger_key="p1/child", parent=parent
+    )
+    settle = never_started(start, RunStatus.SKIPPED, "its concurrency group was busy")
+    assert (settle.parent, settle.status, settle.error.kind) == (parent, "skipped", "cancelled")
+    detached = start.model_copy(update={"parent": parent.model_copy(update={"wait_id": None})})
+    assert never_started(detached, RunStatus.SKIPPED, "busy") is None
