@@ -188,39 +188,26 @@ class ReferenceChecker:
     def _crossing(self, target: str, info: _StepInfo, place: _StepInfo) -> str:
         """Why a jump from ``place`` to ``info`` leaves its list."""
         mine, theirs = place.list_path, info.list_path
-        if len(mine) > 1 or len(theirs) > 1:
-            if theirs[: len(mine)] == mine:
-                block = self._block_at(theirs, len(mine))
-                verb = "into"
-            else:
-                common = 0
-                while common < min(len(mine), len(theirs)) and mine[common] == theirs[common]:
-                    common += 1
-                block = self._block_at(mine, max(common, 1))
-                verb = "out of"
+        if len(mine) == 1 and len(theirs) == 1:
             return (
-                f"goto {target!r} jumps {verb} the {block}: a goto may not jump into or out "
-                f"of a parallel, race or try block, nor between a block's lists "
-                f"({target!r} is at {info.where})"
+                f"goto {target!r} leaves {place.block}: a jump stays within its own list "
+                f"({target!r} is in {info.block})"
             )
-        return (
-            f"goto {target!r} leaves {place.block}: a jump stays within its own list "
-            f"({target!r} is in {info.block})"
-        )
-
-    def _block_at(self, list_path: DataPath, depth: int) -> str:
-        """The block whose list starts at ``list_path[: depth + 1]``, as words."""
-        end = depth + 1 if len(list_path) > depth + 1 else len(list_path)
-        owner_path = list_path[: end - 1] if end > 1 else list_path
-        while owner_path and not isinstance(owner_path[-1], int):
-            owner_path = owner_path[:-1]
+        common = 0
+        while common < min(len(mine), len(theirs)) and mine[common] == theirs[common]:
+            common += 1
+        verb = "into" if theirs[: len(mine)] == mine else "out of"
+        deeper = theirs if verb == "into" else mine
+        # The first block the jump crosses: the step where the two lists part (or whose
+        # lists they are, when they part at a list's key).
+        owner_path = deeper[: common + 1] if isinstance(deeper[common], int) else deeper[:common]
         owner = next((s for s in self.steps.values() if s.path == owner_path), None)
-        if owner is None:
-            return "block"
-        key = list_path[len(owner_path)] if len(list_path) > len(owner_path) else None
-        if key == "compensate":
-            return f"compensation of {owner.raw.get('id')!r}"
-        return f"{owner.kind} block {owner.raw.get('id')!r}"
+        block = f"{owner.kind} block {owner.raw.get('id')!r}" if owner is not None else "a block"
+        return (
+            f"goto {target!r} jumps {verb} the {block}: a goto may not jump into or out "
+            f"of a parallel, race or try block, nor between a block's lists "
+            f"({target!r} is at {info.where})"
+        )
 
     def _check_jumps(self) -> None:
         for place in self._places():
