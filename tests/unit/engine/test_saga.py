@@ -271,3 +271,41 @@ steps:
     assert polls == ["w:t1:poll", "w:t1:poll#2", "w:t1:poll#3"]
     assert state.steps["done"].status == StepStatus.SUCCEEDED
     assert state.status == RunStatus.SUCCEEDED
+
+
+def test_a_saga_that_loses_a_race_is_compensated():
+    wf = workflow(
+        """
+trigger: { manual: {} }
+steps:
+  - id: either
+    race:
+      - id: slow_path
+        try:
+          - id: hold
+            http_call: { url: "http://hold.test" }
+            compensate:
+              - id: release
+                http_call: { url: "http://release.test" }
+          - id: wait
+            wait_for: { approval: { prompt: "go on?" } }
+      - id: fast_path
+        http_call: { url: "http://fast.test" }
+"""
+    )
+    d = Driver(wf)
+    started = d.start()
+    hold = next(e for e in started if isinstance(e, Execute) and e.path == "hold")
+    fast = next(e for e in started if isinstance(e, Execute) and e.path == "fast_path")
+    d.answer(hold, {})  # the saga's first step completed; it now waits for a person
+    [park] = [e for e in d.effects if isinstance(e, Park)]
+    d.answer(fast, {})  # the other branch ends first: the saga is stopped
+    assert d.state.steps["wait"].status == StepStatus.CANCELLED
+    [release] = [e for e in d.pending(Execute) if e.path == "release"]
+    d.answer(release, {})
+    state = d.state
+    assert state.steps["slow_path"].status == StepStatus.CANCELLED
+    assert [u.step for u in state.steps["slow_path"].saga.undone] == ["hold"]
+    assert state.steps["either"].fork.winner == "fast_path"
+    assert state.status == RunStatus.SUCCEEDED
+    assert d.resolve(park, {"decision": "approve", "by": "x"}) == []  # released
