@@ -218,14 +218,14 @@ def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
         rows.append([name, step["status"], str(step["attempt"]), _took(step), lines[0]])
         rows.extend(["", "", "", "", line] for line in lines[1:])
     click.echo(table(rows, ["STEP", "STATUS", "ATTEMPT", "TOOK", "OUTPUT / ERROR"]))
-    for fork in runtree.forks(run["steps"]):
-        click.echo("")
-        click.echo(fork.title)
-        click.echo(_side_by_side(fork))
     if run["charges"]:
         click.echo("")
         charges = [[c["budget"], c["asset"], str(c["amount"]), c["status"]] for c in run["charges"]]
         click.echo(table(charges, ["BUDGET", "ASSET", "AMOUNT", "STATUS"]))
+    for fork in runtree.forks(run["steps"]):
+        click.echo("")
+        click.echo(fork.title)
+        click.echo(_side_by_side(fork))
 
 
 def _took(step: dict[str, Any]) -> str:
