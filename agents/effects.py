@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.partitioner import DefaultPartitioner
@@ -20,7 +21,7 @@ from rflow.agents.backlog import Backlog
 from rflow.agents.executors import Executors
 from rflow.agents.slots import RunSlots
 from rflow.classify import step_error
-from rflow.codecs import RunEvent, SendRequest, encode, encode_journal
+from rflow.codecs import CallRecord, RunEvent, SendRequest, TriggerRetracted, encode, encode_journal
 from rflow.engine import (
     Effect,
     Execute,
@@ -31,14 +32,20 @@ from rflow.engine import (
     Settle,
     StepResult,
     Unpark,
+    WaitResolved,
 )
+from rflow.engine.children import answer
+from rflow.engine.effects import CancelChild, CancelTimer, StartChild, Withdraw
 from rflow.engine.events import Event
+from rflow.engine.state import ParentLink
+from rflow.engine.statuses import RunStatus
 from rflow.failures import FailureKind, RflowError, StepError
 from rflow.lang.model import Project
 from rflow.lang.model.resources import Config
 from rflow.secrets import Secrets
-from rflow.storage import controls, timers, waits
+from rflow.storage import controls, sends, timers, waits
 from rflow.streams.tables import WRITES_AT_ONCE
+from rflow.triggering import group_of
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -125,6 +132,20 @@ class EffectRunner:
                     self.db(lambda conn, e=effect: waits.delete(conn, e.wait_id), "unpark"),
                     "unpark",
                 )
+            elif isinstance(effect, CancelTimer):
+                key_of = timers.timer_key(
+                    effect.run_id, effect.path, effect.visit, effect.attempt, effect.purpose
+                )
+                self.spawn(
+                    self.db(lambda conn, k=key_of: timers.delete(conn, [k]), "timer release"),
+                    f"timer release {key_of}",
+                )
+            elif isinstance(effect, Withdraw):
+                self.spawn(self.withdraw(effect), f"withdraw {effect.key}")
+            elif isinstance(effect, StartChild):
+                self.spawn(self.start_child(effect, key), f"child {effect.trigger_key}")
+            elif isinstance(effect, CancelChild):
+                self.spawn(self.cancel_child(effect), f"cancel child {effect.trigger_key}")
             elif isinstance(effect, Settle):
                 self.settled(effect, state)
 
@@ -257,6 +278,125 @@ class EffectRunner:
 
         return write
 
+    # --- composition ------------------------------------------------------------------
+
+    async def withdraw(self, effect: Withdraw) -> None:
+        """Take back a send its run no longer wants (a branch stopped): if the relayer has
+        not signed it yet, it never will, and answers ``cancelled``."""
+        error = StepError(
+            kind=FailureKind.CANCELLED,
+            message=f"withdrawn before it was signed ({effect.reason}): nothing was "
+            "reserved, signed or broadcast",
+        ).model_dump(mode="json")
+        withdrawn = await self.db(
+            lambda conn: sends.withdraw(conn, effect.key, effect.attempt, error), "withdraw"
+        )
+        log.info(
+            "send %s %s",
+            effect.key,
+            "withdrawn before it was signed" if withdrawn else "was signed already: it goes on",
+        )
+
+    async def start_child(self, effect: StartChild, parent_key: str) -> None:
+        """Start a child run: its parent's wait first (so the child's end always finds
+        it), then the child's firing, which the called workflow's gate takes once."""
+        if effect.wait_id is not None:
+            spec = {
+                "child": {
+                    "workflow": effect.child,
+                    "run_id": effect.child_run_id,
+                    "trigger_key": effect.trigger_key,
+                }
+            }
+            await self.db(
+                lambda conn: waits.park(
+                    conn,
+                    wait_id=effect.wait_id,
+                    run_id=effect.run_id,
+                    workflow=effect.workflow,
+                    path=effect.path,
+                    partition_key=parent_key,
+                    kind="child",
+                    spec=spec,
+                    timeout_at=effect.timeout_at,
+                ),
+                "child wait",
+            )
+        parent = ParentLink(
+            run_id=effect.run_id,
+            workflow=effect.workflow,
+            path=effect.path,
+            visit=effect.visit,
+            attempt=effect.attempt,
+            wait_id=effect.wait_id,
+        )
+        try:
+            record = CallRecord(
+                workflow=effect.child,
+                trigger_key=effect.trigger_key,
+                group=self.child_group(effect.child, effect.inputs),
+                payload=effect.inputs,
+                received_at=datetime.now(UTC),
+                parent=parent,
+            )
+        except RflowError as exc:
+            await self.child_refused(effect, parent_key, exc.as_data())
+            return
+        await self._produce(
+            self.runtime.topics.triggers, record.partition_key, encode(record), effect.run_id
+        )
+
+    def child_group(self, name: str, inputs: dict[str, Any]) -> str | None:
+        """The concurrency group of a firing of workflow ``name`` with ``inputs``, as the
+        current deployment computes it (:class:`RflowError` when it cannot)."""
+        project = self.runtime.project
+        workflow = project.workflows.get(name) if project is not None else None
+        if workflow is None:
+            raise RflowError(
+                FailureKind.INVALID_INPUT, f"workflow {name!r} is not in the deployed project"
+            )
+        return group_of(workflow, inputs)
+
+    async def child_refused(self, effect: StartChild, parent_key: str, error: StepError) -> None:
+        """A child that cannot start: its parent's step fails with why."""
+        log.warning(
+            "child run %s of %s refused: %s", effect.trigger_key, effect.child, error.message
+        )
+        if effect.wait_id is None:
+            return
+        payload = answer(effect.child_run_id, RunStatus.FAILED, None, error)
+        resolved = await self.db(
+            lambda conn: waits.resolve(conn, effect.wait_id, payload, datetime.now(UTC)),
+            "child refused",
+        )
+        if resolved is not None:
+            event = WaitResolved(
+                run_id=effect.run_id, path=effect.path, wait_id=effect.wait_id, payload=payload
+            )
+            await self.send_event(parent_key, event)
+
+    async def cancel_child(self, effect: CancelChild) -> None:
+        """Stop a child run: its firing is retracted on the triggers topic, keyed like the
+        firing (a child not started yet never starts; a running one stops at its next
+        step boundary)."""
+        try:
+            group = self.child_group(effect.child, effect.inputs)
+        except RflowError as exc:
+            log.warning(
+                "child %s of %s cannot be cancelled: %s", effect.trigger_key, effect.child, exc
+            )
+            return
+        record = TriggerRetracted(
+            workflow=effect.child,
+            trigger_key=effect.trigger_key,
+            group=group,
+            reason=effect.reason,
+            retracted_at=datetime.now(UTC),
+        )
+        await self._produce(
+            self.runtime.topics.triggers, record.partition_key, encode(record), effect.run_id
+        )
+
     # --- rows ---------------------------------------------------------------------------
 
     async def db(self, work: Callable[[Any], Awaitable[Any]], what: str) -> Any:
@@ -282,7 +422,10 @@ class EffectRunner:
         return work
 
     def _park(self, effect: Park, key: str) -> Callable[[Any], Awaitable[None]]:
-        kind = next((k for k in ("approval", "webhook", "event") if effect.wait.get(k)), "approval")
+        kind = next(
+            (k for k in ("approval", "webhook", "event", "signal") if effect.wait.get(k)),
+            "approval",
+        )
 
         async def work(conn: Any) -> None:
             await waits.park(

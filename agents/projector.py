@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.codecs import DecodeError, RunJournal, decode
-from rflow.engine import Journal, Settle
-from rflow.storage import StorageError, Unavailable, runs
+from rflow.engine import Journal, Settle, WaitResolved
+from rflow.engine.children import answer
+from rflow.storage import StorageError, Unavailable, runs, waits
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -66,6 +68,38 @@ def attach(app: RflowApp) -> None:
                             message,
                             f"the read model refused this entry ({describe(entry)}): {exc}",
                         )
+        try:
+            await answer_parents(entries)
+        except Unavailable:
+            raise  # read again: the answers are given once each (first answer wins)
+        except StorageError:
+            log.exception("answering the parents of child runs failed")
+
+    async def answer_parents(entries: list[Journal | Settle]) -> None:
+        """A child run settled: answer the wait of the parent's step with how it ended and
+        its outputs, then tell the parent. Read from the journal, so a worker that dies
+        after settling the child cannot lose the answer; a parent not told (this worker
+        dies now) is told by the sweep of answered waits."""
+        answers = [
+            (entry.parent.wait_id, answer(entry.run_id, entry.status, entry.outputs, entry.error))
+            for entry in entries
+            if isinstance(entry, Settle) and entry.parent is not None and entry.parent.wait_id
+        ]
+        if not answers:
+            return
+        rows = await runtime.database.run(
+            lambda conn: waits.resolve_many(conn, answers, datetime.now(UTC)), what="child answers"
+        )
+        runner = runtime.runner
+        for row in rows:
+            event = WaitResolved(
+                run_id=row["run_id"],
+                path=row["path"],
+                wait_id=row["wait_id"],
+                payload=row["resolution"],
+            )
+            if runner is not None:
+                await runner.effects.send_event(row["partition_key"], event)
 
 
 def describe(entry: Journal | Settle) -> str:

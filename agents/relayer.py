@@ -460,6 +460,7 @@ class Relayer:
             refused.clear()
             async with conn.transaction():
                 await budgets.lock(conn, [c for item in ready for c in item.reservations])
+                refused.update(await self._withdrawn(conn, ready))
                 if not await self._store_together(conn, ready, chain_nonces, refused):
                     raise _OneByOne
 
@@ -467,7 +468,10 @@ class Relayer:
             refused.clear()
             async with conn.transaction():
                 await budgets.lock(conn, [c for item in ready for c in item.reservations])
+                refused.update(await self._withdrawn(conn, ready))
                 for item in ready:
+                    if item.key in refused:
+                        continue
                     try:
                         async with conn.transaction():  # a savepoint per send
                             await self._store_one(conn, item, chain_nonces.get(item.signer_on))
@@ -488,6 +492,20 @@ class Relayer:
         keys = [item.key for item in ready if item.key not in refused]
         rows = await self.db(lambda conn: sends.find_many(conn, keys), "find sends")
         return {**rows, **refused}
+
+    async def _withdrawn(self, conn: Any, ready: Sequence[_Ready]) -> dict[str, RflowError]:
+        """The sends of ``ready`` withdrawn by their runs (a race they lost, say) before
+        this transaction, each with its answer: they are never signed. The sends' keys
+        stay locked until the commit, so a withdrawal arriving now waits for it and then
+        finds the send stored (it goes on)."""
+        await sends.lock_keys(conn, [item.key for item in ready])
+        found = await sends.refusals(
+            conn, [(item.key, item.request.execute.attempt) for item in ready]
+        )
+        return {
+            key: RflowError(FailureKind(error["kind"]), error["message"])
+            for (key, _), error in found.items()
+        }
 
     async def _store_together(
         self,

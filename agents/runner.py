@@ -23,6 +23,7 @@ from rflow.agents.breakers import Breakers
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import EffectRunner, partition_key, partition_of
 from rflow.codecs import (
+    CallRecord,
     DecodeError,
     PauseChanged,
     RetryRecord,
@@ -43,6 +44,7 @@ from rflow.engine import (
     TimerFired,
     admission,
     advance,
+    children,
     lanes,
     resume,
 )
@@ -433,6 +435,9 @@ class Runner:
         start = self.start_of(workflow, record, combo, rid)
         entries = lanes.never_started(start, status, reason, datetime.now(UTC))
         self.effects.publish(entries)
+        answer = children.never_started(start, status, reason) if isinstance(start, Start) else None
+        if answer is not None:  # a child run: its parent is told it never started
+            self.effects.publish([answer])
         self.runtime.metrics.journaled(workflow, record.workflow, None, entries)
         log.info("run %s of %s not started: %s", rid, record.workflow, reason)
 
@@ -460,6 +465,7 @@ class Runner:
             group=record.group,
             source=record.source,
             trigger=record.payload,
+            parent=record.parent if isinstance(record, CallRecord) else None,
         )
 
     async def start_run(self, rid: str, gate: str, partition: int) -> None:
@@ -670,7 +676,8 @@ class Runner:
 def accepted_record(entry: dict[str, Any]) -> TriggerRecord | RetryRecord:
     """The firing (or retry) as first admitted, from its gate entry in the ``triggers``
     table."""
-    model = RetryRecord if entry.get("kind") == "retry" else TriggerRecord
+    kind = entry.get("kind")
+    model = RetryRecord if kind == "retry" else CallRecord if kind == "call" else TriggerRecord
     return model.model_validate({k: v for k, v in entry.items() if k in model.model_fields})
 
 

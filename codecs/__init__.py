@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from rflow.codecs.records import (
         DEAD_LETTER_RAW_LIMIT,
+        CallRecord,
         DeadLetter,
         PauseChanged,
         Record,
@@ -42,6 +43,7 @@ _HOMES = {
     "encode": "envelope",
     "encode_journal": "envelope",
     "DEAD_LETTER_RAW_LIMIT": "records",
+    "CallRecord": "records",
     "DeadLetter": "records",
     "PauseChanged": "records",
     "Record": "records",
@@ -67,6 +69,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEAD_LETTER_RAW_LIMIT",
     "MAX_RECORD_BYTES",
+    "CallRecord",
     "DeadLetter",
     "DecodeError",
     "PauseChanged",

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rflow.engine.effects import Execute, Journal, Settle
 from rflow.engine.events import Event
+from rflow.engine.state import ParentLink
 
 
 class Record(BaseModel):
@@ -43,6 +44,20 @@ class TriggerRecord(Record):
     def partition_key(self) -> str:
         """The Kafka key: the concurrency group, or the run's own key without one."""
         return self.group if self.group is not None else self.trigger_key
+
+
+class CallRecord(TriggerRecord):
+    """The firing of a child run: a run's ``call_workflow`` step asked for it (on the
+    triggers topic, keyed like any firing of the called workflow, so it is admitted, and
+    deduplicated by its trigger key ``<parent run>/<step>``, as every firing is).
+
+    Not part of the trigger record producers outside rflow write: only a worker starts
+    a child run, and ``parent`` says which run and step it answers.
+    """
+
+    kind: Literal["call"] = "call"  # type: ignore[assignment]
+    source: Literal["workflow"] = "workflow"  # type: ignore[assignment]
+    parent: ParentLink
 
 
 class TriggerRetracted(Record):
@@ -224,6 +239,7 @@ class RunJournal(Record):
 
 AnyRecord = Annotated[
     TriggerRecord
+    | CallRecord
     | TriggerRetracted
     | PauseChanged
     | RetryRecord
@@ -237,6 +253,7 @@ AnyRecord = Annotated[
 
 KNOWN_VERSIONS: dict[str, frozenset[int]] = {
     "trigger": frozenset({1}),
+    "call": frozenset({1}),
     "trigger_retracted": frozenset({1}),
     "pause_changed": frozenset({1}),
     "retry": frozenset({1}),

@@ -74,6 +74,10 @@ class FailureKind(StrEnum):
     An ending, not a fault."""
     REJECTED = "rejected"
     """A person (or an approval's timeout) decided no: a decision, not a fault."""
+    COMPENSATION_FAILED = "compensation_failed"
+    """A step of a ``compensate`` list failed for good while a ``try`` block undid what it
+    had done: the message names the compensation step and the step it undid (the other
+    compensations still ran). Not caught by the block's own ``catch``."""
 
 
 RETRYABLE: frozenset[FailureKind] = frozenset(

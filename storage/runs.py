@@ -37,13 +37,16 @@ WHERE runs.status = 'pending'
 # replayed start changes nothing).
 _RUN_STARTED = f"""
 INSERT INTO runs (run_id, workflow, version, trigger_key, matrix, group_key, status, trigger,
-                  created_at, updated_at, source, started_at, retry_of)
+                  created_at, updated_at, source, started_at, retry_of, parent_run_id,
+                  parent_step)
 SELECT r->>0, r->>1, r->>2, r->>3, r->4, r->>5, 'running', r->6,
-       (r->>7)::timestamptz, (r->>8)::timestamptz, r->>9, (r->>7)::timestamptz, r->>10
+       (r->>7)::timestamptz, (r->>8)::timestamptz, r->>9, (r->>7)::timestamptz, r->>10,
+       r->>11, r->>12
 {_ROWS}
 ON CONFLICT (run_id) DO UPDATE SET
     status = 'running', version = EXCLUDED.version, started_at = EXCLUDED.started_at,
     updated_at = EXCLUDED.updated_at, retry_of = EXCLUDED.retry_of,
+    parent_run_id = EXCLUDED.parent_run_id, parent_step = EXCLUDED.parent_step,
     source = COALESCE(runs.source, EXCLUDED.source), pending_reason = NULL,
     waiting_for = NULL
 WHERE runs.status = 'pending'
@@ -73,9 +76,10 @@ WHERE runs.run_id = x.run_id
 """
 
 _STEP_STARTED = f"""
-INSERT INTO step_logs (run_id, path, visit, kind, status, attempt, started_at, seq)
+INSERT INTO step_logs (run_id, path, visit, kind, status, attempt, started_at, seq, parent,
+                       role, detail)
 SELECT r->>0, r->>1, (r->>2)::integer, r->>3, 'running', 1, (r->>4)::timestamptz,
-       (r->>5)::bigint
+       (r->>5)::bigint, r->>6, r->>7, r->8
 {_ROWS}
 ON CONFLICT (run_id, path, visit) DO NOTHING
 """
@@ -91,14 +95,18 @@ WHERE step_logs.run_id = x.run_id AND step_logs.path = x.path AND step_logs.visi
 
 _STEP_SETTLED = f"""
 INSERT INTO step_logs (run_id, path, visit, status, attempt, input, output, error_kind, error_message,
-                       started_at, settled_at, seq)
+                       started_at, settled_at, seq, parent, role, detail)
 SELECT r->>0, r->>1, (r->>2)::integer, r->>3, (r->>4)::integer, r->5, r->6, r->>7, r->>8,
-       (r->>9)::timestamptz, (r->>10)::timestamptz, (r->>11)::bigint
+       (r->>9)::timestamptz, (r->>10)::timestamptz, (r->>11)::bigint, r->>12, r->>13,
+       NULLIF(r->14, 'null'::jsonb)
 {_ROWS}
 ON CONFLICT (run_id, path, visit) DO UPDATE SET
     status = EXCLUDED.status, attempt = EXCLUDED.attempt, input = EXCLUDED.input,
     output = EXCLUDED.output, error_kind = EXCLUDED.error_kind,
-    error_message = EXCLUDED.error_message, settled_at = EXCLUDED.settled_at
+    error_message = EXCLUDED.error_message, settled_at = EXCLUDED.settled_at,
+    parent = COALESCE(EXCLUDED.parent, step_logs.parent),
+    role = COALESCE(EXCLUDED.role, step_logs.role),
+    detail = COALESCE(EXCLUDED.detail, step_logs.detail)
 """
 
 _DEAD = f"""
@@ -111,7 +119,7 @@ ON CONFLICT (run_id) DO NOTHING
 _LIST = """
 SELECT run_id, workflow, version, status, error_kind, error_message, trigger_key, group_key,
        created_at, updated_at, started_at, settled_at, pending_reason, waiting_for, retry_of,
-       retried_as, source
+       retried_as, source, parent_run_id, parent_step
 FROM runs
 WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
@@ -126,8 +134,12 @@ LIMIT %(limit)s
 _GET = """
 SELECT run_id, workflow, version, trigger_key, matrix, group_key, status, error_kind,
        error_message, trigger, created_at, updated_at, started_at, settled_at, pending_reason,
-       waiting_for, retry_of, retried_as, source
+       waiting_for, retry_of, retried_as, source, parent_run_id, parent_step
 FROM runs WHERE run_id = %s
+"""
+_CHILDREN = """
+SELECT run_id, workflow, status, parent_step, created_at, settled_at FROM runs
+WHERE parent_run_id = %s ORDER BY created_at, run_id
 """
 _FINAL_STATE = """
 SELECT COALESCE(d.journal, r.final_state) FROM runs r LEFT JOIN dead_runs d USING (run_id)
@@ -237,14 +249,25 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
         )
         if entry.event == "run_pending":
             return (*common, data.get("reason"), data.get("waiting_for"))
-        return (*common, data.get("retry_of"))
+        parent = data.get("parent") or {}
+        return (*common, data.get("retry_of"), parent.get("run_id"), parent.get("path"))
     if entry.event == "run_status":
         return (entry.status, data.get("waiting_for"), entry.at, entry.run_id)
     if entry.event == "run_settled":
         kind, message = _error(data)
         return (entry.status, kind, message, entry.at, entry.at, entry.run_id)
     if entry.event == "step_started":
-        return (entry.run_id, entry.path, visit, data.get("kind"), entry.at, seq)
+        return (
+            entry.run_id,
+            entry.path,
+            visit,
+            data.get("kind"),
+            entry.at,
+            seq,
+            data.get("parent"),
+            data.get("role"),
+            data.get("detail"),
+        )
     if entry.event == "step_retrying":
         kind, message = _error(data)
         return (data.get("attempt", 1), kind, message, entry.run_id, entry.path, visit)
@@ -265,6 +288,9 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
             datetime.fromisoformat(started) if started else entry.at,
             datetime.fromisoformat(settled) if settled else entry.at,
             seq,
+            data.get("parent"),
+            data.get("role"),
+            data.get("detail"),
         )
     return None
 
@@ -363,6 +389,8 @@ async def get_run(conn: psycopg.AsyncConnection, run_id: str) -> dict[str, Any] 
             run["steps"] = list(await cur.fetchall())
             await cur.execute(_GET_DEAD, (run_id,))
             run["dead"] = await cur.fetchone()
+            await cur.execute(_CHILDREN, (run_id,))
+            run["children"] = list(await cur.fetchall())
             return run
 
 

@@ -396,6 +396,45 @@ async def refuse_many(
         await conn.execute(_REFUSE, columns(rows, 3, unique_by=lambda row: row[:2]))
 
 
+# Withdrawing a send and storing it are serialized per send key: whichever takes the
+# key's lock first decides, and the other sees what it did.
+_LOCK_KEYS = """
+SELECT pg_advisory_xact_lock(hashtextextended(k, 727)) FROM unnest(%s::text[]) AS k ORDER BY k
+"""
+_WITHDRAW = """
+INSERT INTO send_refusals (send_key, attempt, error)
+SELECT %(key)s, %(attempt)s, %(error)s
+WHERE NOT EXISTS (SELECT 1 FROM sends WHERE send_key = %(key)s)
+ON CONFLICT (send_key, attempt) DO NOTHING
+"""
+_STORED = "SELECT 1 FROM sends WHERE send_key = %s"
+
+
+async def lock_keys(conn: psycopg.AsyncConnection, send_keys: Sequence[str]) -> None:
+    """Hold the locks of ``send_keys`` until the caller's transaction ends (taken in
+    order, so two holders of several keys never wait on each other)."""
+    if not send_keys:
+        return
+    with translated():
+        await conn.execute(_LOCK_KEYS, (sorted(set(send_keys)),))
+
+
+async def withdraw(
+    conn: psycopg.AsyncConnection, send_key: str, attempt: int, error: dict[str, Any]
+) -> bool:
+    """Withdraw attempt ``attempt`` of a send that is no longer wanted: unless it is
+    stored (signed) already, it is refused from now on with ``error`` and never signed.
+    True when it was withdrawn; False when it was stored first (it goes on)."""
+    with translated():
+        async with conn.transaction():
+            await conn.execute(_LOCK_KEYS, ([send_key],))
+            await conn.execute(
+                _WITHDRAW, {"key": send_key, "attempt": attempt, "error": Jsonb(error)}
+            )
+            stored = await conn.execute(_STORED, (send_key,))
+            return await stored.fetchone() is None
+
+
 async def refusals(
     conn: psycopg.AsyncConnection, attempts: Sequence[tuple[str, int]]
 ) -> dict[tuple[str, int], dict[str, Any]]:

@@ -89,6 +89,22 @@ async def resolve(
             return await cur.fetchone()
 
 
+async def resolve_many(
+    conn: psycopg.AsyncConnection, answers: list[tuple[str, Any]], at: datetime
+) -> list[dict[str, Any]]:
+    """Answer each wait of ``answers`` (``(wait_id, resolution)``) that has no answer yet,
+    in one transaction; the rows answered now."""
+    found = []
+    with translated():
+        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            for wait_id, resolution in answers:
+                await cur.execute(_RESOLVE, (at, Jsonb(resolution), wait_id))
+                row = await cur.fetchone()
+                if row is not None:
+                    found.append({**row, "resolution": resolution})
+    return found
+
+
 async def open_waits(
     conn: psycopg.AsyncConnection, run_id: str, path: str | None = None
 ) -> list[dict[str, Any]]:
@@ -113,6 +129,25 @@ async def delete(conn: psycopg.AsyncConnection, wait_id: str) -> None:
     """The run has taken the answer (or the wait timed out): forget the wait."""
     with translated():
         await conn.execute(_DELETE, (wait_id,))
+
+
+_SIGNAL_WAITS = """
+SELECT wait_id, run_id, workflow, path, partition_key, spec, created_at
+FROM waits
+WHERE kind = 'signal' AND resolved_at IS NULL AND run_id = %s
+  AND spec -> 'signal' ->> 'name' = %s
+ORDER BY created_at, path
+"""
+
+
+async def signal_waits(
+    conn: psycopg.AsyncConnection, run_id: str, name: str
+) -> list[dict[str, Any]]:
+    """The unanswered waits of run ``run_id`` for signal ``name``, oldest first."""
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_SIGNAL_WAITS, (run_id, name))
+            return list(await cur.fetchall())
 
 
 _WEBHOOK_WAITS = """

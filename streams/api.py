@@ -52,10 +52,14 @@ PUBLIC = frozenset({"/healthz", "/rflow/ready/"})
 
 MAX_BODY = 64 * 1024
 RUN_STATUSES = frozenset(status.value for status in RunStatus)
-SOURCES = ("event", "webhook", "schedule", "manual")
-"""Where a firing comes from (``TriggerRecord.source``)."""
+SOURCES = ("event", "webhook", "schedule", "manual", "workflow")
+"""Where a firing comes from (``TriggerRecord.source``; ``workflow``: a parent run's call)."""
 PRINCIPAL = "rflow.principal"
 """Where the authenticator leaves the request's principal."""
+SIGNAL_ACTION = "runs.signal"
+"""The action of ``POST /api/runs/{id}/signals/{name}``: the authorization check names it
+(for now the authenticator's bearer token admits any principal, as on the other run
+actions)."""
 
 
 def error(
@@ -309,6 +313,22 @@ def attach(app: RflowApp, control: Control) -> None:
 
         act.__doc__ = f"{decision.title()} a run waiting for a human decision."
         return act
+
+    @app.page("/api/runs/{run_id}/signals/{name}", name="rflow.api.run.signal")
+    class SignalView(View):
+        async def post(self, request: Request, run_id: str, name: str) -> Response:
+            """Send the run signal NAME (action runs.signal); body ``{"data": ...}``
+            (optional): the step waiting for it takes it, else it is kept when the
+            workflow buffers that signal, else it is refused (409)."""
+
+            async def work() -> Any:
+                fields = await read(request)
+                unknown = set(fields) - {"data"}
+                if unknown:
+                    raise ControlError(f"unknown field(s) {', '.join(sorted(unknown))}", 400)
+                return await control.signal(run_id, name, fields.get("data"), request[PRINCIPAL])
+
+            return await answer(work)
 
     action("/api/runs/{run_id}/cancel", "run", "cancel", cancel)
     action("/api/runs/{run_id}/retry", "run", "retry", retry)

@@ -1,4 +1,4 @@
-"""Operator actions on runs: answer an approval, cancel a run, retry a failed run; on
+"""Operator actions on runs: answer an approval, signal a run, cancel a run, retry a failed run; on
 workflows: pause and resume (and, through :attr:`Control.sends`, on pending sends:
 :mod:`rflow.streams.send_actions`; through :attr:`Control.dead_letters`, on dead-lettered
 records, replayed once: :mod:`rflow.streams.dead_letter_actions`).
@@ -14,6 +14,7 @@ with the worker's database and producer.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from rflow.codecs import (
 )
 from rflow.deployment import ProjectAt, project_reader
 from rflow.engine import CancelRequested, RunState, StepRecord, WaitResolved, rerun
+from rflow.engine.events import SignalReceived
 from rflow.engine.keys import retry_run_id
 from rflow.lang import Project
 from rflow.lang.model import Workflow
@@ -161,6 +163,56 @@ class Control:
         await self.producer.send("rflow.runs", resolved["partition_key"], RunEvent(event=event))
         return {"run_id": run_id, "step": wait["path"], "answer": payload}
 
+    async def signal(self, run_id: str, name: str, data: Any, principal: str) -> dict[str, Any]:
+        """Send signal ``name`` with ``data`` to run ``run_id`` as ``principal``: to the step
+        waiting for it (the one that started waiting first; first answer wins), else kept
+        for a later wait when the run's workflow declares ``signals: {<name>: {buffer:
+        true}}``. Refused (nothing recorded) when no step waits and it is not kept, and
+        for a run not started or already over."""
+        run = await self._run(run_id)
+        if run["settled_at"] is not None:
+            raise ControlError(
+                f"run {run_id} is already {run['status']}: a signal goes to a run in progress"
+            )
+        if run["status"] == "pending":
+            raise ControlError(
+                f"run {run_id} has not started ({run['pending_reason']}: waiting for "
+                f"{run['waiting_for']}): signal it once it runs"
+            )
+        at = datetime.now(UTC)
+        payload = {"signal": name, "data": data, "by": principal, "at": at.isoformat()}
+
+        async def resolve(conn: psycopg.AsyncConnection) -> tuple[dict, dict] | None:
+            for wait in await waits.signal_waits(conn, run_id, name):
+                resolved = await waits.resolve(conn, wait["wait_id"], payload, at)
+                if resolved is not None:
+                    return wait, resolved
+            return None
+
+        found = await self.database(resolve)
+        if found is not None:
+            wait, resolved = found
+            event = WaitResolved(
+                run_id=run_id, path=wait["path"], wait_id=wait["wait_id"], payload=payload
+            )
+            await self.producer.send("rflow.runs", resolved["partition_key"], RunEvent(event=event))
+            return {"run_id": run_id, "signal": name, "step": wait["path"], "kept": False}
+        stored = await self.database(lambda conn: versions.definition(conn, run["version"]))
+        declared = (stored[1].get("signals") or {}) if stored is not None else {}
+        if not (declared.get(name) or {}).get("buffer"):
+            raise ControlError(
+                f"run {run_id} has no step waiting for signal {name!r}, and workflow "
+                f"{run['workflow']} does not keep it for later (it would with signals: "
+                f"{{{name}: {{buffer: true}}}}): nothing was sent",
+                409,
+            )
+        key = run["group_key"] if run["group_key"] is not None else run["trigger_key"]
+        event = SignalReceived(
+            run_id=run_id, name=name, signal_id=uuid.uuid4().hex, payload=payload
+        )
+        await self.producer.send("rflow.runs", key, RunEvent(event=event))
+        return {"run_id": run_id, "signal": name, "step": None, "kept": True}
+
     async def cancel(self, run_id: str, reason: str) -> dict[str, Any]:
         """Ask the run to stop at its next step boundary (a send in flight is never cut off:
         ``pending_sends`` names the run's unsettled sends, which ``rflow sends cancel``
@@ -229,7 +281,8 @@ class Control:
         if resends and not confirm:
             listed = "; ".join(f"{r['path']} ({r['tx_hash'] or 'no hash'})" for r in resends)
             raise ControlError(
-                f"retrying run {run_id} from step {from_step!r} sends {len(resends)} "
+                f"retrying run {run_id} from step {from_step or workflow.steps[plan.restart].id!r} "
+                f"sends {len(resends)} "
                 f"transaction(s) again: {listed}; confirm to send them again (--yes, or "
                 '"yes": true in the API)',
                 409,

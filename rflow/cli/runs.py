@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from rflow import runtree
 from rflow.cli import main
 from rflow.cli.approvals import approve_command, reject_command
 from rflow.cli.common import fail, known_workflow, operate, project_option, table, with_database
@@ -77,7 +78,7 @@ def runs() -> None:
 @click.option(
     "--source",
     default=None,
-    type=click.Choice(["event", "webhook", "schedule", "manual"]),
+    type=click.Choice(["event", "webhook", "schedule", "manual", "workflow"]),
     help="Only runs fired by this kind of trigger.",
 )
 @click.option(
@@ -186,6 +187,13 @@ def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
         click.echo(f"retry of  {run['retry_of']}")
     if run["retried_as"]:
         click.echo(f"retried   as {run['retried_as']}")
+    if run.get("parent_run_id"):
+        click.echo(f"called by {run['parent_run_id']} at step {run['parent_step']}")
+    for child in run.get("children") or ():
+        click.echo(
+            f"child run {child['run_id']} ({child['workflow']}, {child['status']}) "
+            f"of step {child['parent_step']}"
+        )
     click.echo(
         f"admitted  {_when(run['created_at'])}   started {_when(run['started_at'])}   "
         f"settled {_when(run['settled_at'])}"
@@ -195,17 +203,19 @@ def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
     click.echo("")
     width = max(40, shutil.get_terminal_size((120, 24)).columns - 48)
     rows = []
-    for step in run["steps"]:
-        took = ""
-        if step["started_at"] and step["settled_at"]:
-            took = f"{(step['settled_at'] - step['started_at']).total_seconds() * 1000:.0f} ms"
+    for row in runtree.rows(run["steps"]):
+        step = row.step
         detail = (
             f"{step['error_kind']}: {step['error_message']}"
             if step["error_kind"]
             else json.dumps(step["output"], default=str)
         )
+        child = runtree.child_link(step)
+        if child:
+            detail = f"child run {child}: {detail}"
         lines = _wrapped(detail, width, None if full else 4)
-        rows.append([step["path"], step["status"], str(step["attempt"]), took, lines[0]])
+        name = "  " * row.depth + row.label
+        rows.append([name, step["status"], str(step["attempt"]), _took(step), lines[0]])
         rows.extend(["", "", "", "", line] for line in lines[1:])
     click.echo(table(rows, ["STEP", "STATUS", "ATTEMPT", "TOOK", "OUTPUT / ERROR"]))
     if run["sends"]:
@@ -224,6 +234,38 @@ def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
         click.echo("")
         charges = [[c["budget"], c["asset"], str(c["amount"]), c["status"]] for c in run["charges"]]
         click.echo(table(charges, ["BUDGET", "ASSET", "AMOUNT", "STATUS"]))
+    for fork in runtree.forks(run["steps"]):
+        click.echo("")
+        click.echo(fork.title)
+        click.echo(_side_by_side(fork))
+
+
+def _took(step: dict[str, Any]) -> str:
+    if step["started_at"] and step["settled_at"]:
+        return f"{(step['settled_at'] - step['started_at']).total_seconds() * 1000:.0f} ms"
+    return ""
+
+
+def _side_by_side(fork: Any) -> str:
+    """A parallel's or race's branches as columns: name (the winner marked), status,
+    attempts, time, and why a cancelled one stopped."""
+    columns = []
+    for branch in fork.branches:
+        name = branch["path"] + (" (winner)" if branch["path"] == fork.winner else "")
+        attempts = f"{branch['attempt']} attempt{'s' if branch['attempt'] != 1 else ''}"
+        why = branch["error_message"] if branch["status"] in ("cancelled", "failed") else ""
+        columns.append([name, branch["status"], attempts, _took(branch) or "-", why or ""])
+    if not columns:
+        return "  (no branch started)"
+    lines = []
+    widths = [min(max(len(cell) for cell in column), 40) for column in columns]
+    for index in range(5):
+        cells = [
+            column[index][:40].ljust(width) for column, width in zip(columns, widths, strict=True)
+        ]
+        if any(cell.strip() for cell in cells):
+            lines.append("  " + " | ".join(cells).rstrip())
+    return "\n".join(lines)
 
 
 def _live_state(run_id: str) -> dict[str, Any] | None:
@@ -264,6 +306,36 @@ async def _run_with_charges(conn: Any, run_id: str) -> dict[str, Any] | None:
 
 approve_command(runs)
 reject_command(runs)
+
+
+@runs.command()
+@click.argument("run_id")
+@click.argument("name")
+@click.option(
+    "--data", default=None, help="The signal's data, as JSON (the waiting step's output.data)."
+)
+@project_option
+@click.option("--json", "as_json", is_flag=True)
+def signal(run_id: str, name: str, data: str | None, project: Path | None, as_json: bool) -> None:
+    """Send signal NAME to a run, as the CLI's principal: the step waiting for it (wait_for:
+    {signal: {name}}) takes it; with no step waiting it is kept for a later wait when the
+    workflow declares signals: {NAME: {buffer: true}}, and refused otherwise."""
+    from rflow.cli.approvals import acting_principal
+
+    try:
+        value = json.loads(data) if data is not None else None
+    except json.JSONDecodeError as exc:
+        fail(f"--data is not JSON: {exc}")
+    principal = acting_principal(project)
+    result = operate(lambda control: control.signal(run_id, name, value, principal))
+    if as_json:
+        click.echo(_json(result))
+    elif result["kept"]:
+        click.echo(f"signal {name} kept by run {run_id} for its next wait for it (as {principal})")
+    else:
+        click.echo(
+            f"signal {name} delivered to run {run_id} at step {result['step']} (as {principal})"
+        )
 
 
 @runs.command()

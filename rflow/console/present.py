@@ -43,8 +43,9 @@ FAILURES: dict[str, str] = {
     "permission_denied": "the workflow's permissions do not allow this",
     "invalid_input": "the step's input was not valid when it ran",
     "signer_unavailable": "the relayer's HSM or KMS did not answer: nothing was signed (retried by a retry policy)",
-    "cancelled": "cancelled by an operator or by a newer run",
+    "cancelled": "cancelled by an operator or a newer run, or stopped by the race or parallel it was in",
     "rejected": "a person (or the approval's timeout) said no",
+    "compensation_failed": "undoing a completed step failed: what it undid may need a person",
 }
 """What each failure kind means, in a sentence a newcomer understands."""
 
@@ -54,7 +55,7 @@ STATUS_HELP: dict[str, str] = {
     "waiting": "parked: waiting for an approval, an event or a delay",
     "succeeded": "finished, every step done",
     "failed": "stopped by a failure",
-    "cancelled": "stopped on request",
+    "cancelled": "stopped on request (a step: stopped by the race or parallel it was in)",
     "skipped": "never started: its concurrency group was busy",
     "rejected": "ended by a rejected approval",
 }
@@ -283,12 +284,6 @@ def timeline(
         width = max(min((stop - started).total_seconds() / total * 100, 100.0 - left), 0.6)
         bars.append(Bar(round(left, 2), round(width, 2), settled is None))
     return bars
-
-
-def depth(path: str) -> int:
-    """How deep a step path sits: a foreach iteration (``pay[2]``) or a step inside one
-    is indented under its loop."""
-    return path.count("[") + path.count("/")
 
 
 def definition_text(definition: Mapping[str, Any] | None) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from rflow import approvals
+from rflow import approvals, runtree
 from rflow.console import present
 from rflow.console.auth import PREFIX
 from rflow.engine import RunStatus
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rflow.console.web import Console, Visit
 
 STATUSES = [status.value for status in RunStatus]
-SOURCES = ("event", "webhook", "schedule", "manual")
+SOURCES = ("event", "webhook", "schedule", "manual", "workflow")
 SINCE = {
     "15m": ("the last 15 minutes", timedelta(minutes=15)),
     "1h": ("the last hour", timedelta(hours=1)),
@@ -136,7 +136,9 @@ def attach(console: Console) -> None:
                 waiting=await console.approvals_waiting(),
             )
         steps = run["steps"]
-        bars = present.timeline(steps, run["started_at"], run["settled_at"])
+        rows = runtree.rows(steps)
+        bars = present.timeline([row.step for row in rows], run["started_at"], run["settled_at"])
+        forks = {fork.step["path"]: fork for fork in runtree.forks(steps)}
         failed = [s for s in steps if s["status"] == "failed" and s["error_kind"]]
         retried = [s for s in steps if (s["attempt"] or 1) > 1]
         entries = []
@@ -151,7 +153,8 @@ def attach(console: Console) -> None:
             "run.html",
             active="runs",
             run=run,
-            steps=list(zip(steps, bars, strict=True)),
+            steps=list(zip(rows, bars, strict=True)),
+            forks=forks,
             failed_step=failed[-1] if failed else None,
             retried_steps=retried,
             charges=charges,

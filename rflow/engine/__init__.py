@@ -16,11 +16,24 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rflow.engine.advance import MAX_EXECUTIONS, advance, resume
-    from rflow.engine.effects import Effect, Execute, Journal, Park, ScheduleTimer, Settle, Unpark
+    from rflow.engine.effects import (
+        CancelChild,
+        CancelTimer,
+        Effect,
+        Execute,
+        Journal,
+        Park,
+        ScheduleTimer,
+        Settle,
+        StartChild,
+        Unpark,
+        Withdraw,
+    )
     from rflow.engine.events import (
         CancelRequested,
         Event,
         Retry,
+        SignalReceived,
         Start,
         StepResult,
         TimerFired,
@@ -33,23 +46,28 @@ if TYPE_CHECKING:
         run_id,
         run_key,
     )
-    from rflow.engine.state import Escalated, Fanout, RunState, StepRecord
+    from rflow.engine.state import Escalated, Fanout, ParentLink, RunState, StepRecord
     from rflow.engine.statuses import RunStatus, StepStatus
 
 _HOMES = {
     "MAX_EXECUTIONS": "advance",
     "advance": "advance",
     "resume": "advance",
+    "CancelChild": "effects",
+    "CancelTimer": "effects",
     "Effect": "effects",
     "Execute": "effects",
     "Journal": "effects",
     "Park": "effects",
     "ScheduleTimer": "effects",
     "Settle": "effects",
+    "StartChild": "effects",
     "Unpark": "effects",
+    "Withdraw": "effects",
     "CancelRequested": "events",
     "Event": "events",
     "Retry": "events",
+    "SignalReceived": "events",
     "Start": "events",
     "StepResult": "events",
     "TimerFired": "events",
@@ -61,6 +79,7 @@ _HOMES = {
     "run_key": "keys",
     "Escalated": "state",
     "Fanout": "state",
+    "ParentLink": "state",
     "RunState": "state",
     "RunStatus": "statuses",
     "StepRecord": "state",
@@ -84,26 +103,32 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "MAX_EXECUTIONS",
+    "CancelChild",
     "CancelRequested",
+    "CancelTimer",
     "Effect",
     "Escalated",
     "Event",
     "Execute",
     "Fanout",
     "Journal",
+    "ParentLink",
     "Park",
     "Retry",
     "RunState",
     "RunStatus",
     "ScheduleTimer",
     "Settle",
+    "SignalReceived",
     "Start",
+    "StartChild",
     "StepRecord",
     "StepResult",
     "StepStatus",
     "TimerFired",
     "Unpark",
     "WaitResolved",
+    "Withdraw",
     "advance",
     "idempotency_key",
     "matrix_combinations",

@@ -14,13 +14,26 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from rflow.engine import keys
+from rflow.engine import children, keys, signals
+from rflow.engine.blocks import Blocks
 from rflow.engine.context import compare, holds, render, render_input, run_context
-from rflow.engine.effects import Effect, Execute, Journal, Park, ScheduleTimer, Settle, Unpark
+from rflow.engine.effects import (
+    CancelChild,
+    Effect,
+    Execute,
+    Journal,
+    Park,
+    ScheduleTimer,
+    Settle,
+    StartChild,
+    Unpark,
+    Withdraw,
+)
 from rflow.engine.events import (
     CancelRequested,
     Event,
     Retry,
+    SignalReceived,
     Start,
     StepResult,
     TimerFired,
@@ -30,6 +43,7 @@ from rflow.engine.rerun import RerunError
 from rflow.engine.rerun import plan as rerun_plan
 from rflow.engine.retry import decide
 from rflow.engine.state import Escalated, Fanout, RunState, RunStatus, StepRecord, StepStatus
+from rflow.engine.tree import tree
 from rflow.failures import FailureKind, RflowError, StepError
 from rflow.lang.envsubst import display
 from rflow.lang.model import Escalate, Workflow
@@ -93,7 +107,7 @@ def advance(
     return run.freeze(), run.effects
 
 
-class _Run:
+class _Run(Blocks):
     """A mutable working copy of one run for the duration of one ``advance``."""
 
     def __init__(self, workflow: Workflow, state: RunState, now: datetime, config: Config) -> None:
@@ -109,6 +123,9 @@ class _Run:
         self.values: dict[str, Any] = dict(state.state)
         self.effects: list[Effect] = []
         self.key = keys.run_key(state.workflow, state.trigger_key, state.matrix)
+        self.tree = tree(workflow)
+        self.queue: list[str] = []
+        """Blocks to drive: a step inside each settled since (:mod:`rflow.engine.blocks`)."""
 
     @classmethod
     def start(cls, workflow: Workflow, event: Start, now: datetime, config: Config) -> _Run:
@@ -122,11 +139,13 @@ class _Run:
             source=event.source,
             trigger=event.trigger,
             state=event.state,
+            parent=event.parent,
             created_at=now,
             updated_at=now,
         )
         run = cls(workflow, state, now, config)
-        run.journal_started()
+        parent = event.parent.model_dump(mode="json") if event.parent is not None else None
+        run.journal_started(**({"parent": parent} if parent else {}))
         return run
 
     @classmethod
@@ -135,7 +154,9 @@ class _Run:
         previous = event.previous
         plan = rerun_plan(workflow, previous, event.from_step)
         visits = dict(previous.visits)
-        rerun = set(plan.rerun) | {step.id for step in workflow.finally_}
+        places = tree(workflow)
+        rerun = set(plan.rerun) | {step.id for step in (*workflow.finally_, *workflow.on_error)}
+        rerun |= {inner for step_id in list(rerun) for inner in places.within(step_id)}
         for path, record in previous.steps.items():
             if record.step in rerun and path == record.step:
                 # A new visit: new idempotency keys for everything that runs again.
@@ -170,6 +191,7 @@ class _Run:
             visits=visits,
             executions=previous.executions,
             retry_of=previous.run_id,
+            parent=previous.parent,
             created_at=now,
             updated_at=now,
         )
@@ -240,6 +262,10 @@ class _Run:
             step = self.step_named(record.step)
             if step.kind == "delay":
                 what = "a delay"
+            elif step.kind == "call_workflow":
+                what = f"child run {record.input.get('run_id')} of {step.call_workflow.workflow}"
+            elif step.wait_for.signal is not None:
+                what = f"signal {step.wait_for.signal.name!r}"
             elif step.wait_for.approval is not None:
                 what = "an approval"
             elif step.wait_for.webhook is not None:
@@ -259,17 +285,19 @@ class _Run:
 
     def step_list(self, phase: str | None = None) -> list[Any]:
         phase = phase or self.fields["phase"]
-        return list(self.workflow.steps) if phase == "main" else list(self.workflow.finally_)
+        return self.tree.list_of(None, phase)
 
     def step_named(self, step_id: str) -> Any:
-        for step in (*self.workflow.steps, *self.workflow.finally_):
-            if step.id == step_id:
-                return step
-        raise KeyError(step_id)
+        return self.tree.step(step_id)
 
     def journal(self, event: str, path: str | None, status: str, **data: Any) -> None:
         if path is not None and path in self.steps:
             data.setdefault("visit", self.steps[path].visit)
+            place = self.tree.places.get(path)
+            if place is not None and place.owner is not None:
+                # Where the step sits, for the read model to draw blocks as blocks.
+                data.setdefault("parent", place.owner)
+                data.setdefault("role", place.role)
         self.fields["journaled"] += 1
         data["seq"] = self.fields["journaled"]
         self.effects.append(
@@ -293,6 +321,8 @@ class _Run:
             self.on_timer(event)
         elif isinstance(event, WaitResolved):
             self.on_wait_resolved(event)
+        elif isinstance(event, SignalReceived):
+            self.on_signal(event)
         elif isinstance(event, CancelRequested):
             self.on_cancel(event)
 
@@ -311,7 +341,9 @@ class _Run:
         if record is None:
             self.on_escalation_notice(event)
             return
-        if event.error is None:
+        if record.cancelled is not None:
+            self.stopped_result(record, event.output, event.error)
+        elif event.error is None:
             output = event.output
             step = self.step_named(record.step)
             if step.kind in STATE_KINDS and isinstance(output, dict):
@@ -342,6 +374,8 @@ class _Run:
             self.settle(record, StepStatus.SUCCEEDED, output={"until": event.due_at.isoformat()})
         elif event.purpose == "wait_timeout" and step.kind == "wait_for":
             self.wait_timed_out(step, record)
+        elif event.purpose == "wait_timeout" and step.kind == "call_workflow":
+            self.child_timed_out(step, record)
         self.after_settle(record)
 
     def on_wait_resolved(self, event: WaitResolved) -> None:
@@ -351,7 +385,9 @@ class _Run:
         self.unpark(record)
         payload = event.payload
         step = self.step_named(record.step)
-        if (
+        if step.kind == "call_workflow":
+            self.child_answered(step, record, payload)
+        elif (
             step.wait_for.approval is not None
             and isinstance(payload, dict)
             and payload.get("decision") == "reject"
@@ -361,6 +397,36 @@ class _Run:
         else:
             self.settle(record, StepStatus.SUCCEEDED, output=self.answered(record, payload))
         self.after_settle(record)
+
+    def on_signal(self, event: SignalReceived) -> None:
+        """A signal no wait row took: the step waiting for it now takes it, or the run
+        keeps it when its workflow buffers that signal (:mod:`rflow.engine.signals`)."""
+        seen, new = signals.fresh(self.fields["signals_seen"], event.signal_id)
+        if not new:
+            return
+        self.fields["signals_seen"] = seen
+        waiting = []
+        for record in self.steps.values():
+            if record.status != StepStatus.WAITING:
+                continue
+            step = self.step_named(record.step)
+            wanted = step.wait_for.signal if step.kind == "wait_for" else None
+            if wanted is not None and wanted.name == event.name:
+                waiting.append((record.path, record.started_at))
+        path = signals.waiter(waiting)
+        if path is not None:
+            record = self.steps[path]
+            self.unpark(record)
+            if record.due_at is not None:
+                self.effects.append(self.cancel_timer(record, "wait_timeout"))
+            self.settle(record, StepStatus.SUCCEEDED, output=event.payload)
+            self.after_settle(self.steps[path])
+            return
+        spec = self.workflow.signals.get(event.name)
+        if spec is None or not spec.buffer:
+            return  # refused where it was sent: nothing here waits for it
+        # Past signals.MAX_KEPT of a name, one more is dropped (documented with buffer).
+        self.fields["signals"], _ = signals.keep(self.fields["signals"], event.name, event.payload)
 
     def on_cancel(self, event: CancelRequested) -> None:
         if self.fields["cancel_requested"] is not None or self.fields["phase"] != "main":
@@ -373,14 +439,22 @@ class _Run:
             if record.fanout is not None and not record.status.settled:
                 self.set_fanout(self.step_named(record.step), halted=True)
         for record in list(self.steps.values()):
-            if record.phase == "main" and record.status in (
-                StepStatus.WAITING,
-                StepStatus.RETRYING,
+            if (
+                record.phase == "main"
+                and record.status in (StepStatus.WAITING, StepStatus.RETRYING)
+                and not self.tree.compensating(record.step)  # a compensation runs on
+                and self.steps[record.path].status == record.status
             ):
                 self.unpark(record)
+                step = self.step_named(record.step)
+                if step.kind == "call_workflow" and record.status == StepStatus.WAITING:
+                    self.effects.append(self.cancel_child_effect(record, event.reason))
                 error = StepError(kind=FailureKind.CANCELLED, message=event.reason)
                 self.settle(record, StepStatus.FAILED, error=error)
                 self.after_settle(record)
+        for record in list(self.steps.values()):
+            if (record.fork is not None or record.saga is not None) and not record.status.settled:
+                self.queue_block(record.path)  # each stops what is left of it
         for record in list(self.steps.values()):
             if record.fanout is not None and not record.status.settled:
                 step = self.step_named(record.step)
@@ -390,7 +464,11 @@ class _Run:
     # --- moving on --------------------------------------------------------------------
 
     def proceed(self) -> None:
-        while self.fields["phase"] != "done":
+        while True:
+            while self.queue:
+                self.drive(self.queue.pop(0))
+            if self.fields["phase"] == "done":
+                return
             steps = self.step_list()
             cursor = self.fields["cursor"]
             if cursor >= len(steps):
@@ -400,6 +478,8 @@ class _Run:
             record = self.steps.get(step.id)
             if record is not None:
                 if not record.status.settled:
+                    if self.queue:
+                        continue
                     return
                 self.fields["cursor"] = cursor + 1
                 continue
@@ -417,9 +497,18 @@ class _Run:
     def end_phase(self) -> None:
         if self.fields["phase"] == "main":
             status = RunStatus(self.fields["status"])
-            self.finish_main(
-                RunStatus.SUCCEEDED if not status.terminal else status, self.fields["error"]
-            )
+            if status.terminal:
+                self.finish_main(status, self.fields["error"])
+                return
+            try:
+                self.fields["outputs"] = self.outputs()
+            except RflowError as exc:
+                self.finish_main(RunStatus.FAILED, exc.as_data())
+                return
+            self.finish_main(RunStatus.SUCCEEDED, self.fields["error"])
+            return
+        if self.fields["phase"] == "on_error":
+            self.fields["phase"], self.fields["cursor"] = "finally", 0
             return
         self.fields["phase"] = "done"
         status = RunStatus(self.fields["status"])
@@ -439,14 +528,31 @@ class _Run:
                 on_failure=on_failure,
                 error=error,
                 journal=journal,
+                parent=self.fields["parent"],
+                outputs=self.fields["outputs"] if status == RunStatus.SUCCEEDED else None,
             )
         )
 
     def finish_main(self, status: RunStatus, error: StepError | None) -> None:
         self.fields["status"] = status
         self.fields["error"] = error
-        self.fields["phase"] = "finally"
+        # A failure is reported by on_error first (observational), then finally runs.
+        failed = status == RunStatus.FAILED and self.workflow.on_error
+        self.fields["phase"] = "on_error" if failed else "finally"
         self.fields["cursor"] = 0
+
+    def outputs(self) -> dict[str, Any] | None:
+        """The workflow's ``outputs``, rendered now its steps have succeeded."""
+        if not self.workflow.outputs:
+            return None
+        context = self.context()
+        found = {}
+        for name, value in self.workflow.outputs.items():
+            try:
+                found[name] = render(value, context)
+            except RflowError as exc:
+                raise RflowError(exc.kind, f"outputs.{name}: {exc.message}") from None
+        return found
 
     # --- starting steps ---------------------------------------------------------------
 
@@ -455,7 +561,9 @@ class _Run:
         if step.foreach is not None:
             self.begin_foreach(step, visit)
             return
-        context = self.context(run_status=self.status_for_finally())
+        context = self.context(
+            run_status=self.status_for_finally(), error=self.failure_for(step.id)
+        )
         try:
             runs = holds(step.if_, context)
         except RflowError as exc:
@@ -468,11 +576,21 @@ class _Run:
             return
         if not self.count_execution(step, step.id, visit):
             return
+        if step.kind in ("parallel", "race", "try"):
+            self.begin_block(step, visit)
+            return
         self.record(step, step.id, visit, StepStatus.RUNNING)
         self.begin_action(step, step.id, visit, 1, context)
 
     def status_for_finally(self) -> str | None:
-        return str(self.fields["status"]) if self.fields["phase"] == "finally" else None
+        phase = self.fields["phase"]
+        return str(self.fields["status"]) if phase in ("finally", "on_error") else None
+
+    def failure_for(self, step_id: str) -> StepError | None:
+        """The failure a step in a catch or a compensation runs for: its ``error``."""
+        holder = self.tree.after_failure(step_id)
+        record = self.steps.get(holder) if holder is not None else None
+        return record.saga.error if record is not None and record.saga is not None else None
 
     def count_execution(self, step: Any, path: str, visit: int) -> bool:
         self.fields["executions"] += 1
@@ -511,12 +629,16 @@ class _Run:
         )
 
     def item_context(self, record: StepRecord) -> dict[str, Any]:
+        error = self.failure_for(record.step)
         if record.path == record.step:
-            return self.context(run_status=self.status_for_finally())
+            return self.context(run_status=self.status_for_finally(), error=error)
         parent = self.steps[record.step]
         index = int(record.path[len(record.step) + 1 : -1])
         return self.context(
-            item=parent.fanout.items[index], item_index=index, run_status=self.status_for_finally()
+            item=parent.fanout.items[index],
+            item_index=index,
+            run_status=self.status_for_finally(),
+            error=error,
         )
 
     def begin_action(
@@ -535,7 +657,8 @@ class _Run:
         path, kind = record.path, step.kind
         key = keys.idempotency_key(self.key, path, visit)
         if attempt == 1:
-            self.journal("step_started", path, "running", kind=kind)
+            extra = {"detail": self.child_of(step, path, visit)} if kind == "call_workflow" else {}
+            self.journal("step_started", path, "running", kind=kind, **extra)
         if kind == "choose":
             self.settle(record, StepStatus.SUCCEEDED, output=self.choose(step, context))
             return
@@ -555,6 +678,9 @@ class _Run:
             return
         if kind == "wait_for":
             self.park(step, record, visit, attempt, key, context)
+            return
+        if kind == "call_workflow":
+            self.begin_call(step, record, attempt, context)
             return
         rendering = render_input if kind in EFFECT_KINDS else render
         action = rendering(_dump(step.action), context)
@@ -634,11 +760,17 @@ class _Run:
         """Effects that in-flight records are waiting on, as issued when they started."""
         effects: list[Effect] = []
         for record in self.steps.values():
-            if record.fanout is not None:
+            if record.fanout is not None or record.fork is not None or record.saga is not None:
                 continue
             step = self.step_named(record.step)
             if record.status == StepStatus.RUNNING:
+                if record.cancelled is not None and step.kind == "send_transaction":
+                    effects.append(self.withdraw_effect(record))
                 effects.append(self.execute_effect(step, record))
+            elif record.status == StepStatus.WAITING and step.kind == "call_workflow":
+                effects.append(self.start_child_effect(step, record))
+                if record.due_at is not None:
+                    effects.append(self.timer_effect(record, "wait_timeout"))
             elif record.status == StepStatus.RETRYING:
                 effects.append(self.timer_effect(record, "retry"))
             elif record.status == StepStatus.WAITING and step.kind == "delay":
@@ -651,6 +783,105 @@ class _Run:
                 if notice is not None and not notice.delivered and notice.error is None:
                     effects.append(self.escalation_effect(step, record))
         return effects
+
+    # --- child runs (rflow.engine.children) -------------------------------------------
+
+    def begin_call(
+        self, step: Any, record: StepRecord, attempt: int, context: dict[str, Any]
+    ) -> None:
+        """Start the child run of a ``call_workflow`` step, and wait for it unless told not to."""
+        call = step.call_workflow
+        inputs = render(_dump(call.inputs), context)
+        key = children.trigger_key(self.run_id, record.path, record.visit, attempt)
+        child_id = children.child_run_id(call.workflow, key)
+        wait_id = None
+        if call.wait:
+            wait_id = keys.idempotency_key(self.key, record.path, record.visit)
+            wait_id += f"~{attempt}" if attempt > 1 else ""
+        update: dict[str, Any] = {
+            "attempt": attempt,
+            "input": {
+                "workflow": call.workflow,
+                "inputs": inputs,
+                "run_id": child_id,
+                "trigger_key": key,
+                "wait": call.wait,
+            },
+            "wait_id": wait_id,
+        }
+        if call.wait:
+            update["status"] = StepStatus.WAITING
+            update["due_at"] = self.now + step.timeout if step.timeout is not None else None
+        self.steps[record.path] = record = record.model_copy(update=update)
+        self.effects.append(self.start_child_effect(step, record))
+        if not call.wait:
+            self.settle(record, StepStatus.SUCCEEDED, output={"run_id": child_id})
+        elif record.due_at is not None:
+            self.effects.append(self.timer_effect(record, "wait_timeout"))
+
+    def child_answered(self, step: Any, record: StepRecord, payload: Any) -> None:
+        """The child run settled: the step ends with its outputs, or its failure (which
+        a retry policy may retry with a new child)."""
+        if record.due_at is not None:
+            self.effects.append(self.cancel_timer(record, "wait_timeout"))
+        output, error = children.result(step.call_workflow.workflow, payload)
+        if error is None:
+            self.settle(record, StepStatus.SUCCEEDED, output=output)
+        else:
+            self.failed_attempt(record, error)
+
+    def child_timed_out(self, step: Any, record: StepRecord) -> None:
+        self.unpark(record)
+        child = record.input.get("run_id")
+        why = (
+            f"child run {child} of {step.call_workflow.workflow} did not end within {step.timeout}"
+        )
+        self.effects.append(self.cancel_child_effect(record, why))
+        self.failed_attempt(record, StepError(kind=FailureKind.TIMEOUT, message=why))
+
+    def child_of(self, step: Any, path: str, visit: int, attempt: int = 1) -> dict[str, str]:
+        """The child run a call_workflow step starts, for the read model to link."""
+        if step.kind != "call_workflow":
+            return {}
+        key = children.trigger_key(self.run_id, path, visit, attempt)
+        workflow = step.call_workflow.workflow
+        return {"child_run": children.child_run_id(workflow, key), "child_workflow": workflow}
+
+    def start_child_effect(self, step: Any, record: StepRecord) -> StartChild:
+        started = record.input
+        return StartChild(
+            run_id=self.run_id,
+            workflow=self.fields["workflow"],
+            path=record.path,
+            visit=record.visit,
+            attempt=record.attempt,
+            child=started["workflow"],
+            trigger_key=started["trigger_key"],
+            child_run_id=started["run_id"],
+            inputs=started["inputs"] or {},
+            wait_id=record.wait_id,
+            timeout_at=record.due_at,
+        )
+
+    def cancel_child_effect(self, record: StepRecord, why: str) -> CancelChild:
+        started = record.input
+        return CancelChild(
+            run_id=self.run_id,
+            child=started["workflow"],
+            trigger_key=started["trigger_key"],
+            inputs=started["inputs"] or {},
+            reason=f"its parent run {self.run_id} stopped it at step {record.path}: {why}",
+        )
+
+    def withdraw_effect(self, record: StepRecord) -> Withdraw:
+        return Withdraw(
+            run_id=self.run_id,
+            path=record.path,
+            visit=record.visit,
+            attempt=record.attempt,
+            key=keys.idempotency_key(self.key, record.path, record.visit),
+            reason=record.cancelled or "cancelled",
+        )
 
     def choose(self, step: Any, context: dict[str, Any]) -> dict[str, Any]:
         for index, branch in enumerate(step.choose.branches):
@@ -709,6 +940,15 @@ class _Run:
         context: dict[str, Any],
     ) -> None:
         wait = render(_dump(step.wait_for), context)
+        signal = step.wait_for.signal
+        if signal is not None:
+            kept, taken = signals.take(self.fields["signals"], signal.name)
+            if taken is not None:
+                # Sent before this wait and kept (signals: {name: {buffer: true}}).
+                self.fields["signals"] = kept
+                self.steps[record.path] = record.model_copy(update={"input": wait})
+                self.settle(self.steps[record.path], StepStatus.SUCCEEDED, output=taken)
+                return
         approval = wait.get("approval")
         if approval and approval.get("context_fields"):
             # The wait's row keeps it as JSONB, which keeps no key order: the fields go as
@@ -816,7 +1056,9 @@ class _Run:
     # --- foreach ----------------------------------------------------------------------
 
     def begin_foreach(self, step: Any, visit: int) -> None:
-        context = self.context(run_status=self.status_for_finally())
+        context = self.context(
+            run_status=self.status_for_finally(), error=self.failure_for(step.id)
+        )
         self.record(step, step.id, visit, StepStatus.RUNNING)
         self.journal("step_started", step.id, "running", kind=step.kind, foreach=True)
         try:
@@ -859,7 +1101,10 @@ class _Run:
             if kept is not None and kept.status.settled:
                 continue  # settled in the run this one retries: it stays settled
             context = self.context(
-                item=fan.items[index], item_index=index, run_status=self.status_for_finally()
+                item=fan.items[index],
+                item_index=index,
+                run_status=self.status_for_finally(),
+                error=self.failure_for(step.id),
             )
             self.set_fanout(step, in_flight=self.steps[step.id].fanout.in_flight + 1)
             try:
@@ -905,6 +1150,9 @@ class _Run:
                 StepStatus.REJECTED if first.status == StepStatus.REJECTED else StepStatus.FAILED
             )
             self.settle(parent, status, output=outputs, error=error)
+        elif fan.halted and parent.cancelled is not None:
+            error = StepError(kind=FailureKind.CANCELLED, message=parent.cancelled)
+            self.settle(parent, StepStatus.CANCELLED, output=outputs, error=error)
         elif fan.halted:
             error = StepError(
                 kind=FailureKind.CANCELLED, message=self.fields["cancel_requested"] or "halted"
@@ -954,6 +1202,7 @@ class _Run:
         *,
         output: Any = None,
         error: StepError | None = None,
+        detail: Any = None,
     ) -> None:
         record = self.steps.get(record.path, record)
         self.steps[record.path] = record.model_copy(
@@ -967,6 +1216,18 @@ class _Run:
         }
         if error is not None:
             data["error"] = error.model_dump(mode="json")
+        if (
+            detail is None
+            and isinstance(record.input, dict)
+            and self.step_named(record.step).kind == "call_workflow"
+        ):
+            # The child this attempt started (a retried call starts a new one).
+            detail = {
+                "child_run": record.input.get("run_id"),
+                "child_workflow": record.input.get("workflow"),
+            }
+        if detail is not None:
+            data["detail"] = detail
         self.journal("step_settled", record.path, str(status), **data)
 
     def after_settle(self, record: StepRecord) -> None:
@@ -977,6 +1238,17 @@ class _Run:
         step = self.step_named(record.step)
         if record.path != record.step:
             self.iteration_settled(step, record)
+            return
+        place = self.tree.places[step.id]
+        if place.owner is not None:
+            self.settled_inside(step, record, place)
+            return
+        if (
+            record.status == StepStatus.CANCELLED
+            and record.phase == "main"
+            and self.fields["phase"] == "main"
+        ):
+            self.finish_main(RunStatus.CANCELLED, record.error)
             return
         if (
             record.status == StepStatus.SUCCEEDED
@@ -1038,13 +1310,21 @@ class _Run:
                 self.fields["cursor"] += 1
             return
         to, at = ids.index(target), self.fields["cursor"]
+        self.move(steps, to, at, target)
+        self.fields["cursor"] = to
+
+    def move(self, steps: list[Any], to: int, at: int, target: str) -> None:
+        """A jump from ``steps[at]`` to ``steps[to]`` of one list: back, the steps in
+        between (and every step inside them) get a new visit; forward, the steps jumped
+        over are skipped."""
         if to <= at:
             # Revisit target..current: archive their records and count a new visit, so
             # their effects get fresh idempotency keys (a loop's second send is new).
             for step in steps[to : at + 1]:
-                for path in [p for p, r in self.steps.items() if r.step == step.id]:
-                    self.history.append(self.steps.pop(path))
-                self.visits[step.id] = self.visits.get(step.id, 1) + 1
+                for step_id in (step.id, *self.tree.within(step.id)):
+                    for path in [p for p, r in self.steps.items() if r.step == step_id]:
+                        self.history.append(self.steps.pop(path))
+                    self.visits[step_id] = self.visits.get(step_id, 1) + 1
             del self.history[:-MAX_HISTORY]
         else:
             for step in steps[at + 1 : to]:
@@ -1053,7 +1333,6 @@ class _Run:
                         step, step.id, self.visits.get(step.id, 1), StepStatus.SKIPPED, settled=True
                     )
                     self.journal("step_settled", step.id, "skipped", reason=f"goto {target}")
-        self.fields["cursor"] = to
 
 
 class _View:

@@ -63,7 +63,21 @@ class StepsView(Mapping[str, dict[str, Any]]):
         record = self._records.get(step_id)
         if record is None or record.path != record.step:
             raise KeyError(step_id)
-        return step_view(record)
+        view = step_view(record)
+        if record.saga is not None and record.error is None and record.saga.error is not None:
+            # A try block at work on a failure (compensating, in catch): it is its error.
+            view["error"] = record.saga.error.view()
+        fork = record.fork
+        if fork is not None:
+            # A parallel's or race's branches, each as its own step, and a race's winner.
+            view["branches"] = {
+                branch: step_view(self._records[branch])
+                for branch in fork.branches
+                if branch in self._records
+            }
+            if fork.kind == "race":
+                view["winner"] = fork.winner
+        return view
 
     def __iter__(self) -> Iterator[str]:
         return (path for path, record in self._records.items() if path == record.step)

@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from rflow.engine.state import Frozen, RunStatus
+from rflow.engine.frozen import Frozen
+from rflow.engine.state import ParentLink, RunStatus
 from rflow.failures import StepError
 
 
@@ -61,6 +62,62 @@ class Park(Frozen):
     the extended one)."""
 
 
+class CancelTimer(Frozen):
+    """A pending timer will not be needed (its step was stopped): remove its row."""
+
+    type: Literal["cancel_timer"] = "cancel_timer"
+    run_id: str
+    path: str
+    visit: int
+    attempt: int
+    purpose: Literal["retry", "delay", "wait_timeout"]
+
+
+class Withdraw(Frozen):
+    """A send handed to the relayer is no longer wanted (its branch was stopped): if it is
+    not signed yet it never will be (nothing is reserved or broadcast, and the relayer
+    answers ``cancelled``); if it is, it goes on and its result comes back as usual."""
+
+    type: Literal["withdraw"] = "withdraw"
+    run_id: str
+    path: str
+    visit: int
+    attempt: int
+    key: str
+    reason: str
+
+
+class StartChild(Frozen):
+    """Start a run of workflow ``child`` for step ``path`` (``call_workflow``): its firing
+    is keyed ``trigger_key``, so asking again starts nothing new. With ``wait_id``, the
+    wait is registered first and the child's settling answers it."""
+
+    type: Literal["start_child"] = "start_child"
+    run_id: str
+    workflow: str
+    path: str
+    visit: int
+    attempt: int
+    child: str
+    trigger_key: str
+    child_run_id: str
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    wait_id: str | None = None
+    timeout_at: datetime | None = None
+
+
+class CancelChild(Frozen):
+    """Stop the child run of ``trigger_key`` (its firing is retracted: a child not started
+    yet never starts)."""
+
+    type: Literal["cancel_child"] = "cancel_child"
+    run_id: str
+    child: str
+    trigger_key: str
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    reason: str
+
+
 class Unpark(Frozen):
     """The wait is over (answered, timed out or cancelled): remove its row."""
 
@@ -103,8 +160,22 @@ class Settle(Frozen):
     on_failure: Literal["dead_letter", "drop", "halt"] | None = None
     error: StepError | None = None
     journal: dict[str, Any] = Field(default_factory=dict)
+    parent: ParentLink | None = None
+    """The step of another run that waits for this one: the read model answers its wait."""
+    outputs: dict[str, Any] | None = None
+    """What the run gives back (its workflow's ``outputs``), when it succeeded."""
 
 
 Effect = Annotated[
-    Execute | ScheduleTimer | Park | Unpark | Journal | Settle, Field(discriminator="type")
+    Execute
+    | ScheduleTimer
+    | CancelTimer
+    | Park
+    | Unpark
+    | Withdraw
+    | StartChild
+    | CancelChild
+    | Journal
+    | Settle,
+    Field(discriminator="type"),
 ]

@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from rflow.engine.state import Frozen, RunState, dropped
+from rflow.engine.frozen import Frozen
+from rflow.engine.state import ParentLink, RunState, dropped
 from rflow.failures import StepError
 
 
@@ -27,6 +28,8 @@ class Start(Frozen):
     env: Any = dropped()
     """Environment values, which starts produced by earlier versions carried: dropped."""
     state: dict[str, Any] = Field(default_factory=dict)
+    parent: ParentLink | None = None
+    """The step of another run that started this one (``call_workflow``)."""
 
 
 class StepResult(Frozen):
@@ -81,6 +84,20 @@ class Retry(Frozen):
     """The workflow's durable state when the retry starts."""
 
 
+class SignalReceived(Frozen):
+    """A signal sent to the run by name (``rflow runs signal``) that no step's wait row
+    took: the engine gives it to a step that waits for it now, or keeps it when the
+    workflow buffers that signal."""
+
+    type: Literal["signal"] = "signal"
+    run_id: str
+    name: str
+    signal_id: str
+    """Unique per signal sent: a redelivered one is taken once."""
+    payload: Any = None
+    """What a step that waits for it gets as its output: ``{signal, data, by, at}``."""
+
+
 class CancelRequested(Frozen):
     """Stop the run at its next step boundary; a send in flight is never cut off."""
 
@@ -90,6 +107,6 @@ class CancelRequested(Frozen):
 
 
 Event = Annotated[
-    Start | Retry | StepResult | TimerFired | WaitResolved | CancelRequested,
+    Start | Retry | StepResult | TimerFired | WaitResolved | SignalReceived | CancelRequested,
     Field(discriminator="type"),
 ]

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from rflow.engine.effects import Journal
 from rflow.engine.events import Retry, Start
-from rflow.engine.state import Frozen, RunStatus
+from rflow.engine.frozen import Frozen
+from rflow.engine.state import RunStatus
 from rflow.failures import FailureKind, StepError
 
 OnConflict = Literal["queue", "skip", "cancel_in_progress", "replace"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rflow.engine.state import RunState, RunStatus, StepRecord, StepStatus
+from rflow.engine.tree import tree
 from rflow.lang.model import Workflow
 
 
@@ -37,7 +38,8 @@ class Plan:
     """The main steps that run again, in order (the failed one and those after it, or
     ``from_step`` on)."""
     resent: tuple[StepRecord, ...]
-    """Sends that succeeded and go out again (only with ``from_step``)."""
+    """Sends that succeeded and go out again (with ``from_step``, or inside a block that
+    runs again: a parallel, race or try runs again whole)."""
 
 
 def failed_at(workflow: Workflow, previous: RunState) -> int:
@@ -79,6 +81,9 @@ def plan(workflow: Workflow, previous: RunState, from_step: str | None = None) -
                 f"{previous.run_id} failed: --from takes that step or an earlier one"
             )
     rerun_ids = set(ids[restart:])
+    # A block runs again whole: the steps inside it too (their sends go out again).
+    places = tree(workflow)
+    rerun_ids |= {inner for step_id in ids[restart:] for inner in places.within(step_id)}
     failed_step = workflow.steps[failed]
     failed_record = previous.steps.get(failed_step.id)
     resumed_foreach = (

@@ -5,14 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from rflow.engine.fork import Fork
+from rflow.engine.frozen import Frozen
+from rflow.engine.saga import Saga
 from rflow.engine.statuses import RunStatus, StepStatus
 from rflow.failures import StepError
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 def dropped() -> Any:
@@ -46,7 +45,7 @@ class StepRecord(Frozen):
 
     path: str
     step: str
-    phase: Literal["main", "finally"]
+    phase: Literal["main", "on_error", "finally"]
     status: StepStatus
     visit: int = 1
     attempt: int = 1
@@ -62,6 +61,26 @@ class StepRecord(Frozen):
     send in flight, the deadline of its step's timeout."""
     escalation: Escalated | None = None
     """Set when an approval's ``on_timeout: escalate`` extended its deadline."""
+    fork: Fork | None = None
+    """A parallel or race step's branches (:mod:`rflow.engine.fork`)."""
+    saga: Saga | None = None
+    """A try step's progress and compensations (:mod:`rflow.engine.saga`)."""
+    cancelled: str | None = None
+    """Why the step was asked to stop (a race it lost, a parallel whose branch failed):
+    a running action finishes and settles ``cancelled`` unless it went through."""
+
+
+class ParentLink(Frozen):
+    """The step of another run that started this one (``call_workflow``)."""
+
+    run_id: str
+    workflow: str
+    path: str
+    visit: int = 1
+    attempt: int = 1
+    wait_id: str | None = None
+    """The parent's wait, answered when this run settles (``None``: the parent does not
+    wait for it)."""
 
 
 class RunState(Frozen):
@@ -80,7 +99,7 @@ class RunState(Frozen):
     """Environment values, which runs started by earlier versions carried: dropped."""
     state: dict[str, Any] = Field(default_factory=dict)
     status: RunStatus = RunStatus.RUNNING
-    phase: Literal["main", "finally", "done"] = "main"
+    phase: Literal["main", "on_error", "finally", "done"] = "main"
     cursor: int = 0
     steps: dict[str, StepRecord] = Field(default_factory=dict)
     history: list[StepRecord] = Field(default_factory=list)
@@ -92,6 +111,16 @@ class RunState(Frozen):
     error: StepError | None = None
     retry_of: str | None = None
     """The failed run this one continues (``rflow runs retry``)."""
+    parent: ParentLink | None = None
+    """The run and step that started this one as a child run."""
+    outputs: dict[str, Any] | None = None
+    """What the run gives back (its workflow's ``outputs``), rendered when its steps
+    succeeded."""
+    signals: dict[str, list[Any]] = Field(default_factory=dict)
+    """Signals no step waited for, kept for a later wait (``signals: {name: {buffer:
+    true}}``), oldest first."""
+    signals_seen: list[str] = Field(default_factory=list)
+    """The ids of the latest signals taken, so a redelivered one is taken once."""
     created_at: datetime
     updated_at: datetime
 

@@ -39,6 +39,9 @@ class StepStatus(StrEnum):
     SKIPPED = "skipped"
     REJECTED = "rejected"
     """An approval answered no (``on_reject: end``, the default)."""
+    CANCELLED = "cancelled"
+    """Stopped before it ended: a race branch that lost, a branch beside one that failed
+    in a parallel, a block whose run or block was cancelled."""
 
     @property
     def settled(self) -> bool:

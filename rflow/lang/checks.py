@@ -66,13 +66,24 @@ class WorkflowView:
     triggers: list[tuple[DataPath, Any]] = field(default_factory=list)
     """Each trigger that validated, with its path in the workflow: ``('trigger',)`` or
     ``('triggers', i)``."""
-    steps: list[tuple[str, int, StepBase]] = field(default_factory=list)
+    steps: list[tuple[DataPath, StepBase]] = field(default_factory=list)
+    """Each step that validated, at any depth, with its path in the workflow:
+    ``('steps', 0)``, ``('steps', 2, 'try', 1)``..."""
+    signals: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, workflow: Workflow) -> WorkflowView:
         """The view of a fully valid workflow."""
-        steps = [("steps", i, s) for i, s in enumerate(workflow.steps)]
-        steps += [("finally", i, s) for i, s in enumerate(workflow.finally_)]
+        steps = [
+            found
+            for block, listed in (
+                ("steps", workflow.steps),
+                ("on_error", workflow.on_error),
+                ("finally", workflow.finally_),
+            )
+            for i, s in enumerate(listed)
+            for found in nested((block, i), s)
+        ]
         if workflow.trigger is not None:
             triggers: list[tuple[DataPath, Any]] = [(("trigger",), workflow.trigger)]
         else:
@@ -84,7 +95,22 @@ class WorkflowView:
             workflow.strategy,
             triggers,
             steps,
+            dict(workflow.signals),
         )
+
+
+def nested(path: DataPath, step: StepBase) -> list[tuple[DataPath, StepBase]]:
+    """``step`` at ``path``, then every step inside it with its own path."""
+    found = [(path, step)]
+    for key, role_steps in _lists_by_key(step):
+        for i, inner in enumerate(role_steps):
+            found += nested((*path, key, i), inner)
+    return found
+
+
+def _lists_by_key(step: StepBase) -> list[tuple[str, list[Any]]]:
+    keys = {"branch": step.kind, "try": "try", "catch": "catch", "compensate": "compensate"}
+    return [(keys[role], inner) for role, inner in step.lists()]
 
 
 @dataclass
@@ -136,6 +162,7 @@ _KIND = {
     "commands": "command",
     "budgets": "budget",
     "principals": "principal",
+    "workflows": "workflow",
 }
 
 
@@ -323,8 +350,8 @@ class Checker:
                         where = (*base, "circuit_breaker", "on_trip", i, "notify", "channel")
                         self._declared("channels", action.notify.channel, where)
             self._trigger(name, workflow)
-            for block, index, step in workflow.steps:
-                self._step(workflow, (*base, block, index), step)
+            for where, step in workflow.steps:
+                self._step(workflow, (*base, *where), step)
 
     def _trigger(self, name: str, workflow: WorkflowView) -> None:
         schedules: dict[tuple[str, str], DataPath] = {}
@@ -440,6 +467,40 @@ class Checker:
             self._event((*where, "event"), action.event, "a wait for an event")
         elif step.kind == "wait_for" and action.approval is not None:
             self._approval(where, action)
+        elif step.kind == "call_workflow":
+            self._call(where, action)
+
+    def _call(self, path: DataPath, call: Any) -> None:
+        """A called workflow exists, takes the inputs given, and starts one run per call."""
+        if not self._declared("workflows", call.workflow, (*path, "workflow")):
+            return
+        child = self.view.workflows.get(call.workflow)
+        if child is None:
+            return  # it did not validate: its own errors say why
+        if child.strategy is not None:
+            self._error(
+                (*path, "workflow"),
+                f"workflow {call.workflow!r} has a strategy.matrix: a call starts one child "
+                "run, so it cannot call a workflow that fans out (call one without a matrix)",
+            )
+        manual = [t for _, t in child.triggers if t.kind == "manual"]
+        if not manual:
+            self._error(
+                (*path, "workflow"),
+                f"workflow {call.workflow!r} has no manual trigger: a called workflow declares "
+                "the inputs it takes there (trigger: {manual: {inputs: [...]}})",
+            )
+            return
+        declared = manual[0].manual.inputs
+        for name in call.inputs:
+            if declared and name not in declared:
+                self._error(
+                    (*path, "inputs", name),
+                    f"workflow {call.workflow!r} takes no input {name!r}"
+                    f"{did_you_mean(name, declared)} (its manual trigger declares: "
+                    f"{', '.join(declared)})",
+                    key=True,
+                )
 
     def _approval(self, path: DataPath, wait: WaitFor) -> None:
         for i, approver in enumerate(wait.approval.approvers):

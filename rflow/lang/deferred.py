@@ -56,17 +56,37 @@ def effect_input(step: Mapping[str, Any], rest: DataPath) -> bool:
     return True
 
 
-def step_of(data: Mapping[str, Any], path: DataPath) -> Mapping[str, Any] | None:
-    """The raw step that ``path`` (``workflows.<name>.<steps|finally>[i]...``) lies in."""
+NESTED_LISTS = ("parallel", "race", "try", "catch", "compensate")
+"""The keys of a step that hold steps of their own."""
+
+
+def innermost_step(
+    data: Mapping[str, Any], path: DataPath
+) -> tuple[Mapping[str, Any], DataPath] | None:
+    """The innermost raw step that ``path`` lies in, and the rest of ``path`` inside it."""
     node: Any = data
     for part in path[:4]:
-        if isinstance(node, Mapping) and isinstance(part, str):
-            node = node.get(part)
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            node = node[part]
-        else:
+        node = _child(node, part)
+        if node is None:
             return None
-    return node if isinstance(node, Mapping) else None
+    rest = path[4:]
+    while (
+        len(rest) >= 2
+        and rest[0] in NESTED_LISTS
+        and isinstance(rest[1], int)
+        and isinstance(node, Mapping)
+        and isinstance(inner := _child(_child(node, rest[0]), rest[1]), Mapping)
+    ):
+        node, rest = inner, rest[2:]
+    return (node, rest) if isinstance(node, Mapping) else None
+
+
+def _child(node: Any, part: str | int) -> Any:
+    if isinstance(node, Mapping) and isinstance(part, str):
+        return node.get(part)
+    if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        return node[part]
+    return None
 
 
 def check_placeholders(data: dict[str, Any], source: SourceMap) -> list[Diagnostic]:
@@ -77,8 +97,8 @@ def check_placeholders(data: dict[str, Any], source: SourceMap) -> list[Diagnost
     found = []
     unescaped: set[tuple[int, Any]] = set()  # an alias shares its container with its anchor
     for path, used in source.deferred.items():
-        step = step_of(data, path)
-        if step is None or effect_input(step, path[4:]):
+        inside = innermost_step(data, path)
+        if inside is None or effect_input(*inside):
             continue
         if not used:
             _unescape(data, path, unescaped)

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from rflow.lang.checks import Checker, ProjectView, WorkflowView
-from rflow.lang.deferred import check_placeholders
+from rflow.lang.checks import Checker, ProjectView, WorkflowView, nested
+from rflow.lang.deferred import NESTED_LISTS, check_placeholders
 from rflow.lang.diagnostics import (
     ConfigError,
     Diagnostic,
@@ -267,13 +267,9 @@ def _lenient(data: dict[str, Any]) -> ProjectView:
 
 
 def _lenient_workflow(raw: dict[str, Any]) -> WorkflowView:
-    steps = []
-    for block in ("steps", "finally"):
-        items = raw.get(block)
-        for index, item in enumerate(items if isinstance(items, list) else []):
-            step = _try(Step, item)
-            if step is not None:
-                steps.append((block, index, step))
+    steps: list[tuple[tuple[str | int, ...], Any]] = []
+    for block in ("steps", "on_error", "finally"):
+        steps += _lenient_steps(raw.get(block), (block,))
     return WorkflowView(
         permissions=_try(Permissions, raw.get("permissions") or {}) or Permissions(),
         budgets=_try(list[Name], raw.get("budgets") or []) or [],
@@ -284,6 +280,20 @@ def _lenient_workflow(raw: dict[str, Any]) -> WorkflowView:
         triggers=_lenient_triggers(raw),
         steps=steps,
     )
+
+
+def _lenient_steps(items: Any, path: tuple[str | int, ...]) -> list[tuple[Any, Any]]:
+    """The steps of a raw list that validate, at any depth: a block that does not
+    validate as a whole still offers the steps inside it that do."""
+    found: list[tuple[Any, Any]] = []
+    for index, item in enumerate(items if isinstance(items, list) else []):
+        step = _try(Step, item)
+        if step is not None:
+            found += nested((*path, index), step)
+        elif isinstance(item, dict):
+            for key in NESTED_LISTS:
+                found += _lenient_steps(item.get(key), (*path, index, key))
+    return found
 
 
 def _lenient_triggers(raw: dict[str, Any]) -> list[tuple[tuple[str | int, ...], Any]]:

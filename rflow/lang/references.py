@@ -12,14 +12,14 @@ from typing import Any
 
 from rflow.expr import Expr, ExpressionError, Name, parse_template
 from rflow.expr.references import static_path
-from rflow.lang.deferred import EFFECT_INPUTS, effect_input
-from rflow.lang.diagnostics import DataPath, Diagnostic
+from rflow.lang.deferred import EFFECT_INPUTS, NESTED_LISTS, effect_input
+from rflow.lang.diagnostics import DataPath, Diagnostic, format_path
 from rflow.lang.messages import did_you_mean
 from rflow.lang.model.steps import ACTIONS, StepBase
 from rflow.lang.yamlsrc import SourceMap
 
-STEP_FIELDS = ("output", "status", "tx", "error")
-"""What ``steps.<id>`` offers."""
+STEP_FIELDS = ("output", "status", "tx", "error", "branches", "winner")
+"""What ``steps.<id>`` offers (``branches`` for a parallel or race, ``winner`` for a race)."""
 
 RUN_FIELDS = ("id", "workflow", "version", "trigger_key", "status")
 """What ``run`` offers (built by :func:`rflow.engine.context.run_context`)."""
@@ -29,14 +29,15 @@ ERROR_FIELDS = ("kind", "message", "retry_after", "non_retryable")
 asked to wait (``Retry-After``, else null) and whether a status outside
 ``retryable_status_codes`` made it never retried."""
 
-_BLOCKS = ("steps", "finally")
+_BLOCKS = ("steps", "finally", "on_error")
 _KNOWN_STEP_KEYS = frozenset([*ACTIONS, *(f.alias or n for n, f in StepBase.model_fields.items())])
 _STEP_ROOTS = frozenset({"trigger", "steps", "run", "state", "env", "inputs"})
 _WHY = {
     "item": "item is only defined inside a foreach step",
     "item_index": "item_index is only defined inside a foreach step",
     "matrix": "matrix is only defined when the workflow has strategy.matrix",
-    "error": "error is only defined in retry.retry_if and in finally steps",
+    "error": "error is only defined in retry.retry_if, and in catch, compensate, on_error "
+    "and finally steps",
     "steps": "steps are not available here: this is evaluated before the run starts",
     "run": "run is not available here: this is evaluated before the run starts",
     "state": "state is not available here",
@@ -47,11 +48,32 @@ _ENV_BEFORE_RUN = (
 )
 
 
+_ROLES = {"parallel": "branch", "race": "branch", "try": "try", "catch": "catch"}
+"""The role of the steps under each list key of a block (``compensate`` is its own)."""
+
+
 @dataclass
 class _StepInfo:
     block: str
+    """The workflow's list it sits in, at whatever depth: steps, finally or on_error."""
     index: int
     kind: str | None
+    path: DataPath = ()
+    """Where the step is, from the workflow (``('steps', 2, 'try', 0)``)."""
+    role: str = "main"
+    """main, finally, on_error (a workflow's lists), branch, try, catch or compensate."""
+    owner: str | None = None
+    """The step whose list holds it (a block, or the step a compensation undoes)."""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def list_path(self) -> DataPath:
+        """The list the step sits in."""
+        return self.path[:-1]
+
+    @property
+    def where(self) -> str:
+        return format_path(self.path)
 
 
 @dataclass
@@ -62,6 +84,9 @@ class _Context:
     earlier: frozenset[str] = frozenset()
     current: str | None = None
     why: dict[str, str] = field(default_factory=dict)
+    step: dict[str, Any] | None = None
+    """The raw step the expression is in, and its path from the workflow."""
+    step_path: DataPath = ()
 
 
 class ReferenceChecker:
@@ -106,54 +131,111 @@ class ReferenceChecker:
                     if isinstance(step, dict):
                         yield block, index, step
 
+    def _places(self) -> Iterator[_StepInfo]:
+        """Every raw step, at any depth, with where it sits (its id may be missing)."""
+        stack: list[_StepInfo] = []
+        for block, index, step in reversed(list(self._blocks())):
+            stack.append(_StepInfo(block, index, _kind(step), (block, index), block, None, step))
+        while stack:
+            place = stack.pop()
+            yield place
+            owner = place.raw.get("id") if isinstance(place.raw.get("id"), str) else None
+            inner = []
+            for key in NESTED_LISTS:
+                items = place.raw.get(key)
+                if not isinstance(items, list):
+                    continue
+                if key in _ROLES and place.kind != (key if key != "catch" else "try"):
+                    continue  # the model says what is wrong with the step
+                role = _ROLES.get(key, key)
+                for index, step in enumerate(items):
+                    if isinstance(step, dict):
+                        path = (*place.path, key, index)
+                        inner.append(
+                            _StepInfo(place.block, index, _kind(step), path, role, owner, step)
+                        )
+            stack.extend(reversed(inner))
+
     def _collect_ids(self) -> None:
-        for block, index, step in self._blocks():
-            step_id = step.get("id")
+        for place in self._places():
+            step_id = place.raw.get("id")
             if not isinstance(step_id, str):
                 continue
-            kind = next((a for a in ACTIONS if a in step), None)
             first = self.steps.get(step_id)
             if first is not None:
                 self._error(
-                    (*self.base, block, index, "id"),
-                    f"duplicate step id {step_id!r} (already used by {first.block}[{first.index}])",
+                    (*self.base, *place.path, "id"),
+                    f"duplicate step id {step_id!r} (already used by {first.where})"
+                    + (
+                        ": every step id is unique in its workflow, inside blocks too"
+                        if len(place.path) > 2 or len(first.path) > 2
+                        else ""
+                    ),
                 )
                 continue
-            self.steps[step_id] = _StepInfo(block, index, kind)
+            self.steps[step_id] = place
 
-    def _check_jump(self, path: DataPath, target: Any, block: str) -> None:
+    def _check_jump(self, path: DataPath, target: Any, place: _StepInfo) -> None:
         if not isinstance(target, str):
             return
         info = self.steps.get(target)
         if info is None:
-            same = [i for i, s in self.steps.items() if s.block == block]
+            same = [i for i, s in self.steps.items() if s.list_path == place.list_path]
             self._error(path, f"goto to unknown step {target!r}{did_you_mean(target, same)}")
-        elif info.block != block:
-            self._error(
-                path,
-                f"goto {target!r} leaves {block}: a jump stays within its own list "
-                f"({target!r} is in {info.block})",
+        elif info.list_path != place.list_path:
+            self._error(path, self._crossing(target, info, place))
+
+    def _crossing(self, target: str, info: _StepInfo, place: _StepInfo) -> str:
+        """Why a jump from ``place`` to ``info`` leaves its list."""
+        mine, theirs = place.list_path, info.list_path
+        if len(mine) == 1 and len(theirs) == 1:
+            return (
+                f"goto {target!r} leaves {place.block}: a jump stays within its own list "
+                f"({target!r} is in {info.block})"
             )
+        common = 0
+        while common < min(len(mine), len(theirs)) and mine[common] == theirs[common]:
+            common += 1
+        verb = "into" if theirs[: len(mine)] == mine else "out of"
+        deeper = theirs if verb == "into" else mine
+        # The first block the jump crosses: the step where the two lists part (or whose
+        # lists they are, when they part at a list's key).
+        owner_path = deeper[: common + 1] if isinstance(deeper[common], int) else deeper[:common]
+        owner = next((s for s in self.steps.values() if s.path == owner_path), None)
+        block = f"{owner.kind} block {owner.raw.get('id')!r}" if owner is not None else "a block"
+        return (
+            f"goto {target!r} jumps {verb} the {block}: a goto may not jump into or out "
+            f"of a parallel, race or try block, nor between a block's lists "
+            f"({target!r} is at {info.where})"
+        )
 
     def _check_jumps(self) -> None:
-        for block, index, step in self._blocks():
-            path = (*self.base, block, index)
+        for place in self._places():
+            step = place.raw
+            path = (*self.base, *place.path)
             choose = step.get("choose")
             if isinstance(choose, dict):
                 if "foreach" in step:
                     self._error(
                         (*path, "foreach"), "choose cannot run per item: a jump moves the whole run"
                     )
+                if place.role == "branch":
+                    self._error(
+                        (*path, "choose"),
+                        "a choose cannot be a branch of a parallel or race: branches run side "
+                        "by side, so a jump has nowhere to go (put a try block in the branch)",
+                    )
+                    continue
                 branches = choose.get("branches")
                 for b, branch in enumerate(branches if isinstance(branches, list) else []):
                     if isinstance(branch, dict):
                         self._check_jump(
-                            (*path, "choose", "branches", b, "goto"), branch.get("goto"), block
+                            (*path, "choose", "branches", b, "goto"), branch.get("goto"), place
                         )
                 default = choose.get("default")
                 if isinstance(default, dict):
                     self._check_jump(
-                        (*path, "choose", "default", "goto"), default.get("goto"), block
+                        (*path, "choose", "default", "goto"), default.get("goto"), place
                     )
             wait = step.get("wait_for")
             if not isinstance(wait, dict):
@@ -165,33 +247,116 @@ class ReferenceChecker:
                 jumps.append((("on_timeout", "escalate", "then"), escalate.get("then")))
             for field_path, jump in jumps:
                 if isinstance(jump, dict) and "goto" in jump:
-                    self._check_wait_jump(step, block, (*path, "wait_for", *field_path), jump)
+                    self._check_wait_jump(place, (*path, "wait_for", *field_path), jump)
 
-    def _check_wait_jump(
-        self, step: dict[str, Any], block: str, where: DataPath, jump: dict[str, Any]
-    ) -> None:
-        name = ".".join(str(part) for part in where[5:])
-        if block == "finally":
+    def _check_wait_jump(self, place: _StepInfo, where: DataPath, jump: dict[str, Any]) -> None:
+        name = ".".join(str(part) for part in where[len(self.base) + len(place.path) + 1 :])
+        if place.block == "finally":
             self._error(
                 where,
                 f"{name}: goto is not allowed in a finally step (the run has settled); use fail or continue",
             )
-        elif "foreach" in step:
+        elif "foreach" in place.raw:
             self._error(
                 where,
                 f"{name}: goto is not allowed inside foreach (each item waits on its own); use fail or continue",
             )
+        elif place.role == "branch":
+            self._error(
+                where,
+                f"{name}: goto is not allowed in a branch of a parallel or race (branches run "
+                "side by side); use fail or continue",
+            )
         else:
-            self._check_jump((*where, "goto"), jump.get("goto"), block)
+            self._check_jump((*where, "goto"), jump.get("goto"), place)
+
+    # --- where blocks, compensations and hooks may be --------------------------------
+
+    def _check_structure(self) -> None:
+        for place in self._places():
+            step = place.raw
+            path = (*self.base, *place.path)
+            if "compensate" in step and self._scope(place) is None:
+                self._error(
+                    (*path, "compensate"),
+                    "compensate applies to a step inside a try block (its compensation runs "
+                    "when a later step of the block fails): put this step in a try:"
+                    + (
+                        " (a compensation is not compensated itself)"
+                        if place.role == "compensate"
+                        else ""
+                    ),
+                )
+            if place.block == "on_error" and place.role == "on_error":
+                for key, why in (
+                    ("retry", "on_error steps are observational and never retried"),
+                    ("compensate", "on_error steps are never compensated"),
+                ):
+                    if key in step:
+                        self._error((*path, key), f"{why}: remove {key}")
+                kind = place.kind
+                if kind in ("parallel", "race", "try", "call_workflow", "choose", "wait_for"):
+                    self._error(
+                        (*path, kind),
+                        f"an on_error step reports a failure: a {kind} step cannot be one (use "
+                        "notify, http_call, command or a state change)",
+                    )
+
+    def _scope(self, place: _StepInfo) -> str | None:
+        """The try block whose compensations ``place`` joins: the nearest enclosing try
+        that holds it in its try list (through branches, and catch lists of inner tries)."""
+        while place.owner is not None:
+            owner = self.steps.get(place.owner)
+            if owner is None or place.role == "compensate":
+                return None
+            if place.role == "try":
+                return place.owner
+            place = owner
+        return None
 
     # --- expressions ---------------------------------------------------------------
 
-    def _step_context(self, block: str, index: int, step: dict[str, Any], part: str) -> _Context:
-        earlier = [
-            i
-            for i, s in self.steps.items()
-            if (s.block == block and s.index < index) or (block == "finally" and s.block == "steps")
-        ]
+    def _readable(self, place: _StepInfo) -> set[str]:
+        """The steps that have run whenever ``place`` runs (with every step inside them)."""
+        earlier: set[str] = set()
+        siblings = [s for s in self.steps.values() if s.list_path == place.list_path]
+        for other in siblings:
+            if other.index < place.index and place.role not in ("branch",):
+                earlier |= self._within(other)
+        if place.role in ("main",):
+            return earlier
+        if place.role in ("finally", "on_error"):
+            earlier |= {i for i, s in self.steps.items() if s.block == "steps"}
+            if place.role == "finally":
+                earlier |= {i for i, s in self.steps.items() if s.block == "on_error"}
+            return earlier
+        owner = self.steps.get(place.owner or "")
+        if owner is None:
+            return earlier
+        earlier |= self._readable(owner)
+        if place.role == "catch":
+            # Its try block's own record too: steps.<try>.error is the failure caught.
+            earlier |= {i for i in self._within(owner) if self.steps[i].role != "catch"}
+        elif place.role == "compensate":
+            earlier |= self._within(owner) - self._within_list(owner, "compensate")
+            scope = self._scope(owner)
+            if scope is not None:
+                earlier.add(scope)
+        return earlier
+
+    def _within(self, place: _StepInfo) -> set[str]:
+        """``place``'s id and the ids of every step inside it."""
+        found = {place.raw["id"]} if isinstance(place.raw.get("id"), str) else set()
+        depth = len(place.path)
+        found |= {i for i, s in self.steps.items() if s.path[:depth] == place.path}
+        return found
+
+    def _within_list(self, place: _StepInfo, key: str) -> set[str]:
+        prefix = (*place.path, key)
+        return {i for i, s in self.steps.items() if s.path[: len(prefix)] == prefix}
+
+    def _step_context(self, place: _StepInfo, part: str) -> _Context:
+        step = place.raw
         roots = set(_STEP_ROOTS)
         why: dict[str, str] = {}
         if self.matrix_keys is not None:
@@ -201,30 +366,49 @@ class ReferenceChecker:
                 why["item"] = why["item_index"] = "the foreach list cannot use item: it defines it"
             else:
                 roots |= {"item", "item_index"}
-        if block == "finally" or part == "retry_if":
+        if (
+            place.block in ("finally", "on_error")
+            or part == "retry_if"
+            or self._after_failure(place)
+        ):
             roots.add("error")
         step_id = step.get("id")
         return _Context(
-            frozenset(roots), frozenset(earlier), step_id if isinstance(step_id, str) else None, why
+            frozenset(roots),
+            frozenset(self._readable(place)),
+            step_id if isinstance(step_id, str) else None,
+            why,
+            step,
+            place.path,
         )
 
+    def _after_failure(self, place: _StepInfo) -> bool:
+        """Whether ``place`` runs because something failed: in a catch or a compensation."""
+        while place.owner is not None:
+            if place.role in ("catch", "compensate"):
+                return True
+            owner = self.steps.get(place.owner)
+            if owner is None:
+                return False
+            place = owner
+        return False
+
     def _check_expressions(self) -> None:
-        for block, index, step in self._blocks():
-            path = (*self.base, block, index)
+        for place in self._places():
+            step = place.raw
+            path = (*self.base, *place.path)
             for key, value in step.items():
-                if key == "id" or key not in _KNOWN_STEP_KEYS:
-                    continue  # an unknown field is reported by the model
+                if key == "id" or key not in _KNOWN_STEP_KEYS or key in NESTED_LISTS:
+                    continue  # an unknown field is reported by the model; inner steps below
                 if key == "retry" and isinstance(value, dict):
                     for sub, inner in value.items():
                         part = "retry_if" if sub == "retry_if" else "retry"
                         self._check_strings(
-                            (*path, key, sub), inner, self._step_context(block, index, step, part)
+                            (*path, key, sub), inner, self._step_context(place, part)
                         )
                     continue
-                self._check_strings(
-                    (*path, key), value, self._step_context(block, index, step, key)
-                )
-            self._check_context_fields(path, step, self._step_context(block, index, step, ""))
+                self._check_strings((*path, key), value, self._step_context(place, key))
+            self._check_context_fields(path, step, self._step_context(place, ""))
         workflow_level = _Context(frozenset(), why={"env": _ENV_BEFORE_RUN})
         for key, value in self.workflow.items():
             path = (*self.base, key)
@@ -238,6 +422,13 @@ class ReferenceChecker:
                 self._check_strings(path, value, _Context(frozenset(roots), why=why))
             elif key in ("trigger", "triggers"):
                 self._check_strings(path, value, workflow_level)
+            elif key == "outputs":
+                roots = set(_STEP_ROOTS) - {"env"} | (
+                    {"matrix"} if self.matrix_keys is not None else set()
+                )
+                every = frozenset(i for i, s in self.steps.items() if s.block == "steps")
+                why = {"env": "outputs are stored with the run: env values never are"}
+                self._check_strings(path, value, _Context(frozenset(roots), every, why=why))
             else:
                 for where, _ in _strings(path, value):
                     self._error(where, f"expressions are not evaluated in {key}")
@@ -250,7 +441,9 @@ class ReferenceChecker:
                 self._error(where, f"expression does not parse: {exc.message}", exc.offset)
                 continue
             self._parsed[text] = template
-            if _wants_one_value(where) and not template.is_single_expression:
+            if _wants_one_value(where[len(self.base) + len(context.step_path) :]) and (
+                context.step is not None and not template.is_single_expression
+            ):
                 self._error(
                     where,
                     "write the whole value inside one ${{ ... }}: text around an expression "
@@ -337,8 +530,8 @@ class ReferenceChecker:
         if ref[0] != "env" or "env" not in context.roots:
             return None
         name = ref[1] if len(ref) > 1 else "NAME"
-        step = self.workflow[where[2]][where[3]]
-        if not effect_input(step, where[4:]):
+        rest = where[len(self.base) + len(context.step_path) :]
+        if context.step is None or not effect_input(context.step, rest):
             return (
                 f"env.{name} cannot be read here: env values are filled in only when the "
                 "step's effect runs (they never enter run state), so only what the step "
@@ -359,24 +552,53 @@ class ReferenceChecker:
         if target == context.current:
             return f"a step cannot read its own result (steps.{target})"
         if target not in context.earlier:
-            return f"steps.{target} runs later ({info.block}[{info.index}]): a step can only read steps that run before it"
+            if info.role == "branch" and context.current in self._siblings(info):
+                return (
+                    f"steps.{target} is a branch beside this one: branches run side by side, "
+                    "so one cannot read another's result"
+                )
+            return f"steps.{target} runs later ({info.where}): a step can only read steps that run before it"
         if len(ref) > 2 and isinstance(ref[2], str):
             attribute = ref[2]
             if attribute not in STEP_FIELDS:
                 return f"steps.{target} has no {attribute!r}{did_you_mean(attribute, STEP_FIELDS)} (use output, status, tx or error)"
             if attribute == "tx" and info.kind not in (None, "send_transaction"):
                 return f"steps.{target}.tx: only send_transaction steps have tx ({target} is a {info.kind} step)"
+            if attribute == "winner" and info.kind not in (None, "race"):
+                return f"steps.{target}.winner: only a race has a winner ({target} is a {info.kind} step)"
+            if attribute == "branches" and info.kind not in (None, "parallel", "race"):
+                return f"steps.{target}.branches: only a parallel or race has branches ({target} is a {info.kind} step)"
+            branch = ref[3] if attribute == "branches" and len(ref) > 3 else None
+            if isinstance(branch, str):
+                names = [
+                    i for i, s in self.steps.items() if s.owner == target and s.role == "branch"
+                ]
+                if branch not in names:
+                    return (
+                        f"steps.{target}.branches has no {branch!r}{did_you_mean(branch, names)} "
+                        f"(its branches: {', '.join(names)})"
+                    )
             field = ref[3] if attribute == "error" and len(ref) > 3 else None
             if isinstance(field, str) and field not in ERROR_FIELDS:
                 return _no_field(f"steps.{target}.error", field, ERROR_FIELDS)
         return None
 
+    def _siblings(self, place: _StepInfo) -> set[str]:
+        return {i for i, s in self.steps.items() if s.list_path == place.list_path}
+
     def run(self) -> list[Diagnostic]:
         """Apply every rule; the diagnostics found."""
         self._collect_ids()
         self._check_jumps()
+        self._check_structure()
         self._check_expressions()
         return self.diagnostics
+
+
+def _kind(step: Mapping[str, Any]) -> str | None:
+    """The action a raw step holds (``None``: none, or several)."""
+    found = [action for action in ACTIONS if action in step]
+    return found[0] if len(found) == 1 else None
 
 
 def _no_field(owner: str, field: str, fields: tuple[str, ...]) -> str:
@@ -400,10 +622,9 @@ def _manual_inputs(workflow: Mapping[str, Any]) -> frozenset[str] | None:
     return None
 
 
-def _wants_one_value(path: DataPath) -> bool:
-    """Whether the string at ``path`` must evaluate to a value rather than render as text:
-    conditions and foreach lists."""
-    tail = path[4:]  # after ('workflows', name, block, index)
+def _wants_one_value(tail: DataPath) -> bool:
+    """Whether the string at ``tail`` (a path inside a step) must evaluate to a value
+    rather than render as text: conditions and foreach lists."""
     return tail in (("if",), ("foreach",), ("retry", "retry_if"), ("command", "args", "that")) or (
         len(tail) == 4 and tail[:2] == ("choose", "branches") and tail[3] == "when"
     )

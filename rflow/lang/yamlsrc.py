@@ -48,7 +48,7 @@ _SPECIAL = {
     ".nan": float("nan"), ".NaN": float("nan"), ".NAN": float("nan"),
 }  # fmt: skip
 _STR_TAG = "tag:yaml.org,2002:str"
-_STEP_LISTS = ("steps", "finally")
+_STEP_LISTS = ("steps", "finally", "on_error")
 _COLLECTION_TAGS = {None, "!", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 
 
@@ -57,7 +57,7 @@ def _short_tag(tag: str) -> str:
 
 
 def in_steps(path: DataPath) -> bool:
-    """Whether ``path`` lies inside a workflow's ``steps`` or ``finally`` list, where
+    """Whether ``path`` lies inside a workflow's ``steps``, ``finally`` or ``on_error`` list, where
     ``${VAR}`` is filled in when an effect runs instead of when the file loads."""
     return len(path) >= 3 and path[0] == "workflows" and path[2] in _STEP_LISTS
 

@@ -14,6 +14,8 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 SCHEMA_LINE = "# yaml-language-server: $schema=../schemas/rflow.schema.json"
 WORKFLOW_FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml") if p.name != "project.yaml")
+CALLS = {"invoice-run.yaml": ["settle-invoice.yaml"]}
+"""Examples whose workflow calls another's (call_workflow): validated with it."""
 
 
 def test_the_examples_folder_is_a_valid_project() -> None:
@@ -31,15 +33,17 @@ def test_the_examples_folder_is_a_valid_project() -> None:
         "environment variable TREASURY_LEAD_TOKEN",
     }
     assert report.project is not None
-    assert len(report.project.workflows) == len(WORKFLOW_FILES) == 9
+    assert len(report.project.workflows) == len(WORKFLOW_FILES) == 15
 
 
 @pytest.mark.parametrize("name", WORKFLOW_FILES)
 def test_each_example_validates_with_the_shared_declarations(name: str) -> None:
-    sources = [(str(EXAMPLES / n), (EXAMPLES / n).read_text()) for n in ("project.yaml", name)]
+    names = ("project.yaml", name, *CALLS.get(name, ()))
+    sources = [(str(EXAMPLES / n), (EXAMPLES / n).read_text()) for n in names]
     report = validate_sources(sources, {})
     assert report.errors == ()
-    assert report.project is not None and len(report.project.workflows) == 1
+    assert report.project is not None
+    assert len(report.project.workflows) == 1 + len(CALLS.get(name, ()))
 
 
 @pytest.mark.parametrize("mode", ["python", "json"])

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BeforeValidator,
+    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -210,14 +211,34 @@ class Notify(Model):
     (Slack and log channels get the message alone)."""
 
 
+def _delay_for(schema: dict[str, Any]) -> None:
+    schema["properties"]["for"] = {
+        **schema["properties"]["duration"],
+        "description": "The same as duration: delay: {for: 1h}.",
+    }
+
+
 class Delay(Model):
     """Sleep durably for a duration or until an instant."""
 
+    model_config = ConfigDict(json_schema_extra=_delay_for)
+
     duration: Duration | None = None
-    """How long to sleep, e.g. 10m (give this or until)."""
+    """How long to sleep, e.g. 10m (give this or until; `for` is the same field:
+    delay: {for: 1h})."""
     until: str | None = None
     """An ISO 8601 date-time (read in `timezone` when it has no offset) or an expression."""
     timezone: TimeZone = "UTC"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _for(cls, data: Any) -> Any:
+        # delay: {for: 1h} reads as {duration: 1h}.
+        if isinstance(data, dict) and "for" in data:
+            if "duration" in data:
+                raise invalid("give duration or for (the same field), not both")
+            data = {("duration" if key == "for" else key): value for key, value in data.items()}
+        return data
 
     @model_validator(mode="after")
     def _one(self) -> Delay:

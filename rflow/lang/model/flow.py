@@ -230,8 +230,19 @@ OnReject = Annotated[
 ]
 
 
+class WaitSignal(Model):
+    """Park until an operator or a program sends the run a signal by name
+    (``rflow runs signal RUN NAME``, ``POST /api/runs/{id}/signals/{name}``)."""
+
+    name: Name
+    """The signal's name; a signal of that name sent while no step waits for it is refused,
+    unless the workflow declares ``signals: {<name>: {buffer: true}}``."""
+    timeout: Duration | None = None
+    """How long to wait (or give wait_for.timeout or the step's timeout: one of them)."""
+
+
 class WaitFor(Model):
-    """Park the run until a chain event, a webhook or a human decision."""
+    """Park the run until a chain event, a webhook, a human decision or a signal."""
 
     event: EventSpec | None = None
     """Wait for a contract event (contract, name, network, filter)."""
@@ -239,6 +250,8 @@ class WaitFor(Model):
     """Wait for a request on a webhook path."""
     approval: Approval | None = None
     """Wait for a person's decision."""
+    signal: WaitSignal | None = None
+    """Wait for a signal sent to this run by name; its data is the step's output."""
     timeout: Duration | None = None
     """How long to wait (or give the step's timeout, not both); approvals default to
     config.approval_timeout."""
@@ -251,7 +264,12 @@ class WaitFor(Model):
 
     @model_validator(mode="after")
     def _one(self) -> WaitFor:
-        exactly_one(self, ("event", "webhook", "approval"), "wait_for")
+        exactly_one(self, ("event", "webhook", "approval", "signal"), "wait_for")
+        if self.signal is not None and self.signal.timeout is not None and self.timeout:
+            raise invalid(
+                "this wait has a timeout already (wait_for.timeout): give it once, here or "
+                "in signal.timeout"
+            )
         binary = self.approval is not None and self.approval.type == "approve_reject"
         if self.on_timeout in ("approve", "reject") and not binary:
             raise invalid(
@@ -264,7 +282,8 @@ class WaitFor(Model):
             if then in ("approve", "reject") and not binary:
                 raise invalid(f"escalate.then: {then} applies to an approve_reject approval only")
         # on_timeout without any timeout is refused by the step, which may carry one.
-        if "on_reject" in self.model_fields_set and self.approval is None:
+        # Its default written out (a stored definition spells every default) is no error.
+        if "on_reject" in self.model_fields_set and self.on_reject != "end" and not self.approval:
             raise invalid("on_reject applies to an approval only")
         return self
 
@@ -349,3 +368,26 @@ class ListChange(Model):
 
 StateValues = Annotated[dict[Name, Any], Field(min_length=1)]
 """Keys of the workflow's state and the values to store."""
+
+
+class CallWorkflow(Model):
+    """Start a run of another workflow of the project (a child run) and, by default,
+    wait for it."""
+
+    workflow: Name
+    """The workflow to run: one of the project's, with a manual trigger that declares the
+    inputs it takes (and no strategy.matrix: one call, one child run)."""
+    inputs: dict[Name, Any] = {}
+    """The child run's inputs (expressions allowed), read there as ${{ inputs.<name> }}."""
+    wait: bool = True
+    """true: the step waits for the child run and its output is the child's outputs (a
+    child that fails fails the step with the child's failure); false: the step succeeds
+    once the child run is asked for, with output {run_id}."""
+
+
+class SignalSpec(Model):
+    """What happens to a signal of this name that no step waits for."""
+
+    buffer: bool = False
+    """Keep it (up to 100 per name, oldest first) for the run's next wait_for of that
+    signal, instead of refusing it."""

@@ -27,7 +27,7 @@ from rflow.lang.model.common import (
     invalid,
     invalid_at,
 )
-from rflow.lang.model.flow import Choose, ListChange, StateValues, WaitFor
+from rflow.lang.model.flow import CallWorkflow, Choose, ListChange, StateValues, WaitFor
 from rflow.lang.units import format_duration
 
 MIN_DELAY = timedelta(milliseconds=100)
@@ -133,7 +133,8 @@ class StepBase(Model):
 
     kind: ClassVar[str] = ""
     id: Name
-    """Unique within the workflow (steps and finally); results are ${{ steps.<id>.output }}."""
+    """Unique within the workflow (every step, inside blocks too); results are
+    ${{ steps.<id>.output }}."""
     if_: Condition | None = Field(None, alias="if")
     """Run the step only when this holds (per item inside foreach); else it is skipped."""
     retry: Retry | None = None
@@ -156,6 +157,10 @@ class StepBase(Model):
     max_iterations: int | None = Field(None, ge=1, le=1_000_000)
     """A safety cap: a list that gives more iterations than this (batches, with
     batch_size) fails the step before any iteration starts."""
+    compensate: list[Step] | None = Field(None, min_length=1)
+    """Inside a try block: steps that undo this one. They run, once, if a later step of
+    the block fails (or the block is cancelled) after this one completed, in reverse order
+    of completion with the other compensations, before the block's catch."""
 
     @model_validator(mode="after")
     def _foreach_options(self) -> StepBase:
@@ -211,6 +216,11 @@ class StepBase(Model):
     def action(self) -> Any:
         """The action's model (or mapping for state_set)."""
         return getattr(self, self.kind)
+
+    def lists(self) -> list[tuple[str, list[Any]]]:
+        """The lists of steps this step holds, each with its role: ``branch`` (parallel,
+        race), ``try`` and ``catch`` (try), ``compensate`` (any step in a try block)."""
+        return [("compensate", self.compensate)] if self.compensate else []
 
     @property
     def parallelism(self) -> int:
@@ -304,6 +314,13 @@ class WaitForStep(StepBase):
     @model_validator(mode="after")
     def _one_timeout(self) -> WaitForStep:
         wait = self.wait_for
+        if wait.signal is not None and wait.signal.timeout is not None and self.timeout:
+            raise invalid_at(
+                self,
+                ("timeout",),
+                "this wait has a timeout already (wait_for.signal.timeout): give it once, "
+                "here or there",
+            )
         if self.timeout is not None and wait.timeout is not None:
             raise invalid_at(
                 self,
@@ -312,6 +329,7 @@ class WaitForStep(StepBase):
             )
         if (
             "on_timeout" in wait.model_fields_set
+            and wait.on_timeout != "fail"
             and self.wait_timeout is None
             and wait.approval is None
         ):
@@ -327,9 +345,15 @@ class WaitForStep(StepBase):
 
     @property
     def wait_timeout(self) -> timedelta | None:
-        """How long the wait lasts before its ``on_timeout``: ``wait_for.timeout`` or the
-        step's ``timeout`` (an approval without either takes ``config.approval_timeout``)."""
-        return self.wait_for.timeout or self.timeout
+        """How long the wait lasts before its ``on_timeout``: ``wait_for.timeout`` (or a
+        signal's own ``timeout``) or the step's ``timeout`` (an approval without either
+        takes ``config.approval_timeout``)."""
+        signal = self.wait_for.signal
+        return (
+            self.wait_for.timeout
+            or (signal.timeout if signal is not None else None)
+            or self.timeout
+        )
 
 
 class ChooseStep(StepBase):
@@ -368,6 +392,98 @@ class ListRemoveStep(StepBase):
     """The list and the value to remove."""
 
 
+class CallWorkflowStep(StepBase):
+    """A step that runs another workflow as a child run."""
+
+    kind: ClassVar[str] = "call_workflow"
+    call_workflow: CallWorkflow
+    """The workflow, its inputs, and whether to wait for the child run."""
+
+    def no_timeout(self) -> str | None:
+        if not self.call_workflow.wait:
+            return "a call_workflow with wait: false settles at once: a timeout cannot apply"
+        return None
+
+
+class BlockStep(StepBase):
+    """A step made of steps (parallel, race, try): each step inside retries, times out
+    and runs per item on its own; the block itself does none of these."""
+
+    def no_timeout(self) -> str | None:
+        return (
+            f"a {self.kind} block has no timeout of its own: give its steps one (or race "
+            "it against a delay)"
+        )
+
+    @model_validator(mode="after")
+    def _not_as_a_whole(self) -> BlockStep:
+        if self.retry is not None:
+            raise invalid_at(
+                self,
+                ("retry",),
+                f"a {self.kind} block is not retried as a whole: give its steps a retry",
+            )
+        if self.foreach is not None:
+            raise invalid_at(
+                self,
+                ("foreach",),
+                f"a {self.kind} block cannot run per item: put the foreach on a step inside it",
+            )
+        return self
+
+
+class ParallelStep(BlockStep):
+    """A step whose branches all start together; it ends when every branch has ended."""
+
+    kind: ClassVar[str] = "parallel"
+    parallel: list[Step] = Field(min_length=1)
+    """The branches, one step each (a block for several); results are
+    ${{ steps.<id>.branches.<branch>.output }}. A branch that fails stops the others
+    (each releases what it holds) and fails the step, unless it has continue_on_error."""
+
+    def lists(self) -> list[tuple[str, list[Any]]]:
+        return [("branch", self.parallel), *super().lists()]
+
+
+class RaceStep(BlockStep):
+    """A step whose branches start together; the first to end wins and the others are
+    cancelled (each releases what it holds: a wait, a timer, a send not signed yet)."""
+
+    kind: ClassVar[str] = "race"
+    race: list[Step] = Field(min_length=2)
+    """The branches, one step each (at least two); ${{ steps.<id>.winner }} names the one
+    that ended first, and the step ends as it did (its output, or its failure)."""
+
+    def lists(self) -> list[tuple[str, list[Any]]]:
+        return [("branch", self.race), *super().lists()]
+
+
+class TryStep(BlockStep):
+    """A block whose terminal failure is caught: the compensations of the steps that
+    completed run in reverse order, then catch, with the failure as data."""
+
+    kind: ClassVar[str] = "try"
+    try_: list[Step] = Field(alias="try", min_length=1)
+    """The steps of the block, in order; a step here may carry compensate."""
+    catch: list[Step] = []
+    """Steps that run after the compensations when a step of try fails;
+    ${{ steps.<id>.error }} (and ${{ error }}) is the failure. Without catch, the block
+    fails with it once the compensations ran."""
+
+    @property
+    def action(self) -> Any:
+        return self.try_
+
+    def lists(self) -> list[tuple[str, list[Any]]]:
+        found: list[tuple[str, list[Any]]] = [("try", self.try_)]
+        if self.catch:
+            found.append(("catch", self.catch))
+        return [*found, *super().lists()]
+
+
+BLOCK_KINDS = ("parallel", "race", "try")
+"""Steps made of steps."""
+
 STEP_CLASSES: tuple[type[StepBase], ...] = (
     SendTransactionStep,
     ReadStep,
@@ -381,6 +497,10 @@ STEP_CLASSES: tuple[type[StepBase], ...] = (
     StateSetStep,
     ListAddStep,
     ListRemoveStep,
+    CallWorkflowStep,
+    ParallelStep,
+    RaceStep,
+    TryStep,
 )
 ACTIONS: tuple[str, ...] = tuple(cls.kind for cls in STEP_CLASSES)
 """The action keys, one of which every step holds."""
@@ -397,7 +517,11 @@ Step = Annotated[
     | Annotated[ChooseStep, Tag("choose")]
     | Annotated[StateSetStep, Tag("state_set")]
     | Annotated[ListAddStep, Tag("list_add")]
-    | Annotated[ListRemoveStep, Tag("list_remove")],
+    | Annotated[ListRemoveStep, Tag("list_remove")]
+    | Annotated[CallWorkflowStep, Tag("call_workflow")]
+    | Annotated[ParallelStep, Tag("parallel")]
+    | Annotated[RaceStep, Tag("race")]
+    | Annotated[TryStep, Tag("try")],
     Discriminator(
         by_key(*ACTIONS),
         custom_error_type="step_action",
@@ -405,3 +529,16 @@ Step = Annotated[
     ),
 ]
 """A step: the common fields and exactly one action."""
+
+
+def walk(steps: list[Any]) -> list[Any]:
+    """Every step of ``steps`` and, after each, the steps it holds (branches, try and
+    catch, compensations), depth first, in the order they are written."""
+    found: list[Any] = []
+    stack = list(reversed(steps))
+    while stack:
+        step = stack.pop()
+        found.append(step)
+        for _, inner in reversed(step.lists()):
+            stack.extend(reversed(inner))
+    return found

@@ -16,7 +16,8 @@ from rflow.lang.model.common import (
     invalid_at,
     word_or_map,
 )
-from rflow.lang.model.steps import Step
+from rflow.lang.model.flow import SignalSpec
+from rflow.lang.model.steps import Step, walk
 from rflow.lang.model.triggers import ManualTrigger, Trigger, default_ids
 
 
@@ -143,6 +144,17 @@ class Workflow(Model):
     """What a run does, in order (at least one step)."""
     finally_: list[Step] = Field([], alias="finally")
     """Steps that run after the run settles, success or failure."""
+    on_error: list[Step] = []
+    """Steps that run when the run fails terminally (before finally), to report it:
+    ${{ error }} is the failure. Observational: they are never retried, and their own
+    failures are recorded without changing the run's."""
+    outputs: dict[Name, Any] = {}
+    """Values the run gives back when it succeeds (expressions allowed, rendered when its
+    steps are done): a parent's call_workflow step reads them as its output."""
+    signals: dict[Name, SignalSpec] = {}
+    """Signals (by name) kept for a later wait_for when no step waits for them:
+    {<name>: {buffer: true}}. A signal not declared here is refused unless a step of
+    the run waits for it."""
     on_failure: Literal["dead_letter", "drop", "halt"] = "dead_letter"
     """dead_letter (to the DLQ), drop (log and forget) or halt (pause the workflow)."""
     retention: int | None = Field(None, ge=1, le=36_500)
@@ -188,8 +200,9 @@ class Workflow(Model):
         return self
 
     def all_steps(self) -> list[Any]:
-        """The main steps, then the finally steps."""
-        return [*self.steps, *self.finally_]
+        """Every step: the main steps, then the on_error and finally steps, each followed
+        by the steps it holds (branches, try and catch, compensations)."""
+        return walk([*self.steps, *self.on_error, *self.finally_])
 
     def all_triggers(self) -> list[Any]:
         """Every trigger: the one of ``trigger``, or those of ``triggers``."""

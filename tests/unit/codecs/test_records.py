@@ -67,7 +67,7 @@ def test_encoding_is_stable():
         (b'"text"', "expected a JSON object, got str"),
         (
             b"{}",
-            "unknown record kind None; known: dead_letter, pause_changed, retry, run_event, "
+            "unknown record kind None; known: call, dead_letter, pause_changed, retry, run_event, "
             "run_journal, send, send_control, trigger, trigger_retracted",
         ),
         (

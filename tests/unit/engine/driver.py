@@ -36,14 +36,25 @@ workflows:
 """
 
 
-def workflow(body: str, name: str = "w") -> Workflow:
-    """A workflow from the YAML ``body`` of ``workflows.<name>`` (indented by 4)."""
-    text = (
-        PROJECT
-        + f"  {name}:\n"
-        + "\n".join("    " + line for line in body.strip("\n").splitlines())
-        + "\n"
-    )
+SETTLE = """
+trigger: { manual: { inputs: [amount] } }
+steps:
+  - id: settled
+    command: { name: log, args: { message: "settled" } }
+"""
+"""A workflow to call (``call_workflow: {workflow: settle}``)."""
+
+
+def workflow(body: str, name: str = "w", others: dict[str, str] | None = None) -> Workflow:
+    """A workflow from the YAML ``body`` of ``workflows.<name>`` (indented by 4), in a
+    project that also has the workflows ``others`` (name: body)."""
+    text = PROJECT
+    for named, text_of in {name: body, **(others or {})}.items():
+        text += (
+            f"  {named}:\n"
+            + "\n".join("    " + line for line in text_of.strip("\n").splitlines())
+            + "\n"
+        )
     report = validate_text(text, {"AUDIT_URL": "http://audit.test", "PAYOUT_KEY": "0x01"})
     assert report.ok, "\n".join(str(d) for d in report.diagnostics)
     return report.project.workflows[name]

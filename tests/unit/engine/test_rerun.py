@@ -178,3 +178,27 @@ def test_a_run_that_parks_and_moves_on_journals_its_status():
     plain = Driver(workflow(THREE))
     plain.run()
     assert not [e for e in plain.effects if isinstance(e, Journal) and e.event == "run_status"]
+
+
+BLOCK = """
+trigger: { manual: {} }
+permissions: { relayers: [payout] }
+steps:
+  - id: flow
+    try:
+      - id: pay
+        send_transaction: { network: local, relayer: payout, to: "0x0000000000000000000000000000000000000001", value: 1 }
+      - id: bridge
+        http_call: { url: "http://x.test/bridge" }
+"""
+
+
+def test_a_block_runs_again_whole_and_its_sends_are_named_as_sent_again():
+    d = failed_run(BLOCK, answer=lambda e: SENT if e.path == "pay" else fail("reverted", "no"))
+    plan = rerun.plan(d.wf, d.state)
+    assert plan.rerun == ("flow",)
+    assert "pay" not in plan.kept and "bridge" not in plan.kept
+    assert [r.path for r in plan.resent] == ["pay"]
+    r = retried(d)
+    [pay] = [e for e in r.effects if isinstance(e, Execute) and e.path == "pay"]
+    assert pay.key == "w:t1:pay#2"  # a new visit: a new key for what runs again

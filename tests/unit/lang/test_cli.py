@@ -48,7 +48,7 @@ def test_validate_examples_text(runner: CliRunner, monkeypatch: pytest.MonkeyPat
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         *UNCHECKED,
-        "examples/: 9 workflows, 0 errors, 2 warnings",
+        "examples/: 15 workflows, 0 errors, 2 warnings",
     ]
 
 
@@ -78,7 +78,7 @@ def test_validate_prints_warnings_and_still_succeeds(
         *UNCHECKED,
         "examples/project.yaml:47:14: warning: relayers.dev.key_env: environment variable "
         "RELAYER_DEV_KEY is not set (the key of relayer 'dev')",
-        "examples: 9 workflows, 0 errors, 3 warnings",
+        "examples: 15 workflows, 0 errors, 3 warnings",
     ]
 
 
@@ -93,13 +93,19 @@ def test_validate_examples_json(runner: CliRunner) -> None:
         "ok": True,
         "errors": [],
         "workflows": [
+            "approve-or-expire",
+            "best-quote",
+            "bridge-payment",
             "copy-trade",
             "daily-treasury-report",
             "demo-payout",
             "hello-local",
+            "invoice-run",
             "local-smoke",
             "weekly-payouts",
             "relayer-gas-watch",
+            "release-gate",
+            "settle-invoice",
             "sweep",
             "withdrawals",
         ],

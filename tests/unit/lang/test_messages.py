@@ -110,12 +110,12 @@ def test_a_step_needs_exactly_one_action() -> None:
     ) == [
         "wf.yaml:5:9: error: workflows.w.steps[0]: a step needs one of send_transaction, read, "
         "query, command, http_call, notify, delay, wait_for, choose, state_set, list_add, "
-        "list_remove; found none",
+        "list_remove, call_workflow, parallel, race, try; found none",
         "wf.yaml:6:9: error: workflows.w.steps[1]: a step has exactly one action, this one has 2: "
         "notify, delay",
         "wf.yaml:9:9: error: workflows.w.steps[2]: expected a step (a mapping with one of "
         "send_transaction, read, query, command, http_call, notify, delay, wait_for, choose, "
-        "state_set, list_add, list_remove), got 'just text'",
+        "state_set, list_add, list_remove, call_workflow, parallel, race, try), got 'just text'",
     ]
 
 

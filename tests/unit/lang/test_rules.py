@@ -269,7 +269,7 @@ def test_error_only_in_retry_if_and_finally() -> None:
         """
     ) == [
         "wf.yaml:9:47: error: workflows.w.steps[1].notify.message: error is only defined in "
-        "retry.retry_if and in finally steps"
+        "retry.retry_if, and in catch, compensate, on_error and finally steps"
     ]
 
 
@@ -637,7 +637,7 @@ def test_wait_for_rules() -> None:
         """
     ) == [
         "wf.yaml:5:28: error: workflows.w.steps[0].wait_for: wait_for needs exactly one of "
-        "event, webhook or approval (found webhook and approval)",
+        "event, webhook, approval or signal (found webhook and approval)",
         "wf.yaml:6:40: error: workflows.w.steps[1].wait_for.approval: an approval of type choice "
         "needs at least two distinct choices",
         "wf.yaml:7:28: error: workflows.w.steps[2].wait_for: on_timeout: approve applies to an "
