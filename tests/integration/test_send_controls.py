@@ -281,6 +281,13 @@ async def test_a_step_timeout_cancels_a_send_that_is_not_mined_and_fails_timeout
             (filled_at,) = await cur.fetchone()
         assert filled_at >= node.row.deadline
         assert filled_at - node.row.deadline < timedelta(seconds=10)
+
+        # The filler is stored before it is broadcast: mine only once the node has it,
+        # or the block holds the send itself.
+        async def broadcast():
+            return await mined_transaction(node.w3, filler.tx_hash)
+
+        await wait_until(broadcast, timeout=30, what="the cancel to be broadcast")
         await chain.evm_mine(node.w3)
 
         run = await settled_run(settings, node.rid)
