@@ -109,14 +109,16 @@ class WaitHooks:
 
     async def find(self, path: str) -> tuple[dict[str, Any] | None, Reply | None]:
         """The open wait whose resume URL is ``path``; else, for a path that is a wait's
-        (with a wrong token, or none), the refusal; else nothing (not a wait's path)."""
+        (a token no open wait has, or a wait's path without one), the refusal; else
+        nothing (not a wait's path)."""
         prefix, token = waiturls.split(path)
         if waiturls.looks_like_token(token):
+            # No trigger is at this path (the caller asked them first): a token's shape
+            # says it is meant for a wait, open or not.
             wait = await self.store.webhook_wait_by_token(waiturls.token_hash(token))
             if wait is not None and waiturls.path_of(wait["spec"].get("webhook")) == prefix:
                 return wait, None
-            if prefix == waiturls.DEFAULT_PATH or await self.store.webhook_waits(prefix):
-                return None, refuse(401, NO_OPEN_WAIT)
+            return None, refuse(401, NO_OPEN_WAIT)
         if path.rstrip("/") == waiturls.DEFAULT_PATH or await self.store.webhook_waits(path):
             return None, refuse(
                 401,
