@@ -29,6 +29,13 @@ _OF_SEND = """
 SELECT request_id, action, status, requested_by, requested_at, answered_at, tx_hash, answer
 FROM send_controls WHERE send_key = %s ORDER BY requested_at
 """
+_OF_RUN = """
+SELECT s.send_id, c.action, c.status, c.requested_by, c.requested_at, c.answered_at, c.tx_hash,
+       c.answer
+FROM send_controls c JOIN sends s USING (send_key)
+WHERE s.run_id = %s AND c.status <> 'lapsed'
+ORDER BY c.requested_at
+"""
 _GET = """
 SELECT c.*, a.max_fee_per_gas AS signed_max_fee_per_gas,
        a.max_priority_fee_per_gas AS signed_max_priority_fee_per_gas, a.nonce AS signed_nonce
@@ -111,6 +118,15 @@ async def of_send(conn: psycopg.AsyncConnection, send_key: str) -> list[dict[str
     with translated():
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_OF_SEND, (send_key,))
+            return list(await cur.fetchall())
+
+
+async def of_run(conn: psycopg.AsyncConnection, run_id: str) -> list[dict[str, Any]]:
+    """Every speed-up and cancel asked of a run's sends (but those that lapsed, which
+    changed nothing), oldest first, with who asked and how it ended."""
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_OF_RUN, (run_id,))
             return list(await cur.fetchall())
 
 

@@ -231,6 +231,14 @@ def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
         click.echo("")
         charges = [[c["budget"], c["asset"], str(c["amount"]), c["status"]] for c in run["charges"]]
         click.echo(table(charges, ["BUDGET", "ASSET", "AMOUNT", "STATUS"]))
+    if run.get("send_controls"):
+        click.echo("")
+        asked = [
+            [_when(c["requested_at"]), c["send_id"], c["action"], c["requested_by"] or "-",
+             c["status"]]
+            for c in run["send_controls"]
+        ]  # fmt: skip
+        click.echo(table(asked, ["ASKED", "SEND", "ACTION", "BY", "OUTCOME"]))
 
 
 def _live_state(run_id: str) -> dict[str, Any] | None:
@@ -257,13 +265,14 @@ def _live_state(run_id: str) -> dict[str, Any] | None:
 async def _run_with_charges(
     conn: Any, run_id: str, base: str, may_answer: bool
 ) -> dict[str, Any] | None:
-    from rflow.storage import budgets
+    from rflow.storage import budgets, send_controls
     from rflow.storage import runs as store
     from rflow.streams.control import resume_urls
 
     run = await store.get_run(conn, run_id)
     if run is not None:
         run["charges"] = await budgets.run_charges(conn, run_id)
+        run["send_controls"] = await send_controls.of_run(conn, run_id)
         # A resume URL answers a wait: shown to whoever may answer.
         run["webhook_waits"] = await resume_urls(conn, run_id, base) if may_answer else None
     return run

@@ -11,7 +11,7 @@ from rflow.console import present
 from rflow.console.approvals import may_answer
 from rflow.console.auth import PREFIX
 from rflow.engine import RunStatus
-from rflow.storage import budgets, runs, sends, waits
+from rflow.storage import budgets, runs, send_controls, sends, waits
 from rflow.streams.control import resume_urls
 
 if TYPE_CHECKING:
@@ -106,16 +106,22 @@ def attach(console: Console) -> None:
         async def load(conn: Any) -> tuple[Any, ...]:
             run = await runs.get_run(conn, run_id)
             if run is None:
-                return None, [], [], [], ([], 0)
+                return None, [], [], [], [], ([], 0)
             charges = await budgets.run_charges(conn, run_id)
             transactions = await sends.of_run(conn, run_id)
+            asked = await send_controls.of_run(conn, run_id)
             open_approvals = await waits.pending_approvals(conn, run_id=run_id)
             combinations = await runs.matrix_runs(conn, run)
-            return run, charges, transactions, open_approvals, combinations
+            return run, charges, transactions, asked, open_approvals, combinations
 
-        run, charges, transactions, open_approvals, (combinations, combined) = await console.db(
-            load, "run"
-        )
+        (
+            run,
+            charges,
+            transactions,
+            asked,
+            open_approvals,
+            (combinations, combined),
+        ) = await console.db(load, "run")
         if run is None:
             return console.render(
                 visit,
@@ -149,6 +155,7 @@ def attach(console: Console) -> None:
             retried_steps=retried,
             charges=charges,
             transactions=transactions,
+            asked=asked,
             approvals=entries,
             webhook_waits=resume,
             combinations=combinations,

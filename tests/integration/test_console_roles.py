@@ -164,6 +164,14 @@ async def test_each_role_sees_only_what_it_may_use_and_is_refused_the_rest(world
         "operator",
         "operator",
     ]
+    # The run of the send says who asked for each, where its transactions are.
+    await page.goto(f"{base}/console/runs/{send.run_id}")
+    asked = page.locator("#send-controls tbody tr")
+    await expect(asked).to_have_count(2)
+    await expect(asked.nth(0)).to_contain_text("speedup")
+    await expect(asked.nth(1)).to_contain_text("cancel")
+    for row in await asked.all():
+        await expect(row).to_contain_text("operator")
 
     # The audit page shows it all, filtered.
     await page.goto(f"{base}/console/audit?principal=viewer&outcome=refused")

@@ -177,3 +177,72 @@ async def _waiting(settings, rid: str) -> bool:
     conn = await storage.connect(settings)
     async with conn:
         return bool(await waits.open_waits(conn, rid))
+
+
+SHOWN = """
+principals:
+  approver: { token_env: APPROVER_TOKEN, role: approver }
+  viewer: { token_env: VIEWER_TOKEN }
+"""
+
+
+async def test_the_resume_url_is_shown_to_those_who_may_answer_it(
+    settings, worker_factory, tmp_path, sink
+):
+    import os
+    import subprocess
+    import sys
+
+    from playwright.async_api import expect
+
+    from tests.integration.browser import chromium, screenshot, sign_in
+    from tests.integration.test_api import call
+
+    tokens = {"APPROVER_TOKEN": "approver-token-aa01", "VIEWER_TOKEN": "viewer-token-bb02"}
+    path = tmp_path / "project.yaml"
+    path.write_text(SHOWN + project(sink.url, AUTH["none"]))
+    worker = worker_factory(project_path=path, env=tokens)
+    await worker.wait_ready()
+    rid = await fire(settings, path, "confirm", "manual:confirm:1", {"order": 7})
+    await run_status(settings, rid, "waiting")
+    url = (await wait_until(lambda: _asked(sink), what="the ask step's call")).body["resume"]
+
+    # The API: the URL for whoever may answer, null for a viewer.
+    _, shown = await call(worker, "GET", f"/api/runs/{rid}", token=tokens["APPROVER_TOKEN"])
+    assert shown["webhook_waits"] == [{"step": "confirmed", "resume_url": url, "auth": "none"}]
+    _, hidden = await call(worker, "GET", f"/api/runs/{rid}", token=tokens["VIEWER_TOKEN"])
+    assert hidden["webhook_waits"] is None
+
+    # The CLI's runs show.
+    def show(token: str) -> str:
+        env = {**os.environ, **settings.to_env(), **tokens, "RFLOW_CLI_TOKEN": token}
+        env["RFLOW_WEB_PORT"] = str(worker.settings.web_port)
+        done = subprocess.run(
+            [sys.executable, "-m", "rflow.cli", "runs", "show", rid],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert f"resume    POST {url}  (confirmed, auth none)" in await asyncio.to_thread(
+        show, tokens["APPROVER_TOKEN"]
+    )
+    viewed = await asyncio.to_thread(show, tokens["VIEWER_TOKEN"])
+    assert url not in viewed and "shown to principals who may answer" in viewed
+
+    # The console's run page.
+    async with chromium(tmp_path / "chromium") as browser:
+        page = await browser.new_page()
+        await sign_in(page, worker.url, tokens["APPROVER_TOKEN"])
+        await page.goto(f"{worker.url}/console/runs/{rid}")
+        await expect(page.locator("#resume code.resume-url")).to_have_text(url)
+        await screenshot(page, "wait-resume-url")
+        viewer = await browser.new_page()
+        await sign_in(viewer, worker.url, tokens["VIEWER_TOKEN"])
+        await viewer.goto(f"{worker.url}/console/runs/{rid}")
+        await expect(viewer.locator("h1 .status")).to_have_text("waiting")
+        await expect(viewer.locator("#resume")).to_have_count(0)
+        assert url not in await viewer.content()
