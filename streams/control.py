@@ -45,7 +45,10 @@ from rflow.storage import (
     waits,
     workflow_state,
 )
+from rflow.streams.errors import ControlError
 from rflow.streams.producer import ProduceError, Producer
+
+__all__ = ["Control", "ControlError", "Sender", "announce", "connected", "resume_urls"]
 
 if TYPE_CHECKING:
     from rflow.authz import Principal
@@ -56,18 +59,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Work = Callable[[psycopg.AsyncConnection], Awaitable[T]]
-
-
-class ControlError(Exception):
-    """The action does not apply (no such run, no open wait, already answered...).
-
-    ``status`` is the HTTP status the API answers with; ``details`` go into its answer.
-    """
-
-    def __init__(self, message: str, status: int = 409, **details: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.details = details
 
 
 class Sender(Protocol):

@@ -22,7 +22,7 @@ from rflow import authz
 from rflow.authz import Principal, Target
 from rflow.storage import StorageError, audit
 from rflow.storage.audit import Outcome, Via
-from rflow.streams.control import ControlError
+from rflow.streams.errors import ControlError
 
 log = logging.getLogger(__name__)
 
