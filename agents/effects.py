@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka.partitioner import DefaultPartitioner
 
+from rflow import waiturls
 from rflow.agents.backlog import Backlog
 from rflow.agents.executors import Executors
 from rflow.agents.slots import RunSlots
@@ -43,7 +44,7 @@ from rflow.failures import FailureKind, RflowError, StepError
 from rflow.lang.model import Project
 from rflow.lang.model.resources import Config
 from rflow.secrets import Secrets
-from rflow.storage import controls, sends, timers, waits
+from rflow.storage import controls, keys, sends, timers, waits
 from rflow.streams.tables import WRITES_AT_ONCE
 from rflow.triggering import group_of
 
@@ -92,6 +93,7 @@ class EffectRunner:
         self.rows = asyncio.Semaphore(MAX_CONCURRENT_ROWS)
         self.journal: dict[str, list[Journal | Settle]] = {}
         """Each run's journal entries decided since the last checkpoint, in order."""
+        self._wait_key: bytes | None = None
         app.rflow.on_deployment.append(
             lambda deployment: self.slots.resize(max_concurrent_runs(deployment.project))
         )
@@ -177,6 +179,15 @@ class EffectRunner:
 
     # --- actions ----------------------------------------------------------------------
 
+    async def wait_key(self) -> bytes:
+        """The key webhook waits' tokens are made with (read once; the same on every
+        worker)."""
+        if self._wait_key is None:
+            self._wait_key = await self.db(
+                lambda conn: keys.signing_key(conn, waiturls.KEY_PURPOSE), "the wait URL key"
+            )
+        return self._wait_key
+
     async def execute(self, effect: Execute, key: str, partition: int) -> None:
         secrets = Secrets(self.runtime.env)
         async with self.slots.hold(effect.run_id), self.limit:
@@ -185,6 +196,16 @@ class EffectRunner:
             timeout = effect.timeout or DEFAULT_STEP_TIMEOUT
             try:
                 async with asyncio.timeout(timeout):  # no task of its own, as wait_for makes
+                    if effect.wait_id is not None:
+                        # ${{ wait.url }}: filled in (and written back) like a variable.
+                        resume = waiturls.url(
+                            self.runtime.settings.base_url,
+                            {"path": effect.wait_path},
+                            await self.wait_key(),
+                            effect.wait_id,
+                        )
+                        env = {**self.runtime.env, waiturls.PLACEHOLDER: resume}
+                        secrets = Secrets(env).hide(waiturls.PLACEHOLDER)
                     output = await self.executors.run(effect, secrets)
             except RflowError as exc:
                 error = exc.as_data()
@@ -428,6 +449,11 @@ class EffectRunner:
         )
 
         async def work(conn: Any) -> None:
+            token_hash = None
+            if kind == "webhook":
+                if self._wait_key is None:
+                    self._wait_key = await keys.signing_key(conn, waiturls.KEY_PURPOSE)
+                token_hash = waiturls.token_hash(waiturls.token(self._wait_key, effect.wait_id))
             await waits.park(
                 conn,
                 wait_id=effect.wait_id,
@@ -439,6 +465,7 @@ class EffectRunner:
                 spec=effect.wait,
                 timeout_at=effect.timeout_at,
                 escalated_at=effect.escalated_at,
+                token_hash=token_hash,
             )
 
         return work

@@ -8,7 +8,9 @@ wall times are printed beside those of ``python -c pass`` measured in the same r
 the median CPU time (user + system) of the process. On a busy machine the load adds to
 every run, unevenly: the best of several is the closest to the command's own cost, and
 the ratio to ``python -c pass`` travels between machines better than milliseconds. Commands that read the database use the environment
-(``eval "$(scripts/stack env)"``); ``runs show`` shows the newest run. A command that
+(``eval "$(scripts/stack env)"``), and act as the principal of ``RFLOW_CLI_TOKEN`` or
+``RFLOW_API_TOKEN`` (set one: a command without a token is refused); ``runs show`` shows
+the newest run. A command that
 fails is reported with its exit code rather than a time.
 
 Targets (issue 18): ``--help``, ``--version`` and ``validate`` under 0.3 s; ``runs list``,

@@ -1,10 +1,11 @@
-"""Approvals: whether an answer may be given, and what the inbox shows of a wait.
+"""Approvals: what an answer holds, and what the inbox shows of a wait.
 
 Pure functions over a parked approval's spec (the ``wait_for`` the run rendered when it
-parked, as its ``waits`` row keeps it), shared by the HTTP API and the CLI: who may
-answer (``approvers``), which choices there are, and the inbox entry of each pending
-approval. The caller says who answers: the principal its token authenticated, never a
-name the request carries.
+parked, as its ``waits`` row keeps it), shared by the HTTP API, the console and the CLI:
+which choices there are, what an answer must carry, and the inbox entry of each pending
+approval. Who may answer (the principal's role, the approval's ``approvers``) is
+:func:`rflow.authz.decide`'s to say; the caller says who answers: the principal its token
+authenticated, never a name the request carries.
 """
 
 from __future__ import annotations
@@ -47,12 +48,6 @@ def context(approval: Mapping[str, Any]) -> dict[str, Any]:
     return dict(fields)
 
 
-def may_answer(approval: Mapping[str, Any], principal: str) -> bool:
-    """Whether ``principal`` may answer: it is an approver, or the approval names none."""
-    approvers = approval.get("approvers") or []
-    return not approvers or principal in approvers
-
-
 def answer(
     spec: Mapping[str, Any],
     decision: Decision,
@@ -62,15 +57,10 @@ def answer(
     text: str | None = None,
 ) -> dict[str, Any]:
     """The answer ``principal`` gives, as the run will see it (``steps.<id>.output``);
-    :class:`Refused` when it may not be given."""
+    :class:`Refused` when it cannot be given as asked. Whether ``principal`` may answer
+    at all (its role, the approval's ``approvers``) is :func:`rflow.authz.decide`'s to
+    say, before this is asked."""
     approval = spec.get("approval") or {}
-    if not may_answer(approval, principal):
-        listed = ", ".join(approval.get("approvers") or [])
-        raise Refused(
-            f"principal {principal!r} is not an approver of this approval (its approvers: "
-            f"{listed}); nothing was recorded",
-            403,
-        )
     kind = approval.get("type", "approve_reject")
     values = [option["value"] for option in choices(approval)]
     if choice is not None and kind != "choice":

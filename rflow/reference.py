@@ -339,6 +339,79 @@ def render_settings() -> str:
     return _table(["variable", "default", "what it sets"], rows)
 
 
+# --- who may do what ---------------------------------------------------------------
+
+
+def render_actions() -> str:
+    """Every action of :data:`rflow.authz.ACTIONS`: the roles that may take it, what it
+    allows, and whether taking it is written to the audit trail."""
+    from rflow.authz import ACTIONS, ROLES, roles_allowed
+
+    shown = [role for role in ROLES if role != "none"]
+    rows = [
+        [
+            _code(action.name),
+            *("yes" if role in roles_allowed(action.name) else "-" for role in shown),
+            action.what,
+            "yes" if action.audited else "refusals only",
+        ]
+        for action in ACTIONS.values()
+    ]
+    return _table(["action", *shown, "what it allows", "audit trail"], rows)
+
+
+def render_api_actions() -> str:
+    """Each route of the HTTP API and the action it needs."""
+    from rflow.streams.api import ROUTES
+
+    rows = [
+        [f"`{method} {path}`", _code(action)]
+        for path, methods in ROUTES.items()
+        for method, action in methods.items()
+    ]
+    return _table(["route", "action"], rows)
+
+
+_CONSOLE_NEEDS = re.compile(
+    r'console\.route\(\s*"(?P<path>/[^"]*)",(?P<rest>(?:(?!console\.route).)*?)'
+    r'needs="(?P<action>[^"]+)"',
+    re.S,
+)
+
+
+def console_actions() -> list[tuple[str, str, str]]:
+    """Each console page or form: its path, GET or POST, and the action it needs (read
+    from the source of ``rflow/console/``)."""
+    from rflow.console.auth import PREFIX
+
+    found = []
+    for path in sorted((ROOT / "rflow" / "console").glob("*.py")):
+        for match in _CONSOLE_NEEDS.finditer(path.read_text()):
+            method = "POST" if "post=" in match["rest"] else "GET"
+            found.append((PREFIX + match["path"], method, match["action"]))
+    return sorted(found)
+
+
+def render_console_actions() -> str:
+    """Each console page and form, and the action it needs."""
+    rows = [[f"`{method} {path}`", _code(action)] for path, method, action in console_actions()]
+    return _table(["page or form", "action"], rows)
+
+
+def render_cli_actions() -> str:
+    """Each command of the CLI and the action it needs."""
+    from rflow.cli.common import INFRASTRUCTURE
+
+    rows = []
+    for path, command in _commands():
+        action = getattr(command.callback, "rflow_action", None)
+        if action is not None:
+            rows.append([f"`{path}`", _code(action)])
+        elif path in INFRASTRUCTURE:
+            rows.append([f"`{path}`", "none (local files, or the services' own credentials)"])
+    return _table(["command", "action"], rows)
+
+
 # --- the CLI ------------------------------------------------------------------------
 
 
@@ -372,6 +445,9 @@ def render_cli() -> str:
         ctx = click.Context(command, info_name=path)
         usage = " ".join([path, *command.collect_usage_pieces(ctx)])
         text = f"### `{path}`\n\n```\n{usage}\n```\n\n{_help(command)}\n"
+        action = getattr(command.callback, "rflow_action", None)
+        if action is not None:
+            text += f"\nNeeds the action `{action}` ([who may](principals.md#actions-by-role)).\n"
         rows = []
         for param in command.params:
             if not isinstance(param, click.Option) or param.hidden:
@@ -384,6 +460,10 @@ def render_cli() -> str:
                 else ""
             )
             said = param.help or ("Print the answer as JSON." if names == "--json" else "")
+            if names == "--project" and getattr(command.callback, "rflow_action", None):
+                said += (
+                    " Before anything is deployed, the principals the CLI's token is looked up in."
+                )
             rows.append([f"`{names}{metavar}`", said + default])
         if rows:
             text += "\n" + _table(["option", "what it does"], rows)
@@ -401,6 +481,10 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "metrics": render_metrics,
     "settings": render_settings,
     "cli": render_cli,
+    "actions": render_actions,
+    "api-actions": render_api_actions,
+    "console-actions": render_console_actions,
+    "cli-actions": render_cli_actions,
     "consumption": render_consumption,
 }
 """Block name -> what renders it; ``model:NAME`` renders one model."""
@@ -553,9 +637,22 @@ def console_paths() -> list[str]:
 
 
 def _cli_gaps() -> Iterator[str]:
+    from rflow.cli.common import INFRASTRUCTURE
+
     for path, command in _commands():
         if not _help(command):
             yield f"cli: {path} has no help: give its function a docstring"
+        if getattr(command.callback, "rflow_action", None) is None and path not in INFRASTRUCTURE:
+            yield (
+                f"cli: {path} names no action: decorate it with @needs(...) "
+                "(rflow/cli/common.py), or list it in INFRASTRUCTURE"
+            )
+    routed = {path for path, _, _ in console_actions()}
+    for path in console_paths():
+        if path not in routed and not path.endswith(
+            ("/", "/sign-in", "/sign-out", "/static/{name}")
+        ):
+            yield f"console: {path} names no action: give console.route(...) needs=..."
 
 
 def _page_gaps() -> Iterator[str]:

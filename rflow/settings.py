@@ -35,6 +35,10 @@ _VARIABLES = {
     "SEND_POLL_INTERVAL": "send_poll_interval",
     "API_TOKEN": "api_token",
     "CLI_TOKEN": "cli_token",
+    "PUBLIC_URL": "public_url",
+    "TRUST_PROXY": "trust_proxy",
+    "CONSOLE_SESSION_TTL": "console_session_ttl",
+    "CONSOLE_IDLE_TIMEOUT": "console_idle_timeout",
 }
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,6 +88,31 @@ class Settings(BaseModel):
     cli_token: SecretStr | None = Field(
         None,
         description="the token the CLI acts with (a principal's); default: RFLOW_API_TOKEN",
+    )
+    public_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
+        description="the address people and senders reach the workers at (behind a proxy, "
+        "the proxy's: https://rflow.example.com): resume URLs of webhook waits start with "
+        "it (default http://127.0.0.1:<RFLOW_WEB_PORT>), an https one makes the console's "
+        "cookie Secure, and the console takes forms from its origin",
+    )
+    trust_proxy: bool = Field(
+        False,
+        description="1: the worker is behind a proxy that sets X-Forwarded-Proto, which is "
+        "then believed (https makes the console's cookie Secure); leave it off when clients "
+        "reach the worker directly, or any of them could say https",
+    )
+    console_session_ttl: float = Field(
+        12 * 3600.0,
+        gt=0,
+        description="seconds a console session lasts after its sign-in, however active",
+    )
+    console_idle_timeout: float = Field(
+        1800.0,
+        gt=0,
+        description="seconds without a page asked for (live refreshes do not count) after "
+        "which a console session ends",
     )
     broker_session_timeout: float = Field(
         30.0,
@@ -166,6 +195,14 @@ class Settings(BaseModel):
             user = creds.split(":", 1)[0]
             rest = f"{user}@{host}"
         return f"{scheme}{sep}{rest}"
+
+    @property
+    def base_url(self) -> str:
+        """Where the workers are reached: ``RFLOW_PUBLIC_URL``, else this worker's own
+        address on 127.0.0.1 (no trailing slash)."""
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        return f"http://127.0.0.1:{self.web_port}"
 
     @property
     def acting_token(self) -> SecretStr | None:

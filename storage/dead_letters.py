@@ -44,7 +44,8 @@ LIMIT %(limit)s
 _GET = f"SELECT {_COLUMNS}, raw FROM dead_letters WHERE id = %s"
 _CLAIM = _GET + " FOR UPDATE"
 _MARK = """
-UPDATE dead_letters SET replayed_at = now(), replayed_partition = %s, replayed_offset = %s
+UPDATE dead_letters SET replayed_at = now(), replayed_partition = %s, replayed_offset = %s,
+                        replayed_by = %s
 WHERE id = %s
 RETURNING replayed_at
 """
@@ -165,11 +166,16 @@ async def claim(conn: psycopg.AsyncConnection, letter_id: int) -> LetterRow | No
 
 
 async def mark_replayed(
-    conn: psycopg.AsyncConnection, letter_id: int, partition: int, offset: int
+    conn: psycopg.AsyncConnection,
+    letter_id: int,
+    partition: int,
+    offset: int,
+    by: str | None = None,
 ) -> datetime:
-    """Record that dead letter ``letter_id`` was produced back at ``partition``/``offset``."""
+    """Record that dead letter ``letter_id`` was produced back at ``partition``/``offset``
+    at the request of ``by``."""
     with translated():
-        cur = await conn.execute(_MARK, (partition, offset, letter_id))
+        cur = await conn.execute(_MARK, (partition, offset, by, letter_id))
         row = await cur.fetchone()
         if row is None:
             raise StorageError(f"dead letter {letter_id} is gone")

@@ -134,7 +134,7 @@ LIMIT %(limit)s
 _GET = """
 SELECT run_id, workflow, version, trigger_key, matrix, group_key, status, error_kind,
        error_message, trigger, created_at, updated_at, started_at, settled_at, pending_reason,
-       waiting_for, retry_of, retried_as, source, parent_run_id, parent_step
+       waiting_for, retry_of, retried_as, retried_by, source, parent_run_id, parent_step
 FROM runs WHERE run_id = %s
 """
 _CHILDREN = """
@@ -155,9 +155,13 @@ LIMIT %(limit)s
 _GET_DEAD = "SELECT * FROM dead_runs WHERE run_id = %s"
 _MARK_RETRIED = """
 WITH dead AS (
-    UPDATE dead_runs SET retried_as = COALESCE(retried_as, %(new)s) WHERE run_id = %(run)s
+    UPDATE dead_runs SET retried_as = COALESCE(retried_as, %(new)s),
+                         retried_by = CASE WHEN retried_as IS NULL THEN %(by)s ELSE retried_by END
+    WHERE run_id = %(run)s
 )
-UPDATE runs SET retried_as = COALESCE(retried_as, %(new)s) WHERE run_id = %(run)s
+UPDATE runs SET retried_as = COALESCE(retried_as, %(new)s),
+                retried_by = CASE WHEN retried_as IS NULL THEN %(by)s ELSE retried_by END
+WHERE run_id = %(run)s
 RETURNING retried_as
 """
 _PURGE = """
@@ -414,11 +418,13 @@ async def matrix_runs(
     return found, total
 
 
-async def mark_retried(conn: psycopg.AsyncConnection, run_id: str, new_run_id: str) -> str | None:
-    """Link failed ``run_id`` (and its dead letter) to the run retrying it; the first link
-    stays, and is returned."""
+async def mark_retried(
+    conn: psycopg.AsyncConnection, run_id: str, new_run_id: str, *, by: str | None = None
+) -> str | None:
+    """Link failed ``run_id`` (and its dead letter) to the run retrying it, and to ``by``,
+    the principal who asked; the first link stays, and is returned."""
     with translated():
-        cur = await conn.execute(_MARK_RETRIED, {"new": new_run_id, "run": run_id})
+        cur = await conn.execute(_MARK_RETRIED, {"new": new_run_id, "run": run_id, "by": by})
         row = await cur.fetchone()
         return row[0] if row else None
 

@@ -20,10 +20,21 @@ from rflow.storage.errors import translated
 
 _INSERT = """
 INSERT INTO send_controls (request_id, send_key, action, max_fee_per_gas,
-                           max_priority_fee_per_gas, above_cap)
+                           max_priority_fee_per_gas, above_cap, requested_by)
 VALUES (%(request_id)s, %(send_key)s, %(action)s, %(max_fee_per_gas)s,
-        %(max_priority_fee_per_gas)s, %(above_cap)s)
+        %(max_priority_fee_per_gas)s, %(above_cap)s, %(requested_by)s)
 ON CONFLICT (request_id) DO NOTHING
+"""
+_OF_SEND = """
+SELECT request_id, action, status, requested_by, requested_at, answered_at, tx_hash, answer
+FROM send_controls WHERE send_key = %s ORDER BY requested_at
+"""
+_OF_RUN = """
+SELECT s.send_id, c.action, c.status, c.requested_by, c.requested_at, c.answered_at, c.tx_hash,
+       c.answer
+FROM send_controls c JOIN sends s USING (send_key)
+WHERE s.run_id = %s AND c.status <> 'lapsed'
+ORDER BY c.requested_at
 """
 _GET = """
 SELECT c.*, a.max_fee_per_gas AS signed_max_fee_per_gas,
@@ -61,6 +72,8 @@ class Request:
     max_fee_per_gas: int | None = None
     max_priority_fee_per_gas: int | None = None
     above_cap: bool = False
+    requested_by: str | None = None
+    """The principal who asked for it."""
 
 
 async def ask(conn: psycopg.AsyncConnection, request: Request) -> None:
@@ -75,6 +88,7 @@ async def ask(conn: psycopg.AsyncConnection, request: Request) -> None:
                 "max_fee_per_gas": request.max_fee_per_gas,
                 "max_priority_fee_per_gas": request.max_priority_fee_per_gas,
                 "above_cap": request.above_cap,
+                "requested_by": request.requested_by,
             },
         )
 
@@ -97,6 +111,23 @@ async def get(conn: psycopg.AsyncConnection, request_id: str) -> dict[str, Any] 
         if row[name] is not None:
             row[name] = int(row[name])
     return row
+
+
+async def of_send(conn: psycopg.AsyncConnection, send_key: str) -> list[dict[str, Any]]:
+    """Every speed-up and cancel asked of one send, oldest first, with who asked."""
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_OF_SEND, (send_key,))
+            return list(await cur.fetchall())
+
+
+async def of_run(conn: psycopg.AsyncConnection, run_id: str) -> list[dict[str, Any]]:
+    """Every speed-up and cancel asked of a run's sends (but those that lapsed, which
+    changed nothing), oldest first, with who asked and how it ended."""
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_OF_RUN, (run_id,))
+            return list(await cur.fetchall())
 
 
 async def claim(conn: psycopg.AsyncConnection, request_id: str, tx_hash: str) -> bool:

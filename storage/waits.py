@@ -15,12 +15,17 @@ from rflow.storage.errors import translated
 # deadline only ever moves later, so registrations arriving out of order agree.
 _PARK = """
 INSERT INTO waits (wait_id, run_id, workflow, path, partition_key, kind, spec, timeout_at,
-                   escalated_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+                   escalated_at, token_hash)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (wait_id) DO UPDATE SET
-    timeout_at = GREATEST(waits.timeout_at, EXCLUDED.timeout_at),
-    escalated_at = COALESCE(waits.escalated_at, EXCLUDED.escalated_at)
-WHERE waits.resolved_at IS NULL AND EXCLUDED.escalated_at IS NOT NULL
+    timeout_at = CASE WHEN EXCLUDED.escalated_at IS NOT NULL
+                      THEN GREATEST(waits.timeout_at, EXCLUDED.timeout_at)
+                      ELSE waits.timeout_at END,
+    escalated_at = COALESCE(waits.escalated_at, EXCLUDED.escalated_at),
+    token_hash = COALESCE(waits.token_hash, EXCLUDED.token_hash)
+WHERE waits.resolved_at IS NULL
+  AND (EXCLUDED.escalated_at IS NOT NULL
+       OR (waits.token_hash IS NULL AND EXCLUDED.token_hash IS NOT NULL))
 """
 
 # One resolver wins: the row is answered only while it has no answer.
@@ -59,9 +64,11 @@ async def park(
     spec: Any,
     timeout_at: datetime | None,
     escalated_at: datetime | None = None,
+    token_hash: bytes | None = None,
 ) -> None:
     """Store a wait once (idempotent by its id); ``escalated_at`` moves an open wait's
-    deadline to ``timeout_at`` when that is later."""
+    deadline to ``timeout_at`` when that is later. ``token_hash`` (a webhook wait's) is
+    kept once given (a wait parked before waits had tokens takes one when re-parked)."""
     with translated():
         await conn.execute(
             _PARK,
@@ -75,6 +82,7 @@ async def park(
                 Jsonb(spec),
                 timeout_at,
                 escalated_at,
+                token_hash,
             ),
         )
 
@@ -159,11 +167,28 @@ ORDER BY created_at
 
 
 async def webhook_waits(conn: psycopg.AsyncConnection, url_path: str) -> list[dict[str, Any]]:
-    """The unanswered waits for a webhook request at ``url_path``."""
+    """The unanswered waits whose webhook path is ``url_path`` (without a token)."""
     with translated():
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_WEBHOOK_WAITS, (url_path,))
             return list(await cur.fetchall())
+
+
+_WEBHOOK_WAIT_BY_TOKEN = """
+SELECT wait_id, run_id, workflow, path, partition_key, spec
+FROM waits
+WHERE kind = 'webhook' AND resolved_at IS NULL AND token_hash = %s
+"""
+
+
+async def webhook_wait_by_token(
+    conn: psycopg.AsyncConnection, token_hash: bytes
+) -> dict[str, Any] | None:
+    """The unanswered webhook wait whose token hashes to ``token_hash``."""
+    with translated():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_WEBHOOK_WAIT_BY_TOKEN, (token_hash,))
+            return await cur.fetchone()
 
 
 _EVENT_WAITS = """

@@ -1,12 +1,16 @@
-"""The worker's HTTP API: runs, approvals, workflows, schedules, budgets and pending sends,
-behind bearer tokens.
+"""The worker's HTTP API: runs, approvals, workflows, schedules, budgets, pending sends and
+the audit trail, behind bearer tokens.
 
 Every route but the webhooks (which authenticate their own way) and the health checks
 needs ``Authorization: Bearer <token>``, the token of a principal: ``operator``'s
 (``RFLOW_API_TOKEN``) or one the project declares under ``principals``. A worker with no
-token at all refuses them all. An answer to an approval is recorded as the principal the
-token authenticated. Errors are JSON objects with an ``error`` that says why. The routes
-are described by ``schemas/openapi.json``, served at ``/api/openapi.json``.
+token at all refuses them all. Every route names the action it needs (:data:`ROUTES`);
+the authenticator asks :mod:`rflow.authz` through the gate before the route runs, so a
+principal without it gets 403 naming the action and the principal, and nothing happens;
+an action carried out is written to the audit trail with how it ended. An answer to an
+approval is recorded as the principal the token authenticated. Errors are JSON objects
+with an ``error`` that says why. The routes are described by ``schemas/openapi.json``,
+served at ``/api/openapi.json``.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from faust.web import Request, Response, View
 
-from rflow import approvals
+from rflow import approvals, authz
 from rflow import schedules as schedule_view
+from rflow.audit import document as audit_document
+from rflow.audit import since_of
+from rflow.authz import Principal
 from rflow.codecs import json
 from rflow.codecs.json import JSONDecodeError
 from rflow.codecs.tables import write_run_entry
@@ -32,6 +39,7 @@ from rflow.schedules import ScheduleError
 from rflow.storage import (
     InvalidValue,
     StorageError,
+    audit,
     budgets,
     controls,
     runs,
@@ -40,6 +48,7 @@ from rflow.storage import (
     waits,
 )
 from rflow.streams.control import Control, ControlError
+from rflow.streams.gate import Forbidden, Gate, target_of
 from rflow.streams.producer import ProduceError
 from rflow.streams.send_actions import deferral_document
 
@@ -55,11 +64,48 @@ RUN_STATUSES = frozenset(status.value for status in RunStatus)
 SOURCES = ("event", "webhook", "schedule", "manual", "workflow")
 """Where a firing comes from (``TriggerRecord.source``; ``workflow``: a parent run's call)."""
 PRINCIPAL = "rflow.principal"
-"""Where the authenticator leaves the request's principal."""
-SIGNAL_ACTION = "runs.signal"
-"""The action of ``POST /api/runs/{id}/signals/{name}``: the authorization check names it
-(for now the authenticator's bearer token admits any principal, as on the other run
-actions)."""
+"""Where the authenticator leaves the request's principal (a :class:`Principal`)."""
+ARGS = "rflow.args"
+"""Where a route leaves the fields of its request, for the audit trail."""
+
+ROUTES: dict[str, dict[str, str]] = {
+    "/metrics": {"GET": "metrics.read"},
+    "/api/openapi.json": {"GET": "runs.read"},
+    "/api/runs": {"GET": "runs.read"},
+    "/api/runs/{run_id}": {"GET": "runs.read"},
+    "/api/runs/{run_id}/cancel": {"POST": "runs.cancel"},
+    "/api/runs/{run_id}/retry": {"POST": "runs.retry"},
+    "/api/runs/{run_id}/approve": {"POST": "approvals.answer"},
+    "/api/runs/{run_id}/reject": {"POST": "approvals.answer"},
+    "/api/runs/{run_id}/signals/{name}": {"POST": "runs.signal"},
+    "/api/approvals": {"GET": "runs.read"},
+    "/api/workflows": {"GET": "runs.read"},
+    "/api/workflows/{name}/runs": {"POST": "runs.run"},
+    "/api/workflows/{workflow}/pause": {"POST": "workflows.pause"},
+    "/api/workflows/{workflow}/resume": {"POST": "workflows.pause"},
+    "/api/schedules": {"GET": "runs.read"},
+    "/api/schedules/{workflow}/{trigger}/disable": {"POST": "schedules.toggle"},
+    "/api/schedules/{workflow}/{trigger}/enable": {"POST": "schedules.toggle"},
+    "/api/budgets": {"GET": "runs.read"},
+    "/api/sends": {"GET": "runs.read"},
+    "/api/sends/{send_id}/speedup": {"POST": "sends.speedup"},
+    "/api/sends/{send_id}/cancel": {"POST": "sends.cancel"},
+    "/api/audit": {"GET": "audit.read"},
+    "/rflow/triggers/{key}/": {"GET": "runs.read"},
+}
+"""Each route of the API (as its path is declared) -> method -> the action it needs. A
+route the table does not list (Faust's own pages) needs ``runs.read`` to be read, and is
+refused any other method."""
+
+
+def route_action(canonical: str, method: str) -> str | None:
+    """The action ``method`` on route ``canonical`` needs; ``None``: no action is named."""
+    methods = ROUTES.get(canonical)
+    if methods is not None and method in methods:
+        return methods[method]
+    if method in ("GET", "HEAD"):
+        return "runs.read"
+    return None
 
 
 def error(
@@ -86,10 +132,14 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return error(exc.status, f"{exc.reason}: {request.method} {request.path}", headers)
 
 
-def authenticator(current: Callable[[], Principals], public: Callable[[str], bool]) -> Any:
+def authenticator(
+    current: Callable[[], Principals], public: Callable[[str], bool], gate: Callable[[], Gate]
+) -> Any:
     """The aiohttp middleware that asks every non-public route for the bearer token of one
-    of the ``current`` principals (the current deployment's), and leaves the principal it
-    names on the request (``request[PRINCIPAL]``)."""
+    of the ``current`` principals (the current deployment's), leaves the principal it
+    names on the request (``request[PRINCIPAL]``), and lets the request through only if
+    the principal may take the route's action (:data:`ROUTES`), writing the outcome of an
+    action to the audit trail."""
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -107,13 +157,54 @@ def authenticator(current: Callable[[], Principals], public: Callable[[str], boo
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given:
             return error(401, "missing bearer token (Authorization: Bearer ...)", challenge)
-        principal = principals.resolve(given.strip())
+        principal = principals.principal(given.strip())
         if principal is None:
             return error(401, "wrong bearer token", challenge)
         request[PRINCIPAL] = principal
-        return await handler(request)
+        info = request.match_info
+        if info.http_exception is not None:  # no such route, or not this method
+            return await handler(request)
+        canonical = info.route.resource.canonical if info.route.resource else request.path
+        action = route_action(canonical, request.method)
+        target = target_of(dict(info))
+        if action is None:
+            return error(
+                403,
+                f"forbidden: {request.method} {canonical} names no action, so nobody may take it",
+                principal=principal.name,
+            )
+        doors = gate()
+        try:
+            await doors.check(principal, action, target, via="api")
+        except Forbidden as exc:
+            return error(exc.status, str(exc), **exc.details)
+        response = await handler(request)
+        # A 403 is a refusal, recorded where it was decided (a retry's resends, an
+        # approval's approvers).
+        if request.method not in ("GET", "HEAD") and response.status != 403:
+            await doors.done(
+                principal,
+                action,
+                target,
+                via="api",
+                args={**dict(info), **request.get(ARGS, {})},
+                error=_error_of(response),
+            )
+        return response
 
     return authenticate
+
+
+def _error_of(response: web.StreamResponse) -> str | None:
+    """The ``error`` of a refusal (status 400 and above), for the audit trail."""
+    if response.status < 400:
+        return None
+    body = getattr(response, "body", None)
+    try:
+        said = json.loads(bytes(body)).get("error") if body else None
+    except (JSONDecodeError, TypeError, ValueError, AttributeError):
+        said = None
+    return f"{response.status}: {said or response.reason}"
 
 
 def attach(app: RflowApp, control: Control) -> None:
@@ -151,6 +242,7 @@ def attach(app: RflowApp, control: Control) -> None:
             raise ControlError(f"the body is not JSON: {exc}", 400) from None
         if not isinstance(value, dict):
             raise ControlError("the body must be a JSON object", 400)
+        request[ARGS] = value
         return value
 
     def text(fields: dict[str, Any], name: str, default: str | None = None) -> str | None:
@@ -246,7 +338,12 @@ def attach(app: RflowApp, control: Control) -> None:
             live = json.loads(write_run_entry(stored)) if stored is not None else None
             if run is None and live is None:
                 raise ControlError(f"no run {run_id}", 404)
-            return {**(run or {"run_id": run_id}), "live": live}
+            # A resume URL answers a wait: shown to whoever may answer.
+            if authz.decide(request[PRINCIPAL], "approvals.answer"):
+                resume = await control.resume_urls(run_id, runtime.settings.base_url)
+            else:
+                resume = None
+            return {**(run or {"run_id": run_id}), "live": live, "webhook_waits": resume}
 
         return await answer(work)
 
@@ -263,7 +360,7 @@ def attach(app: RflowApp, control: Control) -> None:
         path: str,
         what: str,
         name: str,
-        act: Callable[[str, dict[str, Any], str], Awaitable[Any]],
+        act: Callable[[str, dict[str, Any], Principal], Awaitable[Any]],
     ) -> None:
         """Mount ``POST path``, whose one path parameter, JSON body and authenticated
         principal go to ``act``."""
@@ -279,27 +376,30 @@ def attach(app: RflowApp, control: Control) -> None:
         view = type(f"{what.title()}{name.title()}View", (View,), {"post": post})
         app.page(path, name=f"rflow.api.{what}.{name}")(view)
 
-    async def cancel(run_id: str, fields: dict[str, Any], principal: str) -> Any:
-        """Cancel the run at its next step boundary; body ``{"reason": ...}`` (optional;
-        by default it names the principal who asked)."""
-        return await control.cancel(run_id, text(fields, "reason", f"cancelled by {principal}"))
+    async def cancel(run_id: str, fields: dict[str, Any], principal: Principal) -> Any:
+        """Cancel the run at its next step boundary; body ``{"reason": ...}`` (optional).
+        The run's cancellation names the principal who asked."""
+        return await control.cancel(run_id, text(fields, "reason"), principal.name)
 
-    async def retry(run_id: str, fields: dict[str, Any], principal: str) -> Any:
+    async def retry(run_id: str, fields: dict[str, Any], principal: Principal) -> Any:
         """Continue a failed run as a new run linked to it; body ``{"from": STEP, "yes":
-        true}`` (both optional) restarts from an earlier step, confirming its resends."""
+        true}`` (both optional) restarts from an earlier step, confirming its resends
+        (which take runs.resend too)."""
         confirm = fields.get("yes", False)
         if not isinstance(confirm, bool):
             raise ControlError("'yes' must be true or false", 400)
-        return await control.retry(run_id, text(fields, "from"), confirm=confirm)
+        return await control.retry(
+            run_id, text(fields, "from"), confirm=confirm, who=principal, via="api"
+        )
 
     def decide(decision: approvals.Decision) -> Callable[..., Awaitable[Any]]:
-        async def act(run_id: str, fields: dict[str, Any], principal: str) -> Any:
+        async def act(run_id: str, fields: dict[str, Any], principal: Principal) -> Any:
             if "by" in fields:
                 # Refused rather than ignored: a caller who names an approver expects that
                 # name recorded, and it never is.
                 raise ControlError(
                     "'by' is not accepted: an answer is recorded as the principal whose "
-                    f"token made the request ({principal})",
+                    f"token made the request ({principal.name})",
                     400,
                 )
             return await control.decide(
@@ -309,6 +409,7 @@ def attach(app: RflowApp, control: Control) -> None:
                 principal,
                 choice=text(fields, "choice"),
                 text=text(fields, "text"),
+                via="api",
             )
 
         act.__doc__ = f"{decision.title()} a run waiting for a human decision."
@@ -317,7 +418,7 @@ def attach(app: RflowApp, control: Control) -> None:
     @app.page("/api/runs/{run_id}/signals/{name}", name="rflow.api.run.signal")
     class SignalView(View):
         async def post(self, request: Request, run_id: str, name: str) -> Response:
-            """Send the run signal NAME (action runs.signal); body ``{"data": ...}``
+            """Send the run signal NAME; body ``{"data": ...}``
             (optional): the step waiting for it takes it, else it is kept when the
             workflow buffers that signal, else it is refused (409)."""
 
@@ -326,7 +427,10 @@ def attach(app: RflowApp, control: Control) -> None:
                 unknown = set(fields) - {"data"}
                 if unknown:
                     raise ControlError(f"unknown field(s) {', '.join(sorted(unknown))}", 400)
-                return await control.signal(run_id, name, fields.get("data"), request[PRINCIPAL])
+                request[ARGS] = {**fields, "name": name}
+                return await control.signal(
+                    run_id, name, fields.get("data"), request[PRINCIPAL].name
+                )
 
             return await answer(work)
 
@@ -348,7 +452,7 @@ def attach(app: RflowApp, control: Control) -> None:
                     conn,
                     workflow=query.get("workflow"),
                     run_id=query.get("run"),
-                    approver=request[PRINCIPAL] if mine else None,
+                    approver=request[PRINCIPAL].name if mine else None,
                     limit=limit,
                 ),
                 "approvals",
@@ -388,12 +492,13 @@ def attach(app: RflowApp, control: Control) -> None:
 
         return await answer(work)
 
-    async def pause(workflow: str, fields: dict[str, Any], principal: str) -> Any:
+    async def pause(workflow: str, fields: dict[str, Any], principal: Principal) -> Any:
         """Pause the workflow: its triggers start no runs until resumed; body
-        ``{"reason": ...}`` (optional)."""
-        return await control.pause(workflow, text(fields, "reason", "paused by an operator"))
+        ``{"reason": ...}`` (optional). The pause names the principal who asked."""
+        reason = text(fields, "reason", f"paused by {principal.name}")
+        return await control.pause(workflow, reason, principal.name)
 
-    async def resume(workflow: str, fields: dict[str, Any], principal: str) -> Any:
+    async def resume(workflow: str, fields: dict[str, Any], principal: Principal) -> Any:
         """Resume the workflow after a pause: the firings held meanwhile start in order."""
         return await control.resume(workflow)
 
@@ -433,17 +538,17 @@ def attach(app: RflowApp, control: Control) -> None:
         )(view)
 
     async def disable(
-        conn: Any, workflow: str, trigger: str, fields: dict[str, Any], principal: str
+        conn: Any, workflow: str, trigger: str, fields: dict[str, Any], principal: Principal
     ) -> Any:
         """Disable the schedule: it fires nothing until enabled, the workflow's other
         triggers still do; body ``{"reason": ...}`` (optional)."""
-        reason = text(fields, "reason", f"disabled by {principal}")
+        reason = text(fields, "reason", f"disabled by {principal.name}")
         return await schedule_view.disable(
-            conn, runtime.project, workflow, trigger, by=principal, reason=reason
+            conn, runtime.project, workflow, trigger, by=principal.name, reason=reason
         )
 
     async def enable(
-        conn: Any, workflow: str, trigger: str, fields: dict[str, Any], principal: str
+        conn: Any, workflow: str, trigger: str, fields: dict[str, Any], principal: Principal
     ) -> Any:
         """Enable a schedule an operator disabled: it fires from now on, never the times it
         skipped while disabled."""
@@ -507,7 +612,7 @@ def attach(app: RflowApp, control: Control) -> None:
             raise ControlError(f"{name!r} must be true or false", 400)
         return value
 
-    async def speedup(send_id: str, fields: dict[str, Any], principal: str) -> Any:
+    async def speedup(send_id: str, fields: dict[str, Any], principal: Principal) -> Any:
         """Replace the send's transaction with one paying more, at the same nonce; body
         ``{"max_fee": ..., "tip": ..., "above_cap": false}`` (all optional)."""
         unknown = set(fields) - {"max_fee", "tip", "above_cap"}
@@ -518,13 +623,45 @@ def attach(app: RflowApp, control: Control) -> None:
             max_fee=amount(fields, "max_fee"),
             tip=amount(fields, "tip"),
             above_cap=flag(fields, "above_cap"),
+            by=principal.name,
         )
 
-    async def cancel_send(send_id: str, fields: dict[str, Any], principal: str) -> Any:
+    async def cancel_send(send_id: str, fields: dict[str, Any], principal: Principal) -> Any:
         """Cancel the send: a zero-value self-transfer takes its nonce."""
         if fields:
             raise ControlError(f"unknown field(s) {', '.join(sorted(fields))}", 400)
-        return await control.sends.cancel(send_id)
+        return await control.sends.cancel(send_id, by=principal.name)
+
+    @app.page("/api/audit", name="rflow.api.audit")
+    async def list_audit(self: View, request: Request) -> Response:
+        """The audit trail, newest first:
+        ?principal=P&action=A&since=TIME&outcome=O&target=ID&limit=N (``action`` may name a
+        family, ``runs``; ``since`` is an ISO 8601 time or a duration back from now, 24h)."""
+
+        async def work() -> dict[str, Any]:
+            query = request.query
+            outcome = query.get("outcome")
+            if outcome is not None and outcome not in ("done", "failed", "refused"):
+                raise ControlError("outcome is done, failed or refused", 400)
+            try:
+                since = since_of(query.get("since"), datetime.now(UTC))
+            except ValueError as exc:
+                raise ControlError(str(exc), 400) from None
+            rows = await db(
+                lambda conn: audit.listing(
+                    conn,
+                    principal=query.get("principal"),
+                    action=query.get("action"),
+                    since=since,
+                    outcome=outcome,
+                    target=query.get("target"),
+                    limit=limit_of(query, 100),
+                ),
+                "audit trail",
+            )
+            return {"entries": [audit_document(row) for row in rows]}
+
+        return await answer(work)
 
     action("/api/sends/{send_id}/speedup", "send", "speedup", speedup)
     action("/api/sends/{send_id}/cancel", "send", "cancel", cancel_send)

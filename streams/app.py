@@ -240,7 +240,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
         web_application_options={
             "middlewares": [
                 api.json_errors,
-                api.authenticator(current_principals, public),
+                api.authenticator(current_principals, public, lambda: control.gate),
                 ingress_views.declared_paths(lambda: runtime.webhooks),
             ]
         },

@@ -47,26 +47,20 @@ from rflow.storage import (
     waits,
     workflow_state,
 )
+from rflow.streams.errors import ControlError
 from rflow.streams.producer import ProduceError, Producer
 
+__all__ = ["Control", "ControlError", "Sender", "announce", "connected", "resume_urls"]
+
 if TYPE_CHECKING:
+    from rflow.authz import Principal
+    from rflow.storage.audit import Via
     from rflow.streams.dead_letter_actions import DeadLetterActions
+    from rflow.streams.gate import Gate
     from rflow.streams.send_actions import SendActions
 
 T = TypeVar("T")
 Work = Callable[[psycopg.AsyncConnection], Awaitable[T]]
-
-
-class ControlError(Exception):
-    """The action does not apply (no such run, no open wait, already answered...).
-
-    ``status`` is the HTTP status the API answers with; ``details`` go into its answer.
-    """
-
-    def __init__(self, message: str, status: int = 409, **details: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.details = details
 
 
 class Sender(Protocol):
@@ -101,6 +95,13 @@ class Control:
         return self._project()
 
     @property
+    def gate(self) -> Gate:
+        """Authorization and the audit trail, over the same database."""
+        from rflow.streams.gate import Gate
+
+        return Gate(self.database)
+
+    @property
     def sends(self) -> SendActions:
         """The actions on pending sends, over the same database and producer."""
         from rflow.streams.send_actions import SendActions
@@ -120,16 +121,19 @@ class Control:
         run_id: str,
         step: str | None,
         decision: Decision,
-        principal: str,
+        who: Principal,
         *,
         choice: str | None = None,
         text: str | None = None,
+        via: Via = "cli",
     ) -> dict[str, Any]:
-        """Answer the open approval of ``run_id`` (at ``step`` if given) as ``principal``;
-        the first answer wins. Nothing is recorded for a principal who is not an approver
+        """Answer the open approval of ``run_id`` (at ``step`` if given) as ``who``; the
+        first answer wins. Nothing is recorded for a principal who is not one of the
+        approval's approvers (:mod:`rflow.authz` decides, the gate records the refusal)
         or a choice that is not one of the approval's."""
+        from rflow.authz import Target
 
-        async def resolve(conn: psycopg.AsyncConnection) -> tuple[dict, dict, dict | None]:
+        async def find(conn: psycopg.AsyncConnection) -> dict[str, Any]:
             open_waits = await waits.open_waits(conn, run_id, step)
             if not open_waits:
                 where = f" at step {step!r}" if step else ""
@@ -145,16 +149,19 @@ class Control:
                     f"step {wait['path']} of run {run_id} waits for a {wait['kind']}, "
                     "not an approval"
                 )
-            try:
-                payload = approvals.answer(
-                    wait["spec"], decision, principal, choice=choice, text=text
-                )
-            except approvals.Refused as exc:
-                raise ControlError(str(exc), exc.status) from None
-            resolved = await waits.resolve(conn, wait["wait_id"], payload, datetime.now(UTC))
-            return wait, payload, resolved
+            return wait
 
-        wait, payload, resolved = await self.database(resolve)
+        wait = await self.database(find)
+        approvers = tuple((wait["spec"].get("approval") or {}).get("approvers") or ())
+        target = Target("approval", f"{run_id} {wait['path']}", approvers)
+        await self.gate.check(who, "approvals.answer", target, via=via, args={"step": step})
+        try:
+            payload = approvals.answer(wait["spec"], decision, who.name, choice=choice, text=text)
+        except approvals.Refused as exc:
+            raise ControlError(str(exc), exc.status) from None
+        resolved = await self.database(
+            lambda conn: waits.resolve(conn, wait["wait_id"], payload, datetime.now(UTC))
+        )
         if resolved is None:
             raise ControlError(f"the wait of run {run_id} at {wait['path']} was answered already")
         event = WaitResolved(
@@ -213,21 +220,28 @@ class Control:
         await self.producer.send("rflow.runs", key, RunEvent(event=event))
         return {"run_id": run_id, "signal": name, "step": None, "kept": True}
 
-    async def cancel(self, run_id: str, reason: str) -> dict[str, Any]:
+    async def cancel(self, run_id: str, reason: str | None, by: str) -> dict[str, Any]:
         """Ask the run to stop at its next step boundary (a send in flight is never cut off:
         ``pending_sends`` names the run's unsettled sends, which ``rflow sends cancel``
-        stops sooner)."""
+        stops sooner). The run's cancellation names ``by``, the principal who asked."""
         run = await self._run(run_id)
         if run["settled_at"] is not None:
             raise ControlError(f"run {run_id} is already {run['status']}")
         key = run["group_key"] if run["group_key"] is not None else run["trigger_key"]
+        reason = f"cancelled by {by}" + (f": {reason}" if reason else "")
         event = CancelRequested(run_id=run_id, reason=reason)
         await self.producer.send("rflow.runs", key, RunEvent(event=event))
         pending = await self.database(lambda conn: sends.open_of_run(conn, run_id))
         return {"run_id": run_id, "cancel_requested": reason, "pending_sends": pending}
 
     async def retry(
-        self, run_id: str, from_step: str | None = None, confirm: bool = False
+        self,
+        run_id: str,
+        from_step: str | None = None,
+        confirm: bool = False,
+        *,
+        who: Principal | None = None,
+        via: Via = "cli",
     ) -> dict[str, Any]:
         """Continue failed run ``run_id`` as a new run linked to it (:mod:`rflow.engine.rerun`):
         the steps that settled keep their results and keys, the failed step and those after
@@ -235,7 +249,8 @@ class Control:
         transactions again, ``confirm`` must say so.
 
         The new run's id derives from the failed run's, so retrying twice (or from two
-        places at once) starts one run; the failed run records its id.
+        places at once) starts one run; the failed run records its id and ``who`` asked.
+        Sending settled transactions again takes ``runs.resend`` as well.
         """
         run = await self._run(run_id)
         if run["retried_as"] and from_step is not None:
@@ -288,6 +303,12 @@ class Control:
                 409,
                 resends=resends,
             )
+        if resends:
+            from rflow.authz import Target
+
+            await self.gate.check(
+                who, "runs.resend", Target("run", run_id), via=via, args={"from": from_step}
+            )
         record = RetryRecord(
             workflow=previous.workflow,
             run_id=retry_run_id(run_id),
@@ -307,7 +328,10 @@ class Control:
                 413,
             )
         await self.producer.send("rflow.triggers", record.partition_key, record)
-        linked = await self.database(lambda conn: runs.mark_retried(conn, run_id, record.run_id))
+        by = who.name if who is not None else None
+        linked = await self.database(
+            lambda conn: runs.mark_retried(conn, run_id, record.run_id, by=by)
+        )
         return {
             "run_id": run_id,
             "retried_as": linked or record.run_id,
@@ -317,12 +341,11 @@ class Control:
             "already": False,
         }
 
-    async def pause(self, workflow: str, reason: str) -> dict[str, Any]:
-        """Pause ``workflow``: its firings are held (or skipped) until it is resumed."""
+    async def pause(self, workflow: str, reason: str, by: str) -> dict[str, Any]:
+        """Pause ``workflow``: its firings are held (or skipped) until it is resumed. The
+        pause names ``by``, the principal who asked."""
         self._known(workflow)
-        await self.database(
-            lambda conn: controls.pause(conn, workflow, by="operator", reason=reason)
-        )
+        await self.database(lambda conn: controls.pause(conn, workflow, by=by, reason=reason))
         await announce(self.producer, workflow, paused=True)
         return {"workflow": workflow, "paused": True}
 
@@ -335,6 +358,11 @@ class Control:
         await announce(self.producer, workflow, paused=False)
         return {"workflow": workflow, "paused": False}
 
+    async def resume_urls(self, run_id: str, base: str) -> list[dict[str, Any]]:
+        """The resume URL of each open webhook wait of ``run_id`` (``base`` in front): what
+        answers it, so show it only to a principal who may answer (approvals.answer)."""
+        return await self.database(lambda conn: resume_urls(conn, run_id, base))
+
     def _known(self, workflow: str) -> None:
         project = self.project
         if project is None or workflow not in project.workflows:
@@ -345,6 +373,30 @@ class Control:
         if run is None:
             raise ControlError(f"no run {run_id}", 404)
         return run
+
+
+async def resume_urls(
+    conn: psycopg.AsyncConnection, run_id: str, base: str
+) -> list[dict[str, Any]]:
+    """Each open webhook wait of ``run_id``: its step, its resume URL and its auth type."""
+    from rflow import waiturls
+    from rflow.storage import keys
+
+    rows = [w for w in await waits.open_waits(conn, run_id) if w["kind"] == "webhook"]
+    if not rows:
+        return []
+    key = await keys.signing_key(conn, waiturls.KEY_PURPOSE)
+    found = []
+    for row in rows:
+        spec = row["spec"].get("webhook") or {}
+        found.append(
+            {
+                "step": row["path"],
+                "resume_url": waiturls.url(base, spec, key, row["wait_id"]),
+                "auth": (spec.get("auth") or {}).get("type", "none"),
+            }
+        )
+    return found
 
 
 def resend(record: StepRecord) -> dict[str, Any]:

@@ -41,8 +41,9 @@ class DeadLetterActions:
             raise ControlError(f"no dead letter {letter_id} (rflow dead-letters ls)", 404)
         return document
 
-    async def replay(self, letter_id: int) -> dict[str, Any]:
-        """Produce dead letter ``letter_id``'s record back to its topic under its key, once."""
+    async def replay(self, letter_id: int, by: str | None = None) -> dict[str, Any]:
+        """Produce dead letter ``letter_id``'s record back to its topic under its key, once;
+        the letter records ``by``, the principal who asked."""
         prefix = self.producer.topic_prefix
 
         async def work(conn: psycopg.AsyncConnection) -> dict[str, Any]:
@@ -62,7 +63,7 @@ class DeadLetterActions:
                     planned.topic, planned.key, planned.value
                 )
                 try:
-                    await store.mark_replayed(conn, letter_id, partition, offset)
+                    await store.mark_replayed(conn, letter_id, partition, offset, by)
                 except StorageError as exc:
                     raise ControlError(
                         f"dead letter {letter_id} was produced to {planned.topic} (partition "

@@ -146,6 +146,14 @@ class PostgresWaits:
             self._timeout,
         )
 
+    async def webhook_wait_by_token(self, token_hash: bytes) -> dict[str, Any] | None:
+        return await asyncio.wait_for(
+            self._database.run(
+                lambda conn: waits.webhook_wait_by_token(conn, token_hash), what="webhook wait"
+            ),
+            self._timeout,
+        )
+
     async def resolve(self, wait_id: str, answer: Any, at: datetime) -> dict[str, Any] | None:
         return await asyncio.wait_for(
             self._database.run(
@@ -216,11 +224,12 @@ def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> In
             return "in its definition"
         return runner.paused.get(name) if runner is not None else None
 
+    deliveries = PostgresDeliveries(runtime.database)
     hooks = WebhookIngress(
         runtime.current_project,
         runtime.env,
         producer,
-        PostgresDeliveries(runtime.database),
+        deliveries,
         _now,
         max_body_bytes=max_body_bytes,
         paused=paused,
@@ -230,7 +239,12 @@ def attach(app: RflowApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> In
         runtime.current_project, producer, _now, max_body_bytes=max_body_bytes, paused=paused
     )
     wait_hooks = WaitHooks(
-        PostgresWaits(runtime.database), producer, runtime.env, _now, max_body_bytes=max_body_bytes
+        PostgresWaits(runtime.database),
+        producer,
+        runtime.env,
+        _now,
+        max_body_bytes=max_body_bytes,
+        signatures=deliveries,
     )
     runtime.webhooks = endpoints = Webhooks(hooks, wait_hooks)
 

@@ -87,8 +87,10 @@ class SendActions:
         tip: int | None = None,
         above_cap: bool = False,
         wait: float = DEFAULT_WAIT,
+        by: str | None = None,
     ) -> dict[str, Any]:
-        """Replace the send's latest attempt with one paying more, at the same nonce."""
+        """Replace the send's latest attempt with one paying more, at the same nonce;
+        ``by`` is the principal who asks (the request records it)."""
         row = await self._open(ident, "speedup")
         try:
             # Checked here against the latest attempt, so a refusal needs no worker; the
@@ -103,14 +105,17 @@ class SendActions:
         except RflowError as exc:
             raise ControlError(f"send {row.send_id}: {exc.message}", 400) from None
         request = send_controls.Request(
-            _request_id(), row.send_key, "speedup", max_fee, tip, above_cap
+            _request_id(), row.send_key, "speedup", max_fee, tip, above_cap, by
         )
         return await self._carry_out(row, request, wait)
 
-    async def cancel(self, ident: str, *, wait: float = DEFAULT_WAIT) -> dict[str, Any]:
-        """Replace the send by a zero-value self-transfer at its nonce."""
+    async def cancel(
+        self, ident: str, *, wait: float = DEFAULT_WAIT, by: str | None = None
+    ) -> dict[str, Any]:
+        """Replace the send by a zero-value self-transfer at its nonce; ``by`` is the
+        principal who asks (the request records it)."""
         row = await self._open(ident, "cancel")
-        request = send_controls.Request(_request_id(), row.send_key, "cancel")
+        request = send_controls.Request(_request_id(), row.send_key, "cancel", requested_by=by)
         return await self._carry_out(row, request, wait)
 
     async def _open(self, ident: str, action: str) -> SendRow:

@@ -2,9 +2,10 @@
 
 The CLI acts as the principal whose token it holds: ``RFLOW_CLI_TOKEN``, else
 ``RFLOW_API_TOKEN`` (the built-in ``operator``). A token other than the operator's is
-resolved against the ``principals`` of the project (``--project`` or
-``$RFLOW_PROJECT``), each read from the variable its ``token_env`` names. The answer
-records that principal; there is no way to name another.
+resolved against the ``principals`` of the newest deployment (before anything is
+deployed, of ``--project`` or ``$RFLOW_PROJECT``), each read from the variable its
+``token_env`` names (:func:`rflow.cli.common.acting_principal`). The answer records that
+principal; there is no way to name another.
 """
 
 from __future__ import annotations
@@ -19,57 +20,22 @@ from typing import Any
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, known_workflow, project_option, table, with_database
-from rflow.settings import Settings
+from rflow.cli.common import (
+    current_principal,
+    fail,
+    known_workflow,
+    needs,
+    operate,
+    project_option,
+    table,
+    with_database,
+)
 
 
 def _json(value: Any) -> str:
     return json.dumps(
         value, indent=2, default=lambda v: v.isoformat() if isinstance(v, datetime) else str(v)
     )
-
-
-def acting_principal(project: Path | None) -> str:
-    """The principal the CLI acts as: its token resolved against the project's principals
-    (``operator`` for ``RFLOW_API_TOKEN``); exits with the reason when there is none."""
-    from rflow.principals import OPERATOR, Principals, TokenConflict
-    from rflow.settings import environ
-
-    settings = Settings.from_env()
-    token = settings.acting_token
-    if token is None or not token.get_secret_value():
-        fail(
-            "the CLI answers approvals as a principal: set RFLOW_CLI_TOKEN to your token "
-            f"(or RFLOW_API_TOKEN, the token of {OPERATOR!r})"
-        )
-    path = project or settings.project_path
-    loaded = _project(path) if path is not None else None
-    try:
-        principals = Principals.of(loaded, environ(), settings.api_token)
-    except TokenConflict as exc:
-        fail(str(exc))
-    name = principals.resolve(token.get_secret_value())
-    if name is None:
-        variable = "RFLOW_CLI_TOKEN" if settings.cli_token is not None else "RFLOW_API_TOKEN"
-        where = (
-            f"nor the token of a principal of {path}"
-            if path is not None
-            else "and there is no project (--project or RFLOW_PROJECT) whose principals could hold it"
-        )
-        fail(f"the token in {variable} is not RFLOW_API_TOKEN ({OPERATOR!r}), {where}")
-    return name
-
-
-def _project(path: Path) -> Any:
-    from rflow.lang import ConfigError, load_project
-    from rflow.settings import environ
-
-    try:
-        return load_project(path, environ())
-    except FileNotFoundError as exc:
-        fail(str(exc), 2)
-    except ConfigError as exc:
-        fail(f"{path} has {len(exc.diagnostics)} problems; run rflow validate {path}", 2)
 
 
 def _refuse_by(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -91,29 +57,20 @@ def _decide(
     step: str | None,
     choice: str | None,
     text: str | None,
-    project: Path | None,
     as_json: bool,
 ) -> None:
-    from rflow.storage import StorageError
-    from rflow.streams.control import ControlError, connected
-    from rflow.streams.producer import ProduceError
-
-    principal = acting_principal(project)
-
-    async def act() -> dict[str, Any]:
-        async with connected(Settings.from_env()) as control:
-            return await control.decide(run_id, step, decision, principal, choice=choice, text=text)
-
-    try:
-        result = asyncio.run(act())
-    except (ControlError, ProduceError, StorageError) as exc:
-        fail(str(exc))
+    principal = current_principal()
+    result = operate(
+        lambda control: control.decide(
+            run_id, step, decision, principal, choice=choice, text=text, via="cli"
+        )
+    )
     if as_json:
         click.echo(_json(result))
     else:
         done = {"approve": "approved", "reject": "rejected"}[decision]
         note = f" ({text})" if text else ""
-        click.echo(f"{done} as {principal}: run {run_id} step {result['step']}{note}")
+        click.echo(f"{done} as {principal.name}: run {run_id} step {result['step']}{note}")
 
 
 def approve_command(group: click.Group, name: str = "approve") -> Callable[..., None]:
@@ -127,6 +84,7 @@ def approve_command(group: click.Group, name: str = "approve") -> Callable[..., 
     @project_option
     @_by_refused
     @click.option("--json", "as_json", is_flag=True)
+    @needs("approvals.answer", ("run", "run_id"))
     def approve(
         run_id: str,
         step: str | None,
@@ -136,7 +94,7 @@ def approve_command(group: click.Group, name: str = "approve") -> Callable[..., 
         as_json: bool,
     ) -> None:
         """Approve a run waiting for a human decision, as the CLI's principal."""
-        _decide("approve", run_id, step, choice, text, project, as_json)
+        _decide("approve", run_id, step, choice, text, as_json)
 
     return approve
 
@@ -151,12 +109,13 @@ def reject_command(group: click.Group, name: str = "reject") -> Callable[..., No
     @project_option
     @_by_refused
     @click.option("--json", "as_json", is_flag=True)
+    @needs("approvals.answer", ("run", "run_id"))
     def reject(
         run_id: str, step: str | None, text: str | None, project: Path | None, as_json: bool
     ) -> None:
         """Reject a run waiting for a human decision, as the CLI's principal (the run ends
         rejected, or goes where the step's on_reject says)."""
-        _decide("reject", run_id, step, None, text, project, as_json)
+        _decide("reject", run_id, step, None, text, as_json)
 
     return reject
 
@@ -185,12 +144,13 @@ def _pending(**filters: Any) -> list[dict[str, Any]]:
 @project_option
 @click.option("--limit", default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.read")
 def list_approvals(
     workflow: str | None, mine: bool, project: Path | None, limit: int, as_json: bool
 ) -> None:
     """Every pending approval, most urgent first (urgent, high, normal, low), then by
     deadline."""
-    approver = acting_principal(project) if mine else None
+    approver = current_principal().name if mine else None
     found = _pending(workflow=workflow, approver=approver, limit=limit)
     if as_json:
         click.echo(_json(found))
@@ -216,6 +176,7 @@ def list_approvals(
 @click.argument("run_id")
 @click.option("--step", default=None, help="The waiting step (when several wait).")
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.read", ("run", "run_id"))
 def show_approval(run_id: str, step: str | None, as_json: bool) -> None:
     """One pending approval: its prompt, context, choices, approvers and deadline."""
     found = [a for a in _pending(run_id=run_id, limit=1000) if step in (None, a["step"])]

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, project_option, table, with_database
+from rflow.cli.common import fail, needs, project_option, table, with_database
 from rflow.settings import Settings, environ
 
 
@@ -35,6 +35,7 @@ def budgets() -> None:
 @budgets.command("ls")
 @project_option
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.read")
 def list_budgets(project: Path | None, as_json: bool) -> None:
     """Each cap of each budget in its rolling window, in raw units (wei, token units).
 
@@ -90,6 +91,7 @@ def list_budgets(project: Path | None, as_json: bool) -> None:
     help="How far back to count, e.g. 1h or 7d; 'all' for everything recorded.",
 )
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.read")
 def spend(window: timedelta | None, as_json: bool) -> None:
     """Gas paid and native value moved by rflow's sends, per network and relayer (wei).
 

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, operate, table, with_database
+from rflow.cli.common import current_principal, fail, needs, operate, table, with_database
 from rflow.settings import Settings
 
 REASON_WIDTH = 100
@@ -41,6 +41,7 @@ def dead_letters() -> None:
 @click.option("--replayed/--not-replayed", default=None, help="Only those replayed, or not.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.read")
 def list_letters(topic: str | None, replayed: bool | None, limit: int, as_json: bool) -> None:
     """The newest dead letters: where each record came from, why, and its replay."""
     from rflow.storage import dead_letters as store
@@ -87,6 +88,7 @@ def list_letters(topic: str | None, replayed: bool | None, limit: int, as_json: 
 @dead_letters.command("show")
 @click.argument("letter_id", type=int)
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.read", ("dead_letter", "letter_id"))
 def show_letter(letter_id: int, as_json: bool) -> None:
     """One dead letter: its record whole, why it failed, and whether it can be replayed."""
     from rflow.streams.dead_letter_actions import describe
@@ -141,6 +143,7 @@ def _pretty(raw: str) -> str:
 @dead_letters.command("replay")
 @click.argument("letter_id", type=int)
 @click.option("--json", "as_json", is_flag=True)
+@needs("dead_letters.replay", ("dead_letter", "letter_id"))
 def replay_letter(letter_id: int, as_json: bool) -> None:
     """Produce a dead letter's record back to its topic, under its key, once.
 
@@ -149,7 +152,8 @@ def replay_letter(letter_id: int, as_json: bool) -> None:
     is not deployed, its key is not its group), or was replayed already. A firing
     replayed twice still starts one run: the triggers gate admits it once.
     """
-    done = operate(lambda control: control.dead_letters.replay(letter_id))
+    by = current_principal().name
+    done = operate(lambda control: control.dead_letters.replay(letter_id, by=by))
     if as_json:
         click.echo(json.dumps(done, indent=2))
         return

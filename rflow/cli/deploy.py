@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from rflow.cli import main
-from rflow.cli.common import table, with_database
+from rflow.cli.common import needs, table, with_database
 from rflow.settings import environ
 
 STALE_AFTER = 30.0
@@ -21,6 +21,7 @@ STALE_AFTER = 30.0
 @main.command()
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True)
+@needs("deploy")
 def deploy(path: Path, as_json: bool) -> None:
     """Validate the project at PATH, then publish it as the new deployment.
 
@@ -108,6 +109,7 @@ def _deployed(row: dict[str, Any]) -> str:
 @main.command("deployments")
 @click.option("--limit", default=5, show_default=True, help="How many deployments to list.")
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.read")
 def list_deployments(limit: int, as_json: bool) -> None:
     """The newest deployments, and which one each worker runs (and any it could not load)."""
     from rflow.storage import deployments

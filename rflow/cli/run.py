@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, project_or_warn, with_database
+from rflow.cli.common import authorized, fail, needs, project_or_warn, with_database
 from rflow.engine.keys import firing_runs
 from rflow.settings import Settings
 
@@ -69,6 +69,7 @@ def parse_inputs(values: tuple[str, ...]) -> dict[str, Any]:
     "unless it succeeded.",
 )
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds --wait waits.")
+@needs("runs.run", ("workflow", "workflow"), late=True)
 def run_workflow(
     workflow: str,
     input_values: tuple[str, ...],
@@ -109,6 +110,7 @@ def run_workflow(
         )
     except ManualRunError as exc:
         _fail(exc.reason)
+    authorized()
     held = asyncio.run(with_database(lambda conn: _held(conn, workflow, definition), settings))
     try:
         partition, offset = asyncio.run(produce_trigger(settings, record))

@@ -12,10 +12,19 @@ from typing import Any
 
 import click
 
-from rflow import runtree
+from rflow import authz, runtree
 from rflow.cli import main
 from rflow.cli.approvals import approve_command, reject_command
-from rflow.cli.common import fail, known_workflow, operate, project_option, table, with_database
+from rflow.cli.common import (
+    current_principal,
+    fail,
+    known_workflow,
+    needs,
+    operate,
+    project_option,
+    table,
+    with_database,
+)
 from rflow.engine.statuses import RunStatus
 from rflow.settings import Settings
 
@@ -89,6 +98,7 @@ def runs() -> None:
 )
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.read")
 def list_runs(
     workflow: str | None,
     status: str | None,
@@ -154,10 +164,13 @@ def _pending_note(run: dict[str, Any]) -> str:
     "--full", is_flag=True, help="Print outputs and errors whole (default: wrapped, 4 lines)."
 )
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.read", ("run", "run_id"))
 def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
     """One run's journal, step by step: inputs, outputs, errors and timings, and the budget
     charges of its sends."""
-    run = asyncio.run(with_database(lambda conn: _run_with_charges(conn, run_id)))
+    may_answer = authz.decide(current_principal(), "approvals.answer").allowed
+    base = Settings.from_env().base_url
+    run = asyncio.run(with_database(lambda conn: _run_with_charges(conn, run_id, base, may_answer)))
     if run is None and not live:
         fail(f"no run {run_id}")
     if live:
@@ -183,10 +196,15 @@ def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
     )
     if run["status"] in ("pending", "waiting"):
         click.echo(f"waiting   {_pending_note(run)}")
+    for wait in run.get("webhook_waits") or ():
+        click.echo(f"resume    POST {wait['resume_url']}  ({wait['step']}, auth {wait['auth']})")
+    if run.get("webhook_waits") is None and run["status"] == "waiting":
+        click.echo("resume    (a webhook wait's URL is shown to principals who may answer)")
     if run["retry_of"]:
         click.echo(f"retry of  {run['retry_of']}")
     if run["retried_as"]:
-        click.echo(f"retried   as {run['retried_as']}")
+        by = f" by {run['retried_by']}" if run.get("retried_by") else ""
+        click.echo(f"retried   as {run['retried_as']}{by}")
     if run.get("parent_run_id"):
         click.echo(f"called by {run['parent_run_id']} at step {run['parent_step']}")
     for child in run.get("children") or ():
@@ -234,6 +252,14 @@ def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
         click.echo("")
         charges = [[c["budget"], c["asset"], str(c["amount"]), c["status"]] for c in run["charges"]]
         click.echo(table(charges, ["BUDGET", "ASSET", "AMOUNT", "STATUS"]))
+    if run.get("send_controls"):
+        click.echo("")
+        asked = [
+            [_when(c["requested_at"]), c["send_id"], c["action"], c["requested_by"] or "-",
+             c["status"]]
+            for c in run["send_controls"]
+        ]  # fmt: skip
+        click.echo(table(asked, ["ASKED", "SEND", "ACTION", "BY", "OUTCOME"]))
     for fork in runtree.forks(run["steps"]):
         click.echo("")
         click.echo(fork.title)
@@ -289,9 +315,12 @@ def _live_state(run_id: str) -> dict[str, Any] | None:
         fail(f"no worker answers on port {settings.web_port}: {exc}")
 
 
-async def _run_with_charges(conn: Any, run_id: str) -> dict[str, Any] | None:
-    from rflow.storage import budgets, sends
+async def _run_with_charges(
+    conn: Any, run_id: str, base: str, may_answer: bool
+) -> dict[str, Any] | None:
+    from rflow.storage import budgets, send_controls, sends
     from rflow.storage import runs as store
+    from rflow.streams.control import resume_urls
     from rflow.streams.send_actions import deferral_document
 
     run = await store.get_run(conn, run_id)
@@ -301,6 +330,9 @@ async def _run_with_charges(conn: Any, run_id: str) -> dict[str, Any] | None:
         run["deferred_sends"] = [
             deferral_document(d) for d in await sends.deferrals(conn, run_id=run_id)
         ]
+        run["send_controls"] = await send_controls.of_run(conn, run_id)
+        # A resume URL answers a wait: shown to whoever may answer.
+        run["webhook_waits"] = await resume_urls(conn, run_id, base) if may_answer else None
     return run
 
 
@@ -314,19 +346,17 @@ reject_command(runs)
 @click.option(
     "--data", default=None, help="The signal's data, as JSON (the waiting step's output.data)."
 )
-@project_option
 @click.option("--json", "as_json", is_flag=True)
-def signal(run_id: str, name: str, data: str | None, project: Path | None, as_json: bool) -> None:
+@needs("runs.signal", ("run", "run_id"))
+def signal(run_id: str, name: str, data: str | None, as_json: bool) -> None:
     """Send signal NAME to a run, as the CLI's principal: the step waiting for it (wait_for:
     {signal: {name}}) takes it; with no step waiting it is kept for a later wait when the
     workflow declares signals: {NAME: {buffer: true}}, and refused otherwise."""
-    from rflow.cli.approvals import acting_principal
-
     try:
         value = json.loads(data) if data is not None else None
     except json.JSONDecodeError as exc:
         fail(f"--data is not JSON: {exc}")
-    principal = acting_principal(project)
+    principal = current_principal().name
     result = operate(lambda control: control.signal(run_id, name, value, principal))
     if as_json:
         click.echo(_json(result))
@@ -340,11 +370,13 @@ def signal(run_id: str, name: str, data: str | None, project: Path | None, as_js
 
 @runs.command()
 @click.argument("run_id")
-@click.option("--reason", default="cancelled by an operator", show_default=True)
+@click.option("--reason", default=None, help="Why (the run's cancellation names you either way).")
 @click.option("--json", "as_json", is_flag=True)
-def cancel(run_id: str, reason: str, as_json: bool) -> None:
+@needs("runs.cancel", ("run", "run_id"))
+def cancel(run_id: str, reason: str | None, as_json: bool) -> None:
     """Cancel a run at its next step boundary (finally steps still run)."""
-    result = operate(lambda control: control.cancel(run_id, reason))
+    by = current_principal().name
+    result = operate(lambda control: control.cancel(run_id, reason, by))
     if as_json:
         click.echo(_json(result))
         return
@@ -368,6 +400,7 @@ def cancel(run_id: str, reason: str, as_json: bool) -> None:
 @click.option("--yes", is_flag=True, help="Confirm sending again what --from sends again.")
 @project_option
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.retry", ("run", "run_id"))
 def retry(
     run_id: str, from_step: str | None, yes: bool, project: Path | None, as_json: bool
 ) -> None:
@@ -377,7 +410,10 @@ def retry(
 
     (--project is not needed: the run's own pinned version is read from the database.)
     """
-    result = operate(lambda control: control.retry(run_id, from_step, confirm=yes))
+    who = current_principal()
+    result = operate(
+        lambda control: control.retry(run_id, from_step, confirm=yes, who=who, via="cli")
+    )
     if as_json:
         click.echo(_json(result))
         return

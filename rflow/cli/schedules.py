@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from rflow.cli import main
-from rflow.cli.common import deployed_project, fail, table, with_database
+from rflow.cli.common import current_principal, deployed_project, fail, needs, table, with_database
 
 
 @main.group()
@@ -38,6 +38,7 @@ async def _project(conn: Any) -> Any:
 @schedules.command("ls")
 @click.option("--workflow", "-w", default=None, help="Only this workflow's schedules.")
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.read")
 def list_schedules(workflow: str | None, as_json: bool) -> None:
     """Each schedule of the newest deployment: its cron, whether it fires (and who
     disabled it), its next and last fire times, its consecutive failures and last error."""
@@ -87,18 +88,21 @@ def list_schedules(workflow: str | None, as_json: bool) -> None:
 @schedules.command()
 @click.argument("workflow")
 @click.option("--trigger", "-t", default=None, help="The schedule's trigger id (if several).")
-@click.option("--reason", default="disabled by an operator", show_default=True)
+@click.option("--reason", default=None, help="Why (default: disabled by <your principal>).")
 @click.option("--json", "as_json", is_flag=True)
-def disable(workflow: str, trigger: str | None, reason: str, as_json: bool) -> None:
+@needs("schedules.toggle", ("workflow", "workflow"))
+def disable(workflow: str, trigger: str | None, reason: str | None, as_json: bool) -> None:
     """Disable WORKFLOW's schedule: it fires nothing until enabled (the workflow's other
     triggers still fire; fire times skipped meanwhile never fire)."""
     from rflow import schedules as view
+
+    by = current_principal().name
 
     async def work(conn: Any) -> dict[str, Any]:
         project = await _project(conn)
         try:
             return await view.disable(
-                conn, project, workflow, trigger, by="operator", reason=reason
+                conn, project, workflow, trigger, by=by, reason=reason or f"disabled by {by}"
             )
         except view.ScheduleError as exc:
             fail(str(exc))
@@ -115,6 +119,7 @@ def disable(workflow: str, trigger: str | None, reason: str, as_json: bool) -> N
 @click.argument("workflow")
 @click.option("--trigger", "-t", default=None, help="The schedule's trigger id (if several).")
 @click.option("--json", "as_json", is_flag=True)
+@needs("schedules.toggle", ("workflow", "workflow"))
 def enable(workflow: str, trigger: str | None, as_json: bool) -> None:
     """Enable WORKFLOW's schedule again: it fires from now on, never the times it skipped."""
     from rflow import schedules as view

@@ -9,7 +9,15 @@ from typing import Any
 import click
 
 from rflow.cli import main
-from rflow.cli.common import deployed_project, fail, operate, table, with_database
+from rflow.cli.common import (
+    current_principal,
+    deployed_project,
+    fail,
+    needs,
+    operate,
+    table,
+    with_database,
+)
 
 WAIT_HELP = "Seconds to wait for the worker that owns the send's relayer to carry it out."
 
@@ -51,6 +59,7 @@ def sends() -> None:
 @click.option("--network", default=None, help="Only sends on this network.")
 @click.option("--relayer", default=None, help="Only sends of this relayer.")
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.read")
 def list_sends(network: str | None, relayer: str | None, as_json: bool) -> None:
     """The sends not settled yet, in nonce order per relayer and network, with the fees of
     their latest transaction (max fee / tip), their age and how many transactions each has
@@ -145,6 +154,7 @@ def list_sends(network: str | None, relayer: str | None, as_json: bool) -> None:
 )
 @click.option("--wait", default=30.0, show_default=True, type=click.FloatRange(0.1), help=WAIT_HELP)
 @click.option("--json", "as_json", is_flag=True)
+@needs("sends.speedup", ("send", "send"))
 def speedup(
     send: str,
     max_fee: int | None,
@@ -158,9 +168,10 @@ def speedup(
     Both fees must be at least 10 % above the current transaction's (what a node asks
     to replace it). Whichever transaction of the send is mined settles it.
     """
+    by = current_principal().name
     result = operate(
         lambda control: control.sends.speedup(
-            send, max_fee=max_fee, tip=tip, above_cap=above_cap, wait=wait
+            send, max_fee=max_fee, tip=tip, above_cap=above_cap, wait=wait, by=by
         )
     )
     if as_json:
@@ -177,6 +188,7 @@ def speedup(
 @click.argument("send")
 @click.option("--wait", default=30.0, show_default=True, type=click.FloatRange(0.1), help=WAIT_HELP)
 @click.option("--json", "as_json", is_flag=True)
+@needs("sends.cancel", ("send", "send"))
 def cancel(send: str, wait: float, as_json: bool) -> None:
     """Cancel a pending send: a zero-value transfer to the relayer itself takes its nonce,
     paying more than the send (or what the network asks, if higher).
@@ -185,7 +197,8 @@ def cancel(send: str, wait: float, as_json: bool) -> None:
     finally steps still run) and its budget reservations are released; if the send's own
     transaction is mined first, that outcome stands.
     """
-    result = operate(lambda control: control.sends.cancel(send, wait=wait))
+    by = current_principal().name
+    result = operate(lambda control: control.sends.cancel(send, wait=wait, by=by))
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, project_or_warn
+from rflow.cli.common import authorized, fail, needs, project_or_warn
 from rflow.settings import Settings
 
 
@@ -73,6 +73,7 @@ def _project(path: Path | None):
     help="The workflow files (default: $RFLOW_PROJECT).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@needs("runs.run", ("workflow", "workflow"), late=True)
 def trigger(
     workflow: str,
     input_json: str,
@@ -132,6 +133,7 @@ def trigger(
                 f"--group {group!r} disagrees with the concurrency group {record.group!r} "
                 f"that workflow {workflow} computes from --input"
             )
+    authorized()
     try:
         partition, offset = asyncio.run(produce_trigger(settings, record))
     except ProduceError as exc:

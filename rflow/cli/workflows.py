@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from rflow.cli import main
-from rflow.cli.common import fail, project_option, table, with_database
+from rflow.cli.common import current_principal, fail, needs, project_option, table, with_database
 from rflow.settings import Settings, environ
 
 
@@ -22,6 +22,7 @@ def workflow() -> None:
 @workflow.command("ls")
 @project_option
 @click.option("--json", "as_json", is_flag=True)
+@needs("runs.read")
 def list_workflows(project: Path | None, as_json: bool) -> None:
     """Each workflow of the project, its triggers and whether it is paused.
 
@@ -108,17 +109,21 @@ def _announce(name: str, *, paused: bool) -> None:
 
 @workflow.command()
 @click.argument("name")
-@click.option("--reason", default="paused by an operator", show_default=True)
+@click.option("--reason", default=None, help="Why (default: paused by <your principal>).")
 @click.option("--json", "as_json", is_flag=True)
-def pause(name: str, reason: str, as_json: bool) -> None:
+@needs("workflows.pause", ("workflow", "name"))
+def pause(name: str, reason: str | None, as_json: bool) -> None:
     """Pause NAME: its firings are held (or skipped, with paused_firings: skip) until it is
     resumed; runs in flight go on."""
     from rflow.storage import controls
 
+    by = current_principal().name
+    reason = reason or f"paused by {by}"
+
     async def work(conn):
         firings = await _known(conn, name)
         before = (await controls.paused(conn)).get(name)
-        await controls.pause(conn, name, by="operator", reason=reason)
+        await controls.pause(conn, name, by=by, reason=reason)
         return firings, before
 
     firings, before = asyncio.run(with_database(work))
@@ -139,6 +144,7 @@ def pause(name: str, reason: str, as_json: bool) -> None:
 @workflow.command()
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
+@needs("workflows.pause", ("workflow", "name"))
 def resume(name: str, as_json: bool) -> None:
     """Resume NAME after a pause (an operator's, on_failure: halt, or a breaker's): the
     firings held meanwhile start, in the order they arrived."""

@@ -3,9 +3,11 @@ signed-in principal (the forms post to the run's approve and reject actions)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rflow import approvals
+from rflow.authz import Target
 from rflow.storage import waits
 
 if TYPE_CHECKING:
@@ -22,7 +24,7 @@ def attach(console: Console) -> None:
             lambda conn: waits.pending_approvals(
                 conn,
                 workflow=workflow,
-                approver=visit.principal if mine else None,
+                approver=visit.principal.name if mine else None,
                 limit=500,
             ),
             "approvals",
@@ -30,9 +32,7 @@ def attach(console: Console) -> None:
         entries = []
         for row in rows:
             entry = approvals.inbox_entry(row)
-            entry["may_answer"] = approvals.may_answer(
-                (row["spec"] or {}).get("approval") or {}, visit.principal
-            )
+            entry["may_answer"] = may_answer(visit, row)
             entries.append(entry)
         return console.render(
             visit,
@@ -45,4 +45,12 @@ def attach(console: Console) -> None:
             live=True,
         )
 
-    console.route("/approvals", get=inbox)
+    console.route("/approvals", get=inbox, needs="runs.read")
+
+
+def may_answer(visit: Visit, row: Mapping[str, Any]) -> bool:
+    """Whether the signed-in principal may answer this pending approval (a ``waits`` row):
+    the decision :mod:`rflow.authz` makes, its ``approvers`` included."""
+    approvers = tuple(((row["spec"] or {}).get("approval") or {}).get("approvers") or ())
+    target = Target("approval", f"{row['run_id']} {row['path']}", approvers)
+    return visit.may("approvals.answer", target)

@@ -63,7 +63,7 @@ def attach(console: Console) -> None:
             live=True,
         )
 
-    console.route("/budgets", get=page)
+    console.route("/budgets", get=page, needs="runs.read")
 
 
 def _chart(series: present.SpendSeries) -> dict[str, Any]:

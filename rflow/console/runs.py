@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from rflow import approvals, runtree
 from rflow.console import present
+from rflow.console.approvals import may_answer
 from rflow.console.auth import PREFIX
 from rflow.engine import RunStatus
-from rflow.storage import budgets, runs, sends, waits
+from rflow.storage import budgets, runs, send_controls, sends, waits
+from rflow.streams.control import resume_urls
 
 if TYPE_CHECKING:
     from rflow.console.web import Console, Visit
@@ -104,7 +106,7 @@ def attach(console: Console) -> None:
         async def load(conn: Any) -> tuple[Any, ...]:
             run = await runs.get_run(conn, run_id)
             if run is None:
-                return None, [], [], [], ([], 0)
+                return None, [], [], [], [], ([], 0)
             charges = await budgets.run_charges(conn, run_id)
             transactions = await sends.of_run(conn, run_id)
             transactions += [
@@ -119,13 +121,19 @@ def attach(console: Console) -> None:
                 }
                 for d in await sends.deferrals(conn, run_id=run_id)
             ]
+            asked = await send_controls.of_run(conn, run_id)
             open_approvals = await waits.pending_approvals(conn, run_id=run_id)
             combinations = await runs.matrix_runs(conn, run)
-            return run, charges, transactions, open_approvals, combinations
+            return run, charges, transactions, asked, open_approvals, combinations
 
-        run, charges, transactions, open_approvals, (combinations, combined) = await console.db(
-            load, "run"
-        )
+        (
+            run,
+            charges,
+            transactions,
+            asked,
+            open_approvals,
+            (combinations, combined),
+        ) = await console.db(load, "run")
         if run is None:
             return console.render(
                 visit,
@@ -135,6 +143,11 @@ def attach(console: Console) -> None:
                 what=f"There is no run {run_id}.",
                 waiting=await console.approvals_waiting(),
             )
+        resume = None
+        if run["settled_at"] is None and visit.may("approvals.answer"):
+            # A resume URL answers a wait: shown to whoever may answer.
+            base = console.settings.base_url
+            resume = await console.db(lambda conn: resume_urls(conn, run_id, base), "resume URLs")
         steps = run["steps"]
         rows = runtree.rows(steps)
         bars = present.timeline([row.step for row in rows], run["started_at"], run["settled_at"])
@@ -144,9 +157,7 @@ def attach(console: Console) -> None:
         entries = []
         for row in open_approvals:
             entry = approvals.inbox_entry(row)
-            entry["may_answer"] = approvals.may_answer(
-                (row["spec"] or {}).get("approval") or {}, visit.principal
-            )
+            entry["may_answer"] = may_answer(visit, row)
             entries.append(entry)
         return console.render(
             visit,
@@ -159,7 +170,9 @@ def attach(console: Console) -> None:
             retried_steps=retried,
             charges=charges,
             transactions=transactions,
+            asked=asked,
             approvals=entries,
+            webhook_waits=resume,
             combinations=combinations,
             combined=combined,
             settled=run["settled_at"] is not None,
@@ -184,14 +197,18 @@ def attach(console: Console) -> None:
 
         async def work() -> Any:
             return await control.retry(
-                run_id, visit.text("from"), confirm=visit.text("yes") == "yes"
+                run_id,
+                visit.text("from"),
+                confirm=visit.text("yes") == "yes",
+                who=visit.principal,
+                via="console",
             )
 
         return await console.act(visit, work, said, to=f"{PREFIX}/runs/{run_id}")
 
     async def cancel(visit: Visit) -> Any:
         run_id = visit.params["run_id"]
-        reason = visit.text("reason") or f"cancelled by {visit.principal} from the console"
+        reason = visit.text("reason")
 
         def said(result: dict[str, Any]) -> str:
             pending = result["pending_sends"]
@@ -201,11 +218,11 @@ def attach(console: Console) -> None:
                 if pending
                 else ""
             )
-            return f"Asked run {run_id} to stop at its next step ({reason}).{tail}"
+            return f"Asked run {run_id} to stop at its next step ({reason or 'no reason'}).{tail}"
 
         return await console.act(
             visit,
-            lambda: control.cancel(run_id, reason),
+            lambda: control.cancel(run_id, reason, visit.principal.name),
             said,
             to=f"{PREFIX}/runs/{run_id}",
         )
@@ -228,15 +245,16 @@ def attach(console: Console) -> None:
                     visit.principal,
                     choice=visit.text("choice"),
                     text=visit.text("text"),
+                    via="console",
                 )
 
             return await console.act(visit, work, said)
 
         return answer
 
-    console.route("/runs", get=list_page)
-    console.route("/runs/{run_id}", get=run_page)
-    console.route("/runs/{run_id}/retry", post=retry)
-    console.route("/runs/{run_id}/cancel", post=cancel)
-    console.route("/runs/{run_id}/approve", post=decide("approve"))
-    console.route("/runs/{run_id}/reject", post=decide("reject"))
+    console.route("/runs", get=list_page, needs="runs.read")
+    console.route("/runs/{run_id}", get=run_page, needs="runs.read")
+    console.route("/runs/{run_id}/retry", post=retry, needs="runs.retry")
+    console.route("/runs/{run_id}/cancel", post=cancel, needs="runs.cancel")
+    console.route("/runs/{run_id}/approve", post=decide("approve"), needs="approvals.answer")
+    console.route("/runs/{run_id}/reject", post=decide("reject"), needs="approvals.answer")

@@ -50,6 +50,7 @@ def attach(console: Console) -> None:
                 max_fee=_amount(visit, "max_fee", "max fee"),
                 tip=_amount(visit, "tip", "tip"),
                 above_cap=visit.text("above_cap") == "yes",
+                by=visit.principal.name,
             )
 
         def said(result: dict[str, Any]) -> str:
@@ -72,7 +73,10 @@ def attach(console: Console) -> None:
             )
 
         return await console.act(
-            visit, lambda: control.sends.cancel(send_id), said, to=f"{PREFIX}/sends"
+            visit,
+            lambda: control.sends.cancel(send_id, by=visit.principal.name),
+            said,
+            to=f"{PREFIX}/sends",
         )
 
     async def dead_page(visit: Visit) -> Any:
@@ -104,13 +108,13 @@ def attach(console: Console) -> None:
         # The CLI's replay: the row locked and marked, so a letter is replayed once.
         return await console.act(
             visit,
-            lambda: control.dead_letters.replay(letter),
+            lambda: control.dead_letters.replay(letter, by=visit.principal.name),
             said,
             to=f"{PREFIX}/dead-letters",
         )
 
-    console.route("/sends", get=sends_page)
-    console.route("/sends/{send_id}/speedup", post=speedup)
-    console.route("/sends/{send_id}/cancel", post=cancel)
-    console.route("/dead-letters", get=dead_page)
-    console.route("/dead-letters/{letter_id}/replay", post=replay)
+    console.route("/sends", get=sends_page, needs="runs.read")
+    console.route("/sends/{send_id}/speedup", post=speedup, needs="sends.speedup")
+    console.route("/sends/{send_id}/cancel", post=cancel, needs="sends.cancel")
+    console.route("/dead-letters", get=dead_page, needs="runs.read")
+    console.route("/dead-letters/{letter_id}/replay", post=replay, needs="dead_letters.replay")

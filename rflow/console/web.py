@@ -2,17 +2,23 @@
 forms and their answers.
 
 Every page but the sign-in form and the static files goes through :meth:`Console.route`,
-which asks for a signed-in principal (a page redirects to the sign-in, a form is refused)
-and, for a form, for its CSRF token before the handler runs. Actions call the operator
-actions of :class:`~rflow.streams.control.Control`, the ones the HTTP API and the CLI
-call, and answer with a redirect to a page that says what was done (post, redirect, get).
+which names the action the page or form needs, asks for a signed-in principal (a page
+redirects to the sign-in, a form is refused), for a form's CSRF token, and then the gate
+(:mod:`rflow.streams.gate`, which asks :mod:`rflow.authz`) before the handler runs: a
+principal without the action gets a 403 page naming the action and the principal, and
+nothing is done. Pages hide the forms the principal may not use. Actions call the
+operator actions of :class:`~rflow.streams.control.Control`, the ones the HTTP API and
+the CLI call, are written to the audit trail, and answer with a redirect to a page that
+says what was done (post, redirect, get).
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlencode
@@ -21,10 +27,13 @@ import jinja2
 from aiohttp import web
 from faust.web import Request, View
 
+from rflow import authz
+from rflow.authz import Principal, Target
 from rflow.console import auth, present
 from rflow.principals import Principals
-from rflow.storage import StorageError, waits
+from rflow.storage import StorageError, sessions, waits
 from rflow.streams.control import Control, ControlError
+from rflow.streams.gate import Forbidden, target_of
 from rflow.streams.producer import ProduceError
 
 if TYPE_CHECKING:
@@ -47,13 +56,19 @@ ASSETS: dict[str, tuple[Path, str]] = {
 ``scripts/bootstrap`` installs with ``npm ci`` (rflow/console/assets/package-lock.json)."""
 
 NAV = (
-    ("runs", "Runs"),
-    ("approvals", "Approvals"),
-    ("workflows", "Workflows"),
-    ("budgets", "Budgets"),
-    ("sends", "Sends"),
-    ("dead-letters", "Dead letters"),
+    ("runs", "Runs", "runs.read"),
+    ("approvals", "Approvals", "runs.read"),
+    ("workflows", "Workflows", "runs.read"),
+    ("budgets", "Budgets", "runs.read"),
+    ("sends", "Sends", "runs.read"),
+    ("dead-letters", "Dead letters", "runs.read"),
+    ("audit", "Audit", "audit.read"),
 )
+"""The navigation: each page's path, title, and the action it needs (a link the
+principal may not follow is not shown)."""
+
+TOUCH_EVERY = timedelta(seconds=15)
+"""A session's last use is written at most this often (a busy page writes no more)."""
 
 
 def owns(path: str) -> bool:
@@ -62,15 +77,31 @@ def owns(path: str) -> bool:
     return path == auth.PREFIX or path.startswith(auth.PREFIX + "/")
 
 
+@dataclass(frozen=True)
+class Session:
+    """A signed-in browser: its principal, and the session's id and CSRF token."""
+
+    principal: Principal
+    session_id: str
+    csrf: str
+
+
 @dataclass
 class Visit:
-    """One signed-in request: who makes it, its path parameters, query and form."""
+    """One signed-in request: who makes it, the action it takes (on what), its path
+    parameters, query and form."""
 
     request: web.Request
-    principal: str
+    principal: Principal
     csrf: str
     params: dict[str, str]
+    action: str
+    target: Target | None = None
     form: Mapping[str, str] = field(default_factory=dict)
+
+    def may(self, action: str, target: Target | None = None) -> bool:
+        """Whether the principal may take ``action`` (pages hide what it may not)."""
+        return authz.decide(self.principal, action, target).allowed
 
     @property
     def query(self) -> Mapping[str, str]:
@@ -96,7 +127,9 @@ class Console:
     ) -> None:
         self.app = app
         self.runtime = app.rflow
+        self.settings = app.rflow.settings
         self.control = control
+        self.gate = control.gate
         self.principals = principals
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(TEMPLATES),
@@ -120,38 +153,87 @@ class Console:
 
     # --- routing ------------------------------------------------------------------
 
-    def route(self, path: str, *, get: Handler | None = None, post: Handler | None = None) -> None:
+    def route(
+        self,
+        path: str,
+        *,
+        needs: str,
+        get: Handler | None = None,
+        post: Handler | None = None,
+    ) -> None:
         """Mount ``path`` (under ``/console``) behind the sign-in: ``get`` renders a page,
-        ``post`` carries out a form (after its CSRF check)."""
+        ``post`` carries out a form (after its CSRF check); either only for a principal
+        that may take the action it ``needs``."""
+        if needs not in authz.ACTIONS:
+            raise ValueError(f"console route {path}: {needs!r} is not an action")
         methods: dict[str, Any] = {}
         if get is not None:
 
             async def do_get(view: View, request: Request, **params: str) -> Any:
-                return await self._guarded(request, params, get, form=False)
+                return await self._guarded(request, params, get, needs, form=False)
 
             methods["get"] = do_get
         if post is not None:
 
             async def do_post(view: View, request: Request, **params: str) -> Any:
-                return await self._guarded(request, params, post, form=True)
+                return await self._guarded(request, params, post, needs, form=True)
 
             methods["post"] = do_post
         name = "rflow.console" + (path.replace("/", ".").replace("{", "").replace("}", "") or ".")
         view = type("ConsoleView", (View,), methods)
         self.app.page(auth.PREFIX + path, name=name)(view)
 
-    def signed_in(self, request: web.Request) -> tuple[str, str] | None:
-        """(principal, token) of the request's session, if it holds a current token."""
-        token = request.cookies.get(auth.SESSION_COOKIE)
-        if not token:
+    async def signed_in(self, request: web.Request) -> Session | None:
+        """The request's session, if its cookie names one that has not ended: not revoked
+        (signed out), not expired, not idle too long, and signed in with the token its
+        principal holds now (a rotated token ends it)."""
+        session_id = request.cookies.get(auth.SESSION_COOKIE)
+        if not session_id or len(session_id) > 200:
             return None
-        principal = self.principals().resolve(token)
-        return (principal, token) if principal is not None else None
+        key = auth.id_hash(session_id)
+        row = await self.db(lambda conn: sessions.get(conn, key), "console session")
+        if row is None or row.revoked_at is not None:
+            return None
+        now = datetime.now(UTC)
+        idle = timedelta(seconds=self.settings.console_idle_timeout)
+        ended = None
+        if now >= row.expires_at:
+            ended = "expired"
+        elif now - row.last_seen_at > idle:
+            ended = "idle for longer than the idle timeout"
+        principals = self.principals()
+        principal = principals.named(row.principal)
+        digest = principals.digest_of(row.principal)
+        if ended is None and (
+            principal is None
+            or digest is None
+            or not hmac.compare_digest(row.token_check, auth.token_check(session_id, digest))
+        ):
+            ended = "the principal's token changed (or the principal is gone)"
+        if ended is not None:
+            await self.db(lambda conn: sessions.revoke(conn, key, ended, now=now), "end session")
+            return None
+        assert principal is not None
+        if not request.headers.get("HX-Request"):  # a live refresh is not a person's use
+            await self.db(
+                lambda conn: sessions.touch(conn, key, now=now, older_than=now - TOUCH_EVERY),
+                "console session",
+            )
+        return Session(principal, session_id, auth.csrf_for(session_id))
 
     async def _guarded(
-        self, request: web.Request, params: dict[str, str], handler: Handler, *, form: bool
+        self,
+        request: web.Request,
+        params: dict[str, str],
+        handler: Handler,
+        needs: str,
+        *,
+        form: bool,
     ) -> web.StreamResponse:
-        session = self.signed_in(request)
+        try:
+            session = await self.signed_in(request)
+        except StorageError as exc:
+            return self.refusal(request, 503, f"The database is unavailable: {exc}")
         if session is None:
             if form:
                 return self.refusal(
@@ -162,11 +244,11 @@ class Console:
             if request.headers.get("HX-Request"):
                 return web.Response(status=401, headers={"HX-Redirect": where})
             return redirect(where)
-        principal, token = session
-        visit = Visit(request, principal, auth.csrf_for(token), params)
+        target = target_of(params)
+        visit = Visit(request, session.principal, session.csrf, params, needs, target)
         if form:
             fields = await request.post()
-            if not auth.same_origin(request) or not auth.csrf_ok(
+            if not auth.same_origin(request, self.settings) or not auth.csrf_ok(
                 visit.csrf, fields.get(auth.CSRF_FIELD)
             ):
                 return self.refusal(
@@ -174,10 +256,16 @@ class Console:
                     403,
                     "This form was refused: its security token (CSRF) is missing or wrong, "
                     "so nothing was done. Go back, reload the page and try again.",
+                    principal=session.principal.name,
                 )
             visit.form = {key: str(value) for key, value in fields.items()}
         try:
+            await self.gate.check(
+                visit.principal, needs, target, via="console", args=visit.form or None
+            )
             return await handler(visit)
+        except Forbidden as exc:
+            return self.refusal(request, 403, str(exc), principal=session.principal.name)
         except StorageError as exc:
             return self.refusal(request, 503, f"The database is unavailable: {exc}")
 
@@ -189,7 +277,9 @@ class Console:
         flash = visit.request.cookies.get(auth.FLASH_COOKIE)
         kind, _, message = unquote(flash or "").partition(":")
         body = self.templates.get_template(template).render(
-            principal=visit.principal,
+            principal=visit.principal.name,
+            role=visit.principal.role,
+            may=visit.may,
             csrf=visit.csrf,
             path=visit.request.path,
             path_qs=visit.request.path_qs,
@@ -209,12 +299,17 @@ class Console:
         response.headers["Cache-Control"] = "no-store"
         return response
 
-    def refusal(self, request: web.Request, status: int, message: str) -> web.Response:
-        """An error page that says why, with a way back to the sign-in."""
+    def refusal(
+        self, request: web.Request, status: int, message: str, principal: str | None = None
+    ) -> web.Response:
+        """An error page that says why, with a way back to the sign-in (or, signed in, to
+        the runs)."""
         body = self.templates.get_template("refused.html").render(
-            status=status, message=message, principal=None, path=request.path
+            status=status, message=message, principal=None, who=principal, path=request.path
         )
-        return web.Response(text=body, status=status, content_type="text/html")
+        response = web.Response(text=body, status=status, content_type="text/html")
+        response.headers["Cache-Control"] = "no-store"
+        return response
 
     def done(self, visit: Visit, message: str, to: str | None = None, kind: str = "ok") -> Any:
         """Redirect (303) to ``to`` (or the form's ``next``) with ``message`` shown there."""
@@ -223,7 +318,7 @@ class Console:
         response.set_cookie(
             auth.FLASH_COOKIE,
             quote(f"{kind}:{message}", safe=""),
-            **auth.cookie_options(visit.request),
+            **auth.cookie_options(visit.request, self.settings),
         )
         return response
 
@@ -234,10 +329,13 @@ class Console:
         said: Callable[[Any], str],
         to: str | None = None,
     ) -> Any:
-        """Carry out ``work`` (an operator action) and go back with what it did, or with
-        why it was refused: the action's own words, nothing made up here."""
+        """Carry out ``work`` (the visit's operator action, written to the audit trail)
+        and go back with what it did, or with why it was refused: the action's own words,
+        nothing made up here."""
         try:
-            result = await work()
+            result = await self.gate.perform(
+                visit.principal, visit.action, visit.target, work, via="console", args=visit.form
+            )
         except ControlError as exc:
             return self.done(visit, str(exc), to, kind="error")
         except ProduceError as exc:
@@ -256,6 +354,7 @@ class Console:
 def attach(app: RflowApp, control: Control, principals: Callable[[], Principals]) -> Console:
     """Mount the console on ``app``'s web server under ``/console/``."""
     from rflow.console import approvals, budgets, runs, sends, workflows
+    from rflow.console import audit as audit_page
 
     console = Console(app, control, principals)
     missing = [name for name, (path, _) in ASSETS.items() if not path.exists()]
@@ -268,6 +367,7 @@ def attach(app: RflowApp, control: Control, principals: Callable[[], Principals]
     _attach_sign_in(console)
     for module in (runs, approvals, workflows, budgets, sends):
         module.attach(console)
+    audit_page.attach(console)
     return console
 
 
@@ -303,7 +403,8 @@ def _attach_sign_in(console: Console) -> None:
 
     @app.page(auth.PREFIX + "/sign-in", name="rflow.console.sign_in")
     class SignIn(View):
-        """Sign in with the token of a principal; it is kept in a session cookie."""
+        """Sign in with the token of a principal: a session starts on the server, and the
+        browser's cookie holds its id."""
 
         async def get(self, request: Request) -> Any:
             return console_sign_in_page(console, request, None, 200)
@@ -311,7 +412,7 @@ def _attach_sign_in(console: Console) -> None:
         async def post(self, request: Request) -> Any:
             fields = await request.post()
             nonce = request.cookies.get(auth.SIGN_IN_COOKIE)
-            if not auth.same_origin(request) or not auth.csrf_ok(
+            if not auth.same_origin(request, console.settings) or not auth.csrf_ok(
                 nonce, fields.get(auth.CSRF_FIELD)
             ):
                 return console_sign_in_page(
@@ -331,26 +432,60 @@ def _attach_sign_in(console: Console) -> None:
                     "RFLOW_API_TOKEN (or a principal's token variable) and restart it.",
                     401,
                 )
-            if not token or principals.resolve(token) is None:
+            principal = principals.principal(token) if token else None
+            digest = principals.digest_of(principal.name) if principal else None
+            if principal is None or digest is None:
                 return console_sign_in_page(
                     console, request, "That token is not the token of any principal.", 401
                 )
+            session_id = auth.new_session_id()
+            now = datetime.now(UTC)
+            expires = now + timedelta(seconds=console.settings.console_session_ttl)
+
+            async def start(conn: Any) -> None:
+                await sessions.purge(conn, now - timedelta(days=1))
+                await sessions.create(
+                    conn,
+                    auth.id_hash(session_id),
+                    principal.name,
+                    auth.token_check(session_id, digest),
+                    now=now,
+                    expires_at=expires,
+                )
+
+            try:
+                await console.db(start, "start a console session")
+            except StorageError as exc:
+                return console.refusal(request, 503, f"The database is unavailable: {exc}")
             response = redirect(auth.safe_next(str(fields.get("next") or "")))
-            auth.sign_in(response, request, token)
+            auth.sign_in(response, request, console.settings, session_id)
             return response
 
     @app.page(auth.PREFIX + "/sign-out", name="rflow.console.sign_out")
     class SignOut(View):
-        """End the session (a form, with its CSRF token, so no other site can do it)."""
+        """End the session: revoked on the server, so its cookie (or a copy of it) signs
+        nobody in any more (a form, with its CSRF token, so no other site can do it)."""
 
         async def post(self, request: Request) -> Any:
-            session = console.signed_in(request)
+            try:
+                session = await console.signed_in(request)
+            except StorageError as exc:
+                return console.refusal(request, 503, f"The database is unavailable: {exc}")
             fields = await request.post()
-            if session is not None and not auth.csrf_ok(
-                auth.csrf_for(session[1]), fields.get(auth.CSRF_FIELD)
-            ):
-                return console.refusal(request, 403, "This form was refused: nothing was done.")
+            if session is not None:
+                if not auth.csrf_ok(session.csrf, fields.get(auth.CSRF_FIELD)):
+                    return console.refusal(request, 403, "This form was refused: nothing was done.")
+                key = auth.id_hash(session.session_id)
+                now = datetime.now(UTC)
+                try:
+                    await console.db(
+                        lambda conn: sessions.revoke(conn, key, "signed out", now=now),
+                        "end a console session",
+                    )
+                except StorageError as exc:
+                    return console.refusal(request, 503, f"The database is unavailable: {exc}")
             response = redirect(auth.PREFIX + "/sign-in")
+            response.headers["Cache-Control"] = "no-store"
             auth.sign_out(response)
             return response
 
@@ -374,5 +509,7 @@ def console_sign_in_page(
     )
     response = web.Response(text=body, status=status, content_type="text/html")
     response.headers["Cache-Control"] = "no-store"
-    response.set_cookie(auth.SIGN_IN_COOKIE, nonce, **auth.cookie_options(request))
+    response.set_cookie(
+        auth.SIGN_IN_COOKIE, nonce, **auth.cookie_options(request, console.settings)
+    )
     return response

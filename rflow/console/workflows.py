@@ -112,10 +112,10 @@ def attach(console: Console) -> None:
 
     async def pause(visit: Visit) -> Any:
         name = visit.params["name"]
-        reason = visit.text("reason") or f"paused by {visit.principal} from the console"
+        reason = visit.text("reason") or f"paused by {visit.principal.name} from the console"
         return await console.act(
             visit,
-            lambda: control.pause(name, reason),
+            lambda: control.pause(name, reason, visit.principal.name),
             lambda _: f"Paused {name}: its new firings are held until it is resumed.",
             to=visit.text("next") or f"{PREFIX}/workflows",
         )
@@ -129,10 +129,10 @@ def attach(console: Console) -> None:
             to=visit.text("next") or f"{PREFIX}/workflows",
         )
 
-    console.route("/workflows", get=list_page)
-    console.route("/workflows/{name}", get=workflow_page)
-    console.route("/workflows/{name}/pause", post=pause)
-    console.route("/workflows/{name}/resume", post=resume)
+    console.route("/workflows", get=list_page, needs="runs.read")
+    console.route("/workflows/{name}", get=workflow_page, needs="runs.read")
+    console.route("/workflows/{name}/pause", post=pause, needs="workflows.pause")
+    console.route("/workflows/{name}/resume", post=resume, needs="workflows.pause")
 
 
 async def _definitions(conn: Any, wanted: list[str]) -> dict[str, Any]:

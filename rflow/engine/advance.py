@@ -16,7 +16,15 @@ from zoneinfo import ZoneInfo
 
 from rflow.engine import children, keys, signals
 from rflow.engine.blocks import Blocks
-from rflow.engine.context import compare, holds, render, render_input, run_context
+from rflow.engine.context import (
+    WAIT_URL,
+    compare,
+    holds,
+    mentions,
+    render,
+    render_input,
+    run_context,
+)
 from rflow.engine.effects import (
     CancelChild,
     Effect,
@@ -695,7 +703,10 @@ class _Run(Blocks):
     # --- effect construction (shared with resume) ---------------------------------------
 
     def execute_effect(self, step: Any, record: StepRecord) -> Execute:
+        wait_id, wait_path = self.next_wait(step, record.input)
         return Execute(
+            wait_id=wait_id,
+            wait_path=wait_path,
             run_id=self.run_id,
             workflow=self.fields["workflow"],
             path=record.path,
@@ -707,6 +718,23 @@ class _Run(Blocks):
             timeout=step.timeout.total_seconds() if step.timeout else None,
             deadline=record.due_at if step.kind == "send_transaction" else None,
         )
+
+    def next_wait(self, step: Any, action: Any) -> tuple[str | None, str | None]:
+        """The id and path of the webhook wait ``${{ wait.url }}`` names in ``action``:
+        the first one after ``step`` in its list, at the visit it will park in."""
+        if not mentions(action, WAIT_URL):
+            return None, None
+        for phase in ("main", "finally"):
+            steps = self.step_list(phase)
+            ids = [s.id for s in steps]
+            if step.id not in ids:
+                continue
+            for later in steps[ids.index(step.id) + 1 :]:
+                webhook = later.wait_for.webhook if later.kind == "wait_for" else None
+                if webhook is not None and later.foreach is None:
+                    visit = self.visits.get(later.id, 1)
+                    return keys.idempotency_key(self.key, later.id, visit), webhook.path
+        return None, None
 
     def timer_effect(self, record: StepRecord, purpose: str) -> ScheduleTimer:
         return ScheduleTimer(

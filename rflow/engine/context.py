@@ -28,6 +28,12 @@ from rflow.lang.envsubst import escape, placeholder
 
 _UNSET = object()
 
+WAIT_URL_VARIABLE = "RFLOW_WAIT_URL"
+"""What ``${{ wait.url }}`` reads as: the placeholder ``${RFLOW_WAIT_URL}``, which the
+executor fills in with the resume URL of the webhook wait after the step (never part of
+run state: the URL carries the wait's token)."""
+WAIT_URL = placeholder(WAIT_URL_VARIABLE)
+
 
 class Placeholder(str):
     """What ``${{ env.NAME }}`` reads: the text ``${NAME}``, which the effect's executor
@@ -115,6 +121,7 @@ def run_context(
         },
         "state": state.state,
         "env": {name: Placeholder(placeholder(name)) for name in env},
+        "wait": {"url": Placeholder(WAIT_URL)},
         "error": error.view() if error else (state.error.view() if state.error else None),
     }
     if item is not _UNSET:
@@ -153,6 +160,17 @@ def render_input(value: Any, context: Mapping[str, Any]) -> Any:
     data cannot name an environment variable. Text written in the definition is kept as
     it is: its ``${VAR}`` and ``$${`` are the executor's to read."""
     return render(value, context, escaped)
+
+
+def mentions(value: Any, text: str) -> bool:
+    """Whether any string in ``value`` (mapping keys included) contains ``text``."""
+    if isinstance(value, str):
+        return text in value
+    if isinstance(value, Mapping):
+        return any(mentions(key, text) or mentions(item, text) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(mentions(item, text) for item in value)
+    return False
 
 
 def escaped(value: Any) -> Any:

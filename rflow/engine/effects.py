@@ -29,6 +29,10 @@ class Execute(Frozen):
     key: str
     kind: str
     action: Any
+    wait_id: str | None = None
+    """The webhook wait whose resume URL the action names (``${{ wait.url }}``)."""
+    wait_path: str | None = None
+    """That wait's path (``None``: the default)."""
     timeout: float | None = None
     deadline: datetime | None = None
 

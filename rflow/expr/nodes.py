@@ -12,7 +12,19 @@ from decimal import Decimal
 from typing import Literal as TypingLiteral
 
 ROOTS: frozenset[str] = frozenset(
-    {"trigger", "steps", "item", "item_index", "matrix", "run", "error", "state", "env", "inputs"}
+    {
+        "trigger",
+        "steps",
+        "item",
+        "item_index",
+        "matrix",
+        "run",
+        "error",
+        "state",
+        "env",
+        "inputs",
+        "wait",
+    }
 )
 """The names an expression may start from."""
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rflow import authz
 from rflow.failures import FailureKind, RflowError
 from rflow.hosts import check_url
 from rflow.lang.abi import Abi, SignatureError, abi_entries, parse_signature
@@ -42,6 +43,7 @@ from rflow.lang.model.steps import StepBase
 from rflow.lang.model.triggers import (
     AuthApiKey,
     AuthHmac,
+    AuthNone,
     EventSpec,
     ScheduleTrigger,
     WebhookTrigger,
@@ -51,6 +53,10 @@ from rflow.lang.timespec import cron_fields
 from rflow.lang.units import UnitError, format_amount
 from rflow.lang.yamlsrc import MAX_FILE_BYTES, SourceMap
 from rflow.principals import OPERATOR, OPERATOR_TOKEN_ENV
+
+RESERVED_PRINCIPALS = frozenset({"breaker", "on_failure"})
+"""Names a workflow's pause records for what paused it by itself: no principal takes
+them, so a pause always says whether a person or rflow placed it."""
 
 _MATRIX_REF = re.compile(r"\s*\$\{\{\s*matrix\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*")
 
@@ -249,6 +255,14 @@ class Checker:
                     f"the routing key of channel {name!r}",
                 )
         for name, principal in self.view.principals.items():
+            if name in RESERVED_PRINCIPALS:
+                self._error(
+                    ("principals", name),
+                    f"{name!r} names what paused a workflow by itself (a breaker, a halt): "
+                    "give this principal another name",
+                    key=True,
+                )
+                continue
             if name == OPERATOR:
                 self._error(
                     ("principals", name),
@@ -469,6 +483,8 @@ class Checker:
             self._approval(where, action)
         elif step.kind == "call_workflow":
             self._call(where, action)
+        elif step.kind == "wait_for" and action.webhook is not None:
+            self._wait_webhook((*where, "webhook"), action.webhook)
 
     def _call(self, path: DataPath, call: Any) -> None:
         """A called workflow exists, takes the inputs given, and starts one run per call."""
@@ -502,9 +518,44 @@ class Checker:
                     key=True,
                 )
 
+    def _wait_webhook(self, path: DataPath, spec: Any) -> None:
+        """A webhook wait says how its caller authenticates: without ``auth`` it is
+        refused; ``auth: {type: none}`` is taken, with a warning (the URL's token is then
+        the only credential)."""
+        if "auth" not in spec.model_fields_set:
+            self._error(
+                path,
+                "a webhook wait needs auth: api_key or hmac (as a webhook trigger's), or "
+                "{type: none} to let anyone who has its resume URL answer it",
+                key=True,
+            )
+        elif isinstance(spec.auth, AuthNone):
+            self._warn(
+                (*path, "auth"),
+                "auth: none: anyone who has the wait's resume URL can answer it (the URL's "
+                "token is the only credential)",
+            )
+        else:
+            self._secret(
+                (*path, "auth", "secret_env"),
+                spec.auth.secret_env,
+                "the secret of a webhook wait; it refuses every request",
+            )
+
     def _approval(self, path: DataPath, wait: WaitFor) -> None:
         for i, approver in enumerate(wait.approval.approvers):
-            self._declared("principals", approver, (*path, "approval", "approvers", i))
+            where = (*path, "approval", "approvers", i)
+            if not self._declared("principals", approver, where):
+                continue
+            declared = self.view.principals.get(approver)
+            if declared is not None:
+                grant = authz.Principal.of(approver, declared.role, declared.can)
+                if not authz.decide(grant, "approvals.answer"):
+                    self._warn(
+                        where,
+                        f"principal {approver!r} is a {declared.role} that may not answer "
+                        "approvals: give it role approver (or can: [approvals.answer])",
+                    )
         if isinstance(wait.on_timeout, Escalate):
             where = (*path, "on_timeout", "escalate", "channel")
             self._declared("channels", wait.on_timeout.escalate.channel, where)

@@ -31,7 +31,9 @@ asked to wait (``Retry-After``, else null) and whether a status outside
 
 _BLOCKS = ("steps", "finally", "on_error")
 _KNOWN_STEP_KEYS = frozenset([*ACTIONS, *(f.alias or n for n, f in StepBase.model_fields.items())])
-_STEP_ROOTS = frozenset({"trigger", "steps", "run", "state", "env", "inputs"})
+_STEP_ROOTS = frozenset({"trigger", "steps", "run", "state", "env", "inputs", "wait"})
+_WAIT_URL_KINDS = ("http_call", "notify", "command")
+"""The steps that can hand ``${{ wait.url }}`` on (their executors fill it in)."""
 _WHY = {
     "item": "item is only defined inside a foreach step",
     "item_index": "item_index is only defined inside a foreach step",
@@ -41,6 +43,8 @@ _WHY = {
     "steps": "steps are not available here: this is evaluated before the run starts",
     "run": "run is not available here: this is evaluated before the run starts",
     "state": "state is not available here",
+    "wait": "wait is only defined in steps (wait.url: the resume URL of the webhook wait "
+    "after the step)",
 }
 _ENV_BEFORE_RUN = (
     "env values are filled in only when a step's effect runs, so this cannot read them; "
@@ -452,8 +456,10 @@ class ReferenceChecker:
             for segment in template.segments:
                 if isinstance(segment, Expr):
                     for ref, offset in _references(segment):
-                        message = self._check_reference(ref, context) or self._check_env(
-                            where, segment, ref, context
+                        message = (
+                            self._check_reference(ref, context)
+                            or self._check_env(where, segment, ref, context)
+                            or self._check_wait(where, segment, ref, context)
                         )
                         if message:
                             self._error(where, message, offset)
@@ -543,6 +549,50 @@ class ReferenceChecker:
                 "when the effect runs, so an expression cannot compute with it"
             )
         return None
+
+    def _check_wait(
+        self, where: DataPath, segment: Expr, ref: tuple[str | int, ...], context: _Context
+    ) -> str | None:
+        """``wait.url`` in a step: alone, handed to an http_call, a notify or a command,
+        naming the webhook wait that comes after the step in its list (one without
+        foreach, whose path is literal: the URL is made before the wait parks)."""
+        if ref[0] != "wait" or "wait" not in context.roots:
+            return None
+        if len(ref) != 2 or ref[1] != "url" or static_path(segment) != ref:
+            return (
+                "write wait.url alone, as ${{ wait.url }} (wait offers url only): the URL "
+                "carries the wait's token and is filled in when the effect runs"
+            )
+        block, index = where[2], where[3]
+        step = self.workflow[block][index]
+        kind = next((a for a in ACTIONS if a in step), None)
+        if kind not in _WAIT_URL_KINDS or not effect_input(step, where[4:]):
+            return (
+                "wait.url can only be handed to an http_call (url, headers, body), a notify "
+                "(message) or a command (args): it is filled in when their effect runs"
+            )
+        for later in self.workflow[block][index + 1 :]:
+            wait = later.get("wait_for") if isinstance(later, dict) else None
+            webhook = wait.get("webhook") if isinstance(wait, dict) else None
+            if not isinstance(webhook, dict):
+                continue
+            if "foreach" in later:
+                return (
+                    f"wait.url names the webhook wait after this step, {later.get('id')!r}, "
+                    "which runs per item (each item has a URL of its own): it cannot name one"
+                )
+            path = webhook.get("path")
+            if isinstance(path, str) and "${{" in path:
+                return (
+                    f"wait.url names the webhook wait {later.get('id')!r}, whose path holds "
+                    "an expression: give that wait a literal path (or none) so its URL is "
+                    "known before it parks"
+                )
+            return None
+        return (
+            f"wait.url names the webhook wait that comes after this step in {block}, and "
+            "there is none"
+        )
 
     def _check_step_reference(self, ref: tuple[str | int, ...], context: _Context) -> str | None:
         target = str(ref[1])

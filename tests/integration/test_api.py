@@ -164,7 +164,7 @@ async def test_runs_are_listed_shown_approved_and_cancelled(settings, worker):
     status, cancelled = await call(worker, "POST", f"/api/runs/{sleepy}/cancel", {"reason": "no"})
     assert (status, cancelled) == (
         200,
-        {"run_id": sleepy, "cancel_requested": "no", "pending_sends": []},
+        {"run_id": sleepy, "cancel_requested": "cancelled by operator: no", "pending_sends": []},
     )
     assert (await settled_run(settings, sleepy))["status"] == "cancelled"
     status, late = await call(worker, "POST", f"/api/runs/{sleepy}/cancel")
@@ -283,3 +283,19 @@ def test_the_openapi_document_describes_every_route_of_the_worker(settings, tmp_
     document = json.loads((ROOT / "schemas" / "openapi.json").read_text())
     described = {(method, path) for path, ops in document["paths"].items() for method in ops}
     assert served == described
+    # Every route but the public ones names the action it needs, as the document says.
+    from rflow.streams.api import PUBLIC, ROUTES
+
+    named = {(method.lower(), path) for path, ops in ROUTES.items() for method in ops}
+    public = {(m, p) for m, p in served if p in PUBLIC or p.startswith("/hooks/")}
+    assert named == served - public
+    documented = {
+        (method, path): op.get("x-rflow-action")
+        for path, ops in document["paths"].items()
+        for method, op in ops.items()
+    }
+    assert {key: documented[key] for key in named} == {
+        (method.lower(), path): action
+        for path, ops in ROUTES.items()
+        for method, action in ops.items()
+    }

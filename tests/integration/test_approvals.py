@@ -24,8 +24,8 @@ TOKENS = {"ALICE_TOKEN": "alice-token-1", "BOB_TOKEN": "bob-token-2"}
 
 PROJECT = """
 principals:
-  alice: {{ token_env: ALICE_TOKEN }}
-  bob: {{ token_env: BOB_TOKEN }}
+  alice: {{ token_env: ALICE_TOKEN, role: approver }}
+  bob: {{ token_env: BOB_TOKEN, role: approver }}
 channels:
   ops: {{ type: log }}
   oncall: {{ type: webhook, url: "{url}/oncall" }}
@@ -130,7 +130,9 @@ async def test_only_a_listed_approver_answers_and_is_recorded_as_its_principal(s
         worker, "POST", f"/api/runs/{rid}/approve", {}, token="bob-token-2"
     )
     assert status == 403
-    assert refused["error"].startswith("principal 'bob' is not an approver of this approval")
+    assert refused["error"].startswith("forbidden: principal 'bob' (approver) may not ")
+    assert refused["error"].endswith("it is not one of its approvers (alice)")
+    assert (refused["action"], refused["principal"]) == ("approvals.answer", "bob")
     # Naming the approver in the body is refused, whoever the token is.
     status, refused = await call(
         worker, "POST", f"/api/runs/{rid}/approve", {"by": "alice"}, token="bob-token-2"
@@ -171,7 +173,7 @@ async def test_the_cli_acts_as_the_principal_of_its_token(settings, worker):
         **TOKENS,
     )
     assert as_bob.returncode == 1
-    assert "principal 'bob' is not an approver of this approval" in as_bob.stderr
+    assert "it is not one of its approvers (alice)" in as_bob.stderr
     assert (await open_wait(settings, rid))["resolved_at"] is None
 
     unknown = rflow(

@@ -137,6 +137,7 @@ async def test_runs_list_and_show(settings, worker):
 
 async def test_a_webhook_answers_a_parked_wait(settings, worker_factory, tmp_path, monkeypatch):
     import asyncio
+    import urllib.parse
     import urllib.request
 
     from rflow.ingress import sign
@@ -166,11 +167,14 @@ workflows:
     await worker.wait_ready()
     rid = await fire(settings, path, "confirm", "manual:confirm:1", {})
     await parked(settings, rid)
+    # The wait is answered at its resume URL, which runs show gives; the path alone (what
+    # anyone who knows the trigger could compute) is refused.
+    [shown] = json.loads(rflow(settings, "runs", "show", rid, "--json").stdout)["webhook_waits"]
+    resume = urllib.parse.urlsplit(shown["resume_url"]).path
+    assert resume.startswith(f"/hooks/confirm/{rid}/") and shown["auth"] == "hmac"
 
-    def post(body: bytes, signature: str | None) -> tuple[int, dict]:
-        request = urllib.request.Request(
-            f"{worker.url}/hooks/confirm/{rid}", data=body, method="POST"
-        )
+    def post(body: bytes, signature: str | None, at: str = resume) -> tuple[int, dict]:
+        request = urllib.request.Request(f"{worker.url}{at}", data=body, method="POST")
         request.add_header("Content-Type", "application/json")
         if signature:
             request.add_header("X-Hub-Signature-256", signature)
@@ -181,6 +185,10 @@ workflows:
             return exc.code, json.loads(exc.read())
 
     good = b'{"status": "ok", "who": "carol"}'
+    status, body = await asyncio.to_thread(
+        post, good, sign("s3cret", good, "sha256"), f"/hooks/confirm/{rid}"
+    )
+    assert status == 401 and "the path alone is refused" in body["error"]
     status, body = await asyncio.to_thread(post, good, sign("wrong", good, "sha256"))
     assert (status, body["error"]) == (401, "signature does not match")
     other = b'{"status": "nope"}'
@@ -194,8 +202,8 @@ workflows:
         "status": "ok",
         "who": "carol",
     }
-    status, _ = await asyncio.to_thread(post, good, sign("s3cret", good, "sha256"))
-    assert status == 404  # answered: nothing waits there any more
+    status, body = await asyncio.to_thread(post, good, sign("s3cret", good, "sha256"))
+    assert status == 401 and "no open wait has this URL's token" in body["error"]  # answered
 
 
 async def test_halt_pauses_the_workflow_until_an_operator_resumes_it(

@@ -31,7 +31,7 @@ REVIEWER_TOKEN = "reviewer-token-8b2e61c0"
 
 PROJECT = """
 principals:
-  reviewer: {{ token_env: REVIEWER_TOKEN }}
+  reviewer: {{ token_env: REVIEWER_TOKEN, role: approver }}
 budgets:
   daily: {{ window: 24h, max_token_value: {{ Token: "1000" }} }}
 workflows:

@@ -372,7 +372,7 @@ workflows:
       - id: hook
         timeout: 1s
         wait_for:
-          webhook: { path: "/hooks/hold/${{ run.id }}" }
+          webhook: { path: "/hooks/hold/${{ run.id }}", auth: { type: none } }
           on_timeout: continue
       - id: after
         command: { name: log, args: { message: "timed out: ${{ steps.hook.output.timed_out }}" } }

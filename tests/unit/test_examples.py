@@ -31,6 +31,7 @@ def test_the_examples_folder_is_a_valid_project() -> None:
         "environment variable WITHDRAWALS_WEBHOOK_SECRET",
         "environment variable TREASURY_OPS_TOKEN",
         "environment variable TREASURY_LEAD_TOKEN",
+        "environment variable PROMETHEUS_SCRAPE_TOKEN",
     }
     assert report.project is not None
     assert len(report.project.workflows) == len(WORKFLOW_FILES) == 15

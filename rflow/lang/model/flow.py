@@ -145,19 +145,25 @@ class Approval(Model):
 
 
 class WaitWebhook(Model):
-    """Park until a matching webhook request arrives."""
+    """Park until a matching webhook request arrives at the wait's resume URL: its path
+    followed by a token made for this wait alone (``<path>/<token>``, shown by `rflow
+    runs show`, the console and `${{ wait.url }}`), which no trigger or run id gives."""
 
-    path: str
-    """URL path under /hooks/ on the workers' web server; may hold expressions, such as
-    /hooks/approvals/${{ run.id }}."""
+    path: str | None = None
+    """URL path under /hooks/ on the workers' web server, before the wait's token (default
+    /hooks/wait); may hold expressions, such as /hooks/approvals/${{ run.id }}."""
     match: dict[str, Any] = {}
     """JSON path -> value every accepted request must carry."""
     auth: WebhookAuth = AuthNone(type="none")
-    """How the request authenticates: none, api_key or hmac, as for a webhook trigger."""
+    """How the request authenticates: none (the URL's token alone), api_key or hmac, as
+    for a webhook trigger; required (rflow validate refuses a wait without it, and warns
+    about an explicit none)."""
 
     @field_validator("path")
     @classmethod
-    def _path(cls, value: str) -> str:
+    def _path(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         if not value.startswith("/hooks/"):
             raise invalid(
                 f"a wait's webhook path starts with /hooks/ (where workers listen), got {value!r}"

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, SecretStr, field_validator, model_validator
 
+from rflow.authz import ACTION_NAMES, DEFAULT_ROLE, ROLES
 from rflow.lang.model.common import (
     Address,
     Amount,
@@ -257,12 +258,20 @@ Channel = Annotated[
 
 
 class Principal(Model):
-    """Someone who calls the HTTP API (and acts through the CLI): a bearer token with a
-    name, which is what approvals record as their approver."""
+    """Someone who calls the HTTP API, signs in to the console and acts through the CLI:
+    a bearer token with a name (what approvals and the audit trail record), a role, and
+    the actions granted beyond the role."""
 
     token_env: EnvVar
     """Environment variable holding the principal's bearer token (never written in YAML,
     never stored or logged)."""
+    role: Literal[ROLES] = DEFAULT_ROLE  # type: ignore[valid-type]
+    """What it may do: viewer (read), approver (read and answer approvals), operator
+    (everything), or none (only what `can` lists, such as a Prometheus scrape
+    credential's metrics.read)."""
+    can: list[Literal[ACTION_NAMES]] = []  # type: ignore[valid-type]
+    """Actions it may take beyond its role, by name (the table of actions is in the
+    reference's Principals and roles)."""
 
 
 class CommandSpec(Model):

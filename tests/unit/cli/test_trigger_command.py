@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from rflow.authz import Principal
 from rflow.cli import main
 from rflow.codecs import TriggerRecord
 from rflow.engine.keys import run_id
@@ -53,6 +54,10 @@ def produced(monkeypatch: pytest.MonkeyPatch) -> list[TriggerRecord]:
         return 3, 17
 
     monkeypatch.setattr("rflow.streams.producer.produce_trigger", produce_trigger)
+    # Who may trigger is the gate's to say, over Postgres (tests/integration/test_roles.py).
+    operator = Principal.of("operator", "operator")
+    monkeypatch.setattr("rflow.cli.common.authorize", lambda *args, **kwargs: operator)
+    monkeypatch.setattr("rflow.cli.common.record", lambda *args, **kwargs: None)
     return records
 
 

@@ -68,7 +68,7 @@ steps:
       - id: pay
         send_transaction: { network: local, relayer: payout, to: "0x0000000000000000000000000000000000000001", value: 1 }
       - id: watch
-        wait_for: { webhook: { path: /hooks/watch }, timeout: 1h }
+        wait_for: { webhook: { path: /hooks/watch, auth: { type: none } }, timeout: 1h }
       - id: quote
         http_call: { url: "http://a.test/quote" }
 permissions: { relayers: [payout] }

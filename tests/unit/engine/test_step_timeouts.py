@@ -93,7 +93,7 @@ WAIT = """
       - id: hook
         timeout: 10m
         wait_for:
-          webhook: { path: /hooks/in }
+          webhook: { path: /hooks/in, auth: { type: none } }
           on_timeout: continue
       - id: after
         http_call: { url: "http://x.test/after" }

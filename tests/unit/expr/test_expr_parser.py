@@ -137,7 +137,7 @@ def test_unparse(source: str, printed: str) -> None:
         (
             "foo.bar",
             "unknown name 'foo' — expected one of: env, error, inputs, item, item_index, "
-            "matrix, run, state, steps, trigger",
+            "matrix, run, state, steps, trigger, wait",
             0,
         ),
         ("item == 'abc", "unterminated string literal", 8),

@@ -109,7 +109,7 @@ def test_single_object_expression_with_trailing_text_is_not_single() -> None:
         (
             "ok ${{ run.id }} ${{ foo }}",
             "unknown name 'foo' — expected one of: env, error, "
-            "inputs, item, item_index, matrix, run, state, steps, trigger",
+            "inputs, item, item_index, matrix, run, state, steps, trigger, wait",
             21,
             "syntax",
         ),

@@ -7,7 +7,7 @@ from tests.unit.lang.conftest import ENV, check, findings
 
 PRINCIPALS = """\
 principals:
-  alice: { token_env: ALICE_TOKEN }
+  alice: { token_env: ALICE_TOKEN, role: approver }
   bob: { token_env: BOB_TOKEN }
 """
 TOKENS = {**ENV, "ALICE_TOKEN": "a", "BOB_TOKEN": "b"}
@@ -23,13 +23,39 @@ workflows:
     steps:
       - id: ok
         wait_for:
-          approval: { prompt: "go?", approvers: [alice, operator, alcie] }
+          approval: { prompt: "go?", approvers: [alice, operator, alcie, bob] }
 """,
         TOKENS,
     )
     assert [str(d) for d in report.diagnostics] == [
         "wf.yaml:10:67: error: workflows.w.steps[0].wait_for.approval.approvers[2]: unknown "
         "principal 'alcie' — did you mean 'alice'?",
+        "wf.yaml:10:74: warning: workflows.w.steps[0].wait_for.approval.approvers[3]: principal "
+        "'bob' is a viewer that may not answer approvals: give it role approver (or can: "
+        "[approvals.answer])",
+    ]
+
+
+def test_a_principal_has_a_role_and_may_be_granted_more_by_name() -> None:
+    assert findings(
+        """\
+        principals:
+          auditor: { token_env: ALICE_TOKEN, role: viewer, can: [runs.cancel] }
+          scraper: { token_env: BOB_TOKEN, role: none, can: [metrics.read] }
+          boss: { token_env: ALICE_TOKEN, role: admin }
+          typo: { token_env: BOB_TOKEN, can: [runs.cancle] }
+          breaker: { token_env: BOB_TOKEN }
+        """,
+        TOKENS,
+    ) == [
+        "wf.yaml:4:41: error: principals.boss.role: expected 'none', 'viewer', 'approver' or "
+        "'operator', got 'admin'",
+        "wf.yaml:5:39: error: principals.typo.can[0]: expected 'metrics.read', "
+        "'runs.read', 'audit.read', 'approvals.answer', 'runs.run', 'runs.retry', 'runs.resend', "
+        "'runs.cancel', 'runs.signal', 'sends.speedup', 'sends.cancel', 'workflows.pause', 'schedules.toggle', "
+        "'dead_letters.replay' or 'deploy', got 'runs.cancle' — did you mean 'runs.cancel'?",
+        "wf.yaml:6:3: error: principals.breaker: 'breaker' names what paused a workflow by "
+        "itself (a breaker, a halt): give this principal another name",
     ]
 
 

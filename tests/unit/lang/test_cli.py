@@ -25,6 +25,7 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
         "WITHDRAWALS_WEBHOOK_SECRET",
         "TREASURY_OPS_TOKEN",
         "TREASURY_LEAD_TOKEN",
+        "PROMETHEUS_SCRAPE_TOKEN",
     ):
         monkeypatch.setenv(name, "set-for-test")
     # The dev relayer's declared address is anvil's first account: its key matches. The

@@ -202,7 +202,7 @@ def test_expressions_must_parse() -> None:
         "expected an expression, found end of expression",
         "wf.yaml:10:20: error: workflows.w.steps[1].notify.message: expression does not parse: "
         "unknown name 'unknown_root' — expected one of: env, error, inputs, item, item_index, "
-        "matrix, run, state, steps, trigger",
+        "matrix, run, state, steps, trigger, wait",
     ]
 
 
@@ -688,7 +688,7 @@ def test_a_step_timeout_is_taken_where_it_is_honoured() -> None:
           w:
             trigger: { manual: {} }
             steps:
-              - { id: a, timeout: 5s, wait_for: { webhook: { path: /hooks/a }, on_timeout: continue } }
+              - { id: a, timeout: 5s, wait_for: { webhook: { path: /hooks/a, auth: { type: api_key, secret_env: RELAYER_PAYOUT_KEY } }, on_timeout: continue } }
               - { id: b, timeout: 5s, wait_for: { approval: { prompt: ok }, on_timeout: approve } }
               - { id: c, timeout: 5s, http_call: { url: "http://x.test/" } }
               - { id: d, timeout: 5s, state_set: { seen: true } }
@@ -696,6 +696,29 @@ def test_a_step_timeout_is_taken_where_it_is_honoured() -> None:
         """
     )
     assert found == []
+
+
+def test_a_webhook_wait_says_how_its_caller_authenticates() -> None:
+    assert findings(
+        """        workflows:
+          w:
+            trigger: { manual: {} }
+            steps:
+              - { id: a, wait_for: { webhook: { path: /hooks/a } } }
+              - { id: b, wait_for: { webhook: { auth: { type: none } } } }
+              - { id: c, wait_for: { webhook: { auth: { type: hmac, secret_env: HOOK_SECRET } } } }
+              - { id: d, wait_for: { webhook: { auth: { type: api_key, secret_env: RELAYER_PAYOUT_KEY } } } }
+        """
+    ) == [
+        "wf.yaml:5:30: error: workflows.w.steps[0].wait_for.webhook: a webhook wait needs auth: "
+        "api_key or hmac (as a webhook trigger's), or {type: none} to let anyone who has its "
+        "resume URL answer it",
+        "wf.yaml:6:47: warning: workflows.w.steps[1].wait_for.webhook.auth: auth: none: anyone "
+        "who has the wait's resume URL can answer it (the URL's token is the only credential)",
+        "wf.yaml:7:73: warning: workflows.w.steps[2].wait_for.webhook.auth.secret_env: "
+        "environment variable HOOK_SECRET is not set (the secret of a webhook wait; it refuses "
+        "every request)",
+    ]
 
 
 def test_foreach_options_need_foreach() -> None:
