@@ -65,6 +65,7 @@ class Settings(BaseModel):
     database_schema: str = Field("rflow", description="Postgres schema holding rflow's tables")
     rpc_urls: dict[str, str] = Field(
         default_factory=lambda: {"local": "http://127.0.0.1:8545"},
+        repr=False,  # an RPC URL may carry an API key
         description="JSON-RPC URL per network name (RFLOW_RPC_URL_<NETWORK>)",
     )
     app_id: str = Field(
@@ -187,14 +188,10 @@ class Settings(BaseModel):
 
     @property
     def database_display(self) -> str:
-        """The database URL without its password, for messages."""
-        url = self.database_url.get_secret_value()
-        scheme, sep, rest = url.partition("://")
-        if "@" in rest:
-            creds, _, host = rest.rpartition("@")
-            user = creds.split(":", 1)[0]
-            rest = f"{user}@{host}"
-        return f"{scheme}{sep}{rest}"
+        """The database URL as messages show it: its scheme and host only."""
+        from rflow.secrets import redact_url
+
+        return redact_url(self.database_url.get_secret_value())
 
     @property
     def base_url(self) -> str:

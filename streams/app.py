@@ -20,6 +20,7 @@ from rflow.codecs import tables as table_codec
 from rflow.deployment import Deployment
 from rflow.lang import ConfigError, Project, read_source
 from rflow.principals import Principals, TokenConflict
+from rflow.secrets import process_secrets, scrub_logs
 from rflow.settings import Settings, environ
 from rflow.streams import consumption, tables, views
 from rflow.streams.control import Control
@@ -247,6 +248,12 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     )
     app.rflow = runtime = Runtime(
         settings, catalog, Deployment.of(project, digest=source.digest if source else None), env
+    )
+    # Every log line of the worker, whatever library writes it, is scrubbed of the
+    # secret-bearing settings and of every variable the deployment names.
+    scrub_logs(process_secrets(settings, project, env))
+    runtime.on_deployment.append(
+        lambda deployment: scrub_logs(process_secrets(settings, deployment.project, env))
     )
     runtime.topics = Topics(
         triggers=app.declared_topic("rflow.triggers"),

@@ -20,6 +20,7 @@ import aiohttp
 
 from rflow.ingress.blocks import BlockRef
 from rflow.lang import Project
+from rflow.secrets import Secrets, redact_url
 from rflow.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -89,11 +90,18 @@ class Calls:
 
 
 class JsonRpc(Calls):
-    """JSON-RPC over HTTP; use ``async with JsonRpc(url) as rpc``."""
+    """JSON-RPC over HTTP; use ``async with JsonRpc(url) as rpc``.
+
+    ``url`` may carry an API key (in its user, password, path or query): its messages and
+    log lines show only :attr:`shown`, its scheme and host, and scrub the key from what a
+    library or the node quotes back."""
 
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
         self.url = url
         self.label = "the node"
+        self.shown = redact_url(url)
+        """The URL as messages show it: scheme and host only."""
+        self.scrub = Secrets({}).hide_urls(url).scrub
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._ids = itertools.count(1)
         self._session: aiohttp.ClientSession | None = None
@@ -118,10 +126,14 @@ class JsonRpc(Calls):
             async with self.session.post(self.url, json=body) as resp:
                 if resp.status >= 400:
                     text = (await resp.text())[:200]
-                    raise RpcUnavailable(f"{self.url} answered HTTP {resp.status}: {text}")
+                    raise RpcUnavailable(
+                        f"{self.shown} answered HTTP {resp.status}: {self.scrub(text)}"
+                    )
                 return await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise RpcUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from None
+            raise RpcUnavailable(
+                f"{self.shown}: {type(exc).__name__}: {self.scrub(str(exc))}"
+            ) from None
 
     async def call(self, method: str, *params: Any) -> Any:
         """One call; its ``result``."""
@@ -153,7 +165,7 @@ class JsonRpc(Calls):
         if not isinstance(answer, list):
             # A node (or provider plan) without batches answers with one error object:
             # ask one call at a time instead.
-            log.debug("%s refused a batch (%s); calling one by one", self.url, answer)
+            log.debug("%s refused a batch (%s); calling one by one", self.shown, answer)
             results: list[Any] = []
             for method, params in calls:
                 try:
@@ -164,7 +176,7 @@ class JsonRpc(Calls):
         by_id = {a.get("id"): a for a in answer if isinstance(a, dict)}
         missing = [m for i, (m, _) in zip(ids, calls, strict=True) if i not in by_id]
         if missing:
-            raise RpcUnavailable(f"{self.url} left {len(missing)} batched calls unanswered")
+            raise RpcUnavailable(f"{self.shown} left {len(missing)} batched calls unanswered")
         return [_answer(m, by_id[i]) for i, (m, _) in zip(ids, calls, strict=True)]
 
 
@@ -284,6 +296,7 @@ class HeadWatcher:
             await self._poll(self.ws_retry if self.ws_url else None)
 
     async def _subscribe(self, url: str) -> None:
+        shown = redact_url(url)
         try:
             async with self.rpc.session.ws_connect(url, heartbeat=10.0) as ws:
                 await ws.send_json(
@@ -291,10 +304,10 @@ class HeadWatcher:
                 )
                 reply = await ws.receive_json(timeout=10.0)
                 if not isinstance(reply, dict) or reply.get("error") or "result" not in reply:
-                    log.warning("%s refused the newHeads subscription: %s", url, reply)
+                    log.warning("%s refused the newHeads subscription: %s", shown, reply)
                     return
                 self.mode = "websocket"
-                log.info("following new heads over %s", url)
+                log.info("following new heads over %s", shown)
                 self._wake.set()  # anything mined while we were connecting
                 async for message in ws:
                     if message.type == aiohttp.WSMsgType.TEXT:
@@ -303,10 +316,13 @@ class HeadWatcher:
                         break
         except (aiohttp.ClientError, TimeoutError, ValueError, TypeError) as exc:
             log.warning(
-                "websocket %s failed (%s); polling every %.2fs", url, exc, self.poll_interval
+                "websocket %s failed (%s); polling every %.2fs",
+                shown,
+                Secrets({}).hide_urls(url).scrub(str(exc)),
+                self.poll_interval,
             )
         else:
-            log.warning("websocket %s closed; polling every %.2fs", url, self.poll_interval)
+            log.warning("websocket %s closed; polling every %.2fs", shown, self.poll_interval)
 
     async def _poll(self, duration: float | None) -> None:
         self.mode = "polling"
