@@ -164,12 +164,19 @@ def _with_unquoted(found: list[str]) -> tuple[str, ...]:
 
 
 def _url_forms(url: str) -> list[str]:
-    """``url`` and the URL of the same endpoint that a client derives from it (the
-    websocket of an HTTP URL, and the other way round)."""
-    for one, other in (("http", "ws"), ("ws", "http")):
-        if url.startswith((f"{one}://", f"{one}s://")):
-            return [url, other + url[len(one) :]]
-    return [url]
+    """``url``, the same without its user and password (as an HTTP client quotes it once
+    it has moved them into a header), and the URL of the same endpoint a client derives
+    from each (the websocket of an HTTP URL, and the other way round)."""
+    forms = [url]
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    if sep and "@" in authority:
+        forms.append(f"{scheme}{sep}{authority.rpartition('@')[2]}{slash}{path}")
+    for form in list(forms):
+        for one, other in (("http", "ws"), ("ws", "http")):
+            if form.startswith((f"{one}://", f"{one}s://")):
+                forms.append(other + form[len(one) :])
+    return forms
 
 
 # --- forms of a value ----------------------------------------------------------------
