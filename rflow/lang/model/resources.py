@@ -310,6 +310,11 @@ class Budget(Model):
     """Cap on gas paid (gas_used x effective_gas_price of settled sends) in the window."""
     scope: BudgetScope = BudgetScope()
     """Which sends charge the budget (default: every send of an attached workflow)."""
+    strict: bool = False
+    """Refuse (`budget_undecodable`, before anything is signed) a send to a token this
+    budget caps whose amount cannot be decoded: a multicall calling the token, a call to
+    its address through `to`, or any function but transfer, transferFrom and approve
+    (increaseAllowance, permit...). Off: such a send charges only its native value."""
 
     @model_validator(mode="after")
     def _has_a_cap(self) -> Budget:
