@@ -336,3 +336,9 @@ class Config(Model):
     """Runs executing at once across all concurrency groups."""
     approval_timeout: Duration = timedelta(hours=24)
     """Default timeout of a human approval wait that sets none."""
+    uncapped_money: Literal["warn", "error"] = "warn"
+    """What `rflow validate` and `rflow doctor` make of a send that can move money nothing
+    caps (native value or a budgeted token without max_value_per_tx or an attached budget,
+    a recipient or value straight from trigger data, a budget's scope not attached, a token
+    call a budget cannot decode): warn, or error (the project does not validate, so no
+    worker runs it and no deploy publishes it)."""

@@ -79,7 +79,7 @@ def test_step_result_fields() -> None:
         f"""\
         workflows:
           w:
-            permissions: {{ relayers: [payout] }}
+            permissions: {{ relayers: [payout], max_value_per_tx: 1 gwei }}
             trigger: {{ manual: {{}} }}
             steps:
               - id: q
