@@ -38,7 +38,7 @@ import base64
 import logging
 import re
 from collections.abc import Mapping
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
@@ -311,23 +311,8 @@ class Secrets:
 
     @cached_property
     def _pattern(self) -> tuple[re.Pattern[str], dict[str, str]] | None:
-        forms: dict[str, str] = {}
-        alone: set[str] = set()
-        for value, replacement in self._shown().items():
-            for form in _forms(value):
-                key = form.lower()
-                if key not in forms:
-                    forms[key] = replacement
-                    if len(value) < MIN_SCRUBBED:
-                        alone.add(key)
-        if not forms:
-            return None
-        alternatives = sorted(forms, key=len, reverse=True)  # a longer value first
-        pattern = "|".join(
-            rf"(?<![0-9a-z]){re.escape(form)}(?![0-9a-z])" if form in alone else re.escape(form)
-            for form in alternatives
-        )
-        return re.compile(pattern, re.IGNORECASE), forms
+        shown = self._shown()
+        return _compiled(tuple(shown.items())) if shown else None
 
     def scrub(self, value: Any) -> Any:
         """``value`` (an output, a message) with every hidden value written as its
@@ -343,6 +328,28 @@ class Secrets:
             return None
         message = self.scrub(error.message)
         return error if message == error.message else error.model_copy(update={"message": message})
+
+
+@lru_cache(maxsize=256)
+def _compiled(shown: tuple[tuple[str, str], ...]) -> tuple[re.Pattern[str], dict[str, str]]:
+    """The pattern finding every form of each value of ``shown`` (value, what it is shown
+    as), and each form's replacement. The same few sets of values come back effect after
+    effect (a relayer's send results hide the same RPC URLs): each is built once."""
+    forms: dict[str, str] = {}
+    alone: set[str] = set()
+    for value, replacement in shown:
+        for form in _forms(value):
+            key = form.lower()
+            if key not in forms:
+                forms[key] = replacement
+                if len(value) < MIN_SCRUBBED:
+                    alone.add(key)
+    alternatives = sorted(forms, key=len, reverse=True)  # a longer value first
+    pattern = "|".join(
+        rf"(?<![0-9a-z]){re.escape(form)}(?![0-9a-z])" if form in alone else re.escape(form)
+        for form in alternatives
+    )
+    return re.compile(pattern, re.IGNORECASE), forms
 
 
 def _scrub(value: Any, pattern: re.Pattern[str], forms: dict[str, str]) -> Any:

@@ -106,6 +106,14 @@ def test_values_too_short_to_tell_apart_are_scrubbed_only_where_they_stand_alone
     assert Secrets({"ONE": "1"}).hide_found_in("http://127.0.0.1/x").used == {}
 
 
+def test_a_path_segment_equal_to_a_secret_is_scrubbed_however_short() -> None:
+    secrets = Secrets({"KEY": "k3y", "LONG": "hook-token-991"}).hide("KEY", "LONG")
+    assert secrets.scrub("POST https://api.test/v1/k3y/items?x=k3yboard") == (
+        "POST https://api.test/v1/${KEY}/items?x=k3yboard"
+    )
+    assert secrets.scrub("https://hooks.test/hook-token-991/in") == "https://hooks.test/${LONG}/in"
+
+
 def test_placeholders_lists_the_variables_an_input_names() -> None:
     action = {"to": "${WALLET}", "args": ["${{ x }}", {"${KEY}": "$${NOT} ${WALLET}"}]}
     assert placeholders(action) == ("KEY", "WALLET")
