@@ -304,15 +304,19 @@ class Send:
             names = self._values(target.contract_text)
             if names is None or symbol in names:
                 return True
-            addresses = {self.checker.token_address(symbol, n) for n in networks}
-            return any(
-                self.checker.token_address(c, n) in addresses for c in names for n in networks
+            return bool(
+                {self.checker.token_address(c, n) for c in names for n in networks}
+                & self._token_addresses(symbol, networks)
             )
         if target.to is None:
             return False
         if has_expression(target.to) or "${" in target.to:
             return True
-        return target.to.lower() in {self.checker.token_address(symbol, n) for n in networks}
+        return target.to.lower() in self._token_addresses(symbol, networks)
+
+    def _token_addresses(self, symbol: str, networks: Sequence[str]) -> set[str]:
+        found = {self.checker.token_address(symbol, n) for n in networks}
+        return {address for address in found if address is not None}
 
     def tokens_moved(self) -> set[str]:
         """The budgeted tokens the send can move: those it calls by contract name."""
@@ -354,6 +358,9 @@ class Send:
                 yield target, f"in a multicall ({target.function})"
             elif target.contract_text is None:
                 yield target, f"through to: ({target.function})"
+            elif target.contract is None:  # an expression: decodable if it names the token
+                if function not in TOKEN_FUNCTIONS:
+                    yield target, f"with {target.function}"
             elif target.contract != symbol:
                 shown = target.contract or target.contract_text
                 yield target, f"through contract {shown} ({target.function})"

@@ -260,3 +260,46 @@ def test_uncapped_money_error_makes_every_finding_an_error():
     assert found.message.endswith("(config.uncapped_money is error)")
     capped = workflow(PLAIN, permissions="relayers: [payout], max_value_per_tx: 1 ether")
     assert check(capped, "config: { uncapped_money: error }\n").ok
+
+
+def test_a_contract_given_by_expression_or_at_the_tokens_address():
+    def send(contract: str, function: str) -> str:
+        return (
+            f'{{ network: ethereum, relayer: payout, contract: "{contract}", function: '
+            f'"{function}", args: ["0x000000000000000000000000000000000000dEaD", 5] }}'
+        )
+
+    matrix = "        strategy: { matrix: { token: [USDC, DAI] } }\n        steps:"
+
+    def findings(contract: str, function: str, extra: str = "") -> list[str]:
+        text = workflow(send(contract, function), budgets="[usdc-daily]")
+        return money(text.replace("        steps:", matrix), extra)
+
+    # A matrix that can name the token: decodable with transfer, not with another function.
+    assert findings("${{ matrix.token }}", "transfer(address,uint256)") == []
+    assert findings("${{ matrix.token }}", "increaseAllowance(address,uint256)") == [
+        f"{SEND}: this send can call USDC with increaseAllowance(address,uint256), whose amount "
+        "budget usdc-daily cannot decode: it charges its native value only; set strict: true "
+        "on budget usdc-daily to refuse such sends"
+    ]
+    # Another contract entry at the token's address is the token; one without an address
+    # on the network (or elsewhere) is not.
+    alias = f'  UsdcProxy: {{ address: {{ ethereum: "{USDC}" }} }}\n'
+    nowhere = '  Other: { address: { base: "0x000000000000000000000000000000000000bEEF" } }\n'
+    with_alias = BASE.replace("contracts:\n", "contracts:\n" + alias)
+    with_other = BASE.replace("contracts:\n", "contracts:\n" + nowhere)
+    text = workflow(send("UsdcProxy", "transfer(address,uint256)"), budgets="[usdc-daily]")
+    report = validate_sources(
+        [("project.yaml", with_alias), ("wf.yaml", textwrap.dedent(text))], {"K": "k"}
+    )
+    assert [d.message.split(",")[0] for d in report.diagnostics] == [
+        "this send can call USDC through contract UsdcProxy (transfer(address"
+    ]
+    text = workflow(
+        send("Other", "transfer(address,uint256)").replace("ethereum", "base"),
+        budgets="[usdc-daily]",
+    )
+    report = validate_sources(
+        [("project.yaml", with_other), ("wf.yaml", textwrap.dedent(text))], {"K": "k"}
+    )
+    assert report.diagnostics == ()
