@@ -388,12 +388,12 @@ SETTINGS_SECRETS = ("RFLOW_API_TOKEN", "RFLOW_CLI_TOKEN")
 
 def project_variables(project: Project) -> tuple[str, ...]:
     """Every variable ``project`` names: each ``*_env`` field (relayer keys, principal
-    tokens, webhook secrets, Slack URLs, PagerDuty keys, RPC URLs), each network's RPC URL
-    variable, the ``env`` lists of its workflows and commands, and every ``${VAR}`` in its
+    tokens, webhook secrets, Slack URLs, PagerDuty keys, RPC URLs), the RPC URL variable of
+    each endpoint of each network, the ``env`` lists of its workflows and commands, and every ``${VAR}`` in its
     steps."""
     found: dict[str, None] = {}
     for name, network in project.networks.items():
-        found[network.rpc_env_name(name)] = None
+        found.update(dict.fromkeys(variable for _, variable in network.rpc_env_names(name)))
     stack: list[Any] = [project.model_dump(mode="json", by_alias=True, exclude_defaults=True)]
     while stack:
         item = stack.pop()
