@@ -358,6 +358,13 @@ async def test_no_command_shows_the_rpc_key_with_the_node_up(
             "deploy": [("deploy", p, "--json")],
             "deployments": [("deployments", "--json"), ("deployments",)],
             "doctor": [("doctor", p), ("doctor", p, "--json")],
+            "keys address": [("keys", "address", p, "payout")],
+            "keys generate": [
+                (
+                    *("keys", "generate", "--module", "/nonexistent/p11.so"),
+                    *("--token", "t", "--label", "l", "--pin-env", "NO_PIN"),
+                )
+            ],
             "migrate": [("migrate", "--json")],
             "run": [("run", "probe", "--project", p, "--json", "--wait")],
             "runs approve": [("runs", "approve", paid, "--project", p)],
