@@ -96,10 +96,10 @@ class MoneyChecker:
     def run(self) -> list[Diagnostic]:
         """Every rule on every send step; the findings."""
         for name, workflow in self.view.workflows.items():
-            for block, index, step in workflow.steps:
+            for where, step in workflow.steps:  # at any depth: blocks, try, compensate
                 if step.kind != "send_transaction":
                     continue
-                path: DataPath = ("workflows", name, block, index, "send_transaction")
+                path: DataPath = ("workflows", name, *where, "send_transaction")
                 send = Send(self, name, workflow, path, step.action)
                 self._uncapped(send)
                 self._from_trigger(send)

@@ -303,3 +303,23 @@ def test_a_contract_given_by_expression_or_at_the_tokens_address():
         [("project.yaml", with_other), ("wf.yaml", textwrap.dedent(text))], {"K": "k"}
     )
     assert report.diagnostics == ()
+
+
+def test_a_send_inside_a_block_is_checked_at_its_own_path():
+    text = """\
+    workflows:
+      w:
+        trigger: { manual: {} }
+        permissions: { relayers: [payout] }
+        steps:
+          - id: both
+            parallel:
+              - id: pay
+                send_transaction: PLAIN
+              - id: note
+                command: { name: log, args: { message: hi } }
+    """.replace("PLAIN", PLAIN)
+    [found] = check(text).diagnostics
+    assert found.path == "workflows.w.steps[0].parallel[0].send_transaction"
+    assert (found.line, found.column) == (9, 31)  # where its mapping starts
+    assert found.message.startswith("this send can move native value from relayer payout")
