@@ -351,6 +351,7 @@ async def test_no_command_shows_the_rpc_key_with_the_node_up(
             "approvals ls": [("approvals", "ls", "--project", p, "--json")],
             "approvals reject": [("approvals", "reject", paid, "--project", p)],
             "approvals show": [("approvals", "show", paid)],
+            "audit ls": [("audit", "ls"), ("audit", "ls", "--json")],
             "budgets ls": [("budgets", "ls", "--project", p), ("budgets", "ls", "--json")],
             "dead-letters ls": [("dead-letters", "ls", "--json")],
             "dead-letters replay": [("dead-letters", "replay", "1")],
@@ -372,6 +373,7 @@ async def test_no_command_shows_the_rpc_key_with_the_node_up(
             "runs list": [("runs", "list"), ("runs", "list", "--json")],
             "runs reject": [("runs", "reject", paid, "--project", p)],
             "runs retry": [("runs", "retry", refused, "--yes", "--project", p, "--json")],
+            "runs signal": [("runs", "signal", paid, "go", "--json")],
             "runs show": [
                 ("runs", "show", refused),
                 ("runs", "show", refused, "--json", "--full"),
