@@ -42,6 +42,8 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from pydantic import SecretStr
+
 from rflow.codecs import json
 from rflow.failures import FailureKind, RflowError, StepError
 from rflow.lang.envsubst import EnvSubstitutionError, names, placeholder, substitute
@@ -382,9 +384,6 @@ def placeholders(value: Any) -> tuple[str, ...]:
 
 # --- a whole process -----------------------------------------------------------------
 
-SETTINGS_SECRETS = ("RFLOW_API_TOKEN", "RFLOW_CLI_TOKEN")
-"""The settings that are secrets themselves."""
-
 
 def project_variables(project: Project) -> tuple[str, ...]:
     """Every variable ``project`` names: each ``*_env`` field (relayer keys, principal
@@ -414,14 +413,18 @@ def project_variables(project: Project) -> tuple[str, ...]:
 
 def process_secrets(settings: Settings, project: Project | None, env: Mapping[str, str]) -> Secrets:
     """Every secret-bearing setting of a process that runs ``project`` (if any) with
-    ``settings`` in ``env``: what its log lines and its output must never show."""
+    ``settings`` in ``env``: what its log lines and its output must never show — the RPC
+    URLs and the database URL (as scheme and host), every secret setting (the API tokens),
+    and every variable the project names."""
     secrets = Secrets(env)
     secrets.hide_urls(*settings.rpc_urls.values())
     secrets.hide_urls(settings.database_url.get_secret_value(), credentials_only=True)
-    secrets.hide(*SETTINGS_SECRETS, *(name for name in env if name.startswith("RFLOW_RPC_URL_")))
-    for name, token in zip(SETTINGS_SECRETS, (settings.api_token, settings.cli_token), strict=True):
-        if token is not None:
-            secrets.hide_value(token.get_secret_value(), placeholder(name))
+    secrets.hide(*(name for name in env if name.startswith("RFLOW_RPC_URL_")))
+    # Every other secret setting (a token, a credential) is a value, shown as its variable.
+    for variable, name in type(settings).variables().items():
+        value = getattr(settings, name, None)
+        if isinstance(value, SecretStr) and value is not settings.database_url:
+            secrets.hide_value(value.get_secret_value(), placeholder(variable))
     if project is not None:
         secrets.hide(*project_variables(project))
         for channel in project.channels.values():
