@@ -20,7 +20,8 @@ What is scrubbed, for each value:
 3. a value shorter than :data:`MIN_SCRUBBED` characters only where it stands alone (not
    inside a longer word or number), or it would match all over ordinary output;
 4. a value that is a URL (an RPC URL with an API key, a webhook URL) is shown as its
-   scheme and host only, ``https://mainnet.infura.io/…`` (:func:`redact_url`), and each
+   scheme and host only, ``https://mainnet.infura.io/…`` (:func:`redact_url`) — unless the
+   effect's input named it (``url: "${API_URL}"``): then it reads as written there — and each
    part of it that can carry a key is scrubbed wherever it turns up alone: the user and
    password, the query string and its values, and every path segment that looks like a
    key (:func:`url_secrets`).
@@ -217,6 +218,8 @@ class Secrets:
         self.env = env
         self.used: dict[str, str] = {}
         """Variable name -> value, for every variable filled in or hidden."""
+        self.filled: set[str] = set()
+        """The variables filled into the effect's input (a ``${VAR}`` it names)."""
         self.urls: dict[str, bool] = {}
         """URL -> whether only its credentials are secret, for every URL hidden by value."""
         self.values: dict[str, str] = {}
@@ -244,6 +247,9 @@ class Secrets:
             resolved, used = substitute(text, self.env)
         except EnvSubstitutionError as exc:
             raise RflowError(FailureKind.INVALID_INPUT, f"on this worker: {exc}") from None
+        if not self.filled.issuperset(used):
+            self.filled.update(used)
+            self.__dict__.pop("_pattern", None)
         self.hide(*used)
         return resolved
 
@@ -294,6 +300,9 @@ class Secrets:
     def _shown(self) -> dict[str, str]:
         """Each text to scrub -> what it is shown as; the first entry for a text wins."""
         shown: dict[str, str] = {}
+        # A value the step's input named is shown as it was written there, URL or not.
+        for name in sorted(self.filled & self.used.keys()):
+            shown.setdefault(self.used[name], placeholder(name))
         urls = dict(self.urls)
         for value in self.used.values():
             if is_url(value):

@@ -267,3 +267,16 @@ def test_every_log_record_is_scrubbed_whatever_logger_writes_it(
     with caplog.at_level(logging.INFO):
         logging.getLogger("x").info("after %s", "pa55-w0rd")
     assert "after pa55-w0rd" in caplog.text  # scrubbing stopped
+
+
+def test_a_url_the_input_named_reads_as_its_placeholder_and_its_parts_stay_hidden() -> None:
+    secrets = Secrets({"API_URL": RPC, "RFLOW_RPC_URL_MAINNET": RPC + "&x=1"})
+    assert secrets.resolve({"url": "${API_URL}"}) == {"url": RPC}
+    secrets.hide("RFLOW_RPC_URL_MAINNET")
+    key = "0123456789abcdef0123456789abcdef"
+    message = f"HTTP 500 from {RPC}; retry {RPC}&x=1 as rpcuser, key {key}"
+    # The value the step's input named reads as written there; one it did not name (a
+    # process setting) as scheme and host; each part that carries a key stays hidden alone.
+    assert secrets.scrub(message) == (
+        "HTTP 500 from ${API_URL}; retry https://mainnet.infura.io/… as …, key …"
+    )
