@@ -123,7 +123,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         except AssertionError as exc:
             raise BenchError(str(exc)) from None
         await wait_stable([worker])
-        producer = await start_producer(settings.kafka_brokers)
+        producer = await start_producer(settings)
 
         # Baseline: the same worker, idle, after a few runs (imports, pools, caches warm).
         warm = 50

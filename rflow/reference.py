@@ -334,7 +334,15 @@ def render_settings() -> str:
             _setting_default(Settings.model_fields[field]),
             Settings.model_fields[field].description or "",
         ]
-        for variable, field in Settings.variables().items()
+        if not variable.endswith("_FILE") or variable.removesuffix("_FILE") not in variables
+        else [
+            _code(variable),
+            "-",
+            f"a file holding the value of `{variable.removesuffix('_FILE')}` instead (a "
+            "mounted secret; read at start, without its trailing newline)",
+        ]
+        for variables in [Settings.variables()]
+        for variable, field in variables.items()
     ]
     return _table(["variable", "default", "what it sets"], rows)
 

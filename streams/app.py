@@ -21,7 +21,7 @@ from rflow.deployment import Deployment
 from rflow.lang import ConfigError, Project, read_source
 from rflow.principals import Principals, TokenConflict
 from rflow.settings import Settings, environ
-from rflow.streams import consumption, tables, views
+from rflow.streams import consumption, kafka, tables, views
 from rflow.streams.control import Control
 from rflow.streams.database import Database
 from rflow.streams.topics import Catalog
@@ -216,7 +216,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
 
     app = RflowApp(
         settings.app_id,
-        broker=[f"kafka://{host}" for host in settings.kafka_brokers.split(",")],
+        **kafka.faust_options(settings),
         store="memory://",
         autodiscover=False,
         topic_partitions=partitions,

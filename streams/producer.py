@@ -18,6 +18,7 @@ from aiokafka.errors import (
 
 from rflow.codecs import PauseChanged, Record, TriggerRecord, TriggerRetracted, encode
 from rflow.settings import Settings
+from rflow.streams import kafka
 from rflow.streams.topics import Catalog
 
 
@@ -46,15 +47,15 @@ class Producer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.catalog = Catalog.from_settings(settings)
-        self._producer = self._new()
+        try:
+            self._producer = self._new()
+        except kafka.KafkaSettingsError as exc:
+            raise ProduceError(str(exc)) from None
         self._poisoned = False
 
     def _new(self) -> AIOKafkaProducer:
-        return AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_brokers,
-            acks="all",
-            enable_idempotence=True,
-            request_timeout_ms=15000,
+        return kafka.producer(
+            self.settings, acks="all", enable_idempotence=True, request_timeout_ms=15000
         )
 
     async def _renew(self) -> None:
@@ -71,7 +72,7 @@ class Producer:
         except KafkaError as exc:
             await self._producer.stop()
             raise ProduceError(
-                f"cannot reach Kafka at {self.settings.kafka_brokers}: {exc}"
+                f"cannot reach Kafka at {self.settings.kafka_display}: {exc}"
             ) from None
         return self
 
@@ -90,7 +91,7 @@ class Producer:
             # Refused, so not written: the next record goes out on a fresh producer.
             self._poisoned = self._poisoned or isinstance(exc, POISONED)
             raise ProduceError(
-                f"Kafka at {self.settings.kafka_brokers} did not accept the record: {exc}"
+                f"Kafka at {self.settings.kafka_display} did not accept the record: {exc}"
             ) from None
         return meta.partition, meta.offset
 
@@ -109,7 +110,7 @@ class Producer:
         except KafkaError as exc:
             self._poisoned = self._poisoned or isinstance(exc, POISONED)
             raise ProduceError(
-                f"Kafka at {self.settings.kafka_brokers} did not accept the record: {exc}"
+                f"Kafka at {self.settings.kafka_display} did not accept the record: {exc}"
             ) from None
         return meta.partition, meta.offset
 
@@ -135,7 +136,7 @@ class Producer:
         except KafkaError as exc:
             self._poisoned = self._poisoned or isinstance(exc, POISONED)
             raise ProduceError(
-                f"Kafka at {self.settings.kafka_brokers} did not accept the record: {exc}"
+                f"Kafka at {self.settings.kafka_display} did not accept the record: {exc}"
             ) from None
         return count
 

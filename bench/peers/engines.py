@@ -98,6 +98,14 @@ class Stack:
     def from_env(cls) -> Stack:
         brokers = os.environ.get("RFLOW_KAFKA_BROKERS")
         url = os.environ.get("RFLOW_DATABASE_URL")
+        protocol = os.environ.get("RFLOW_KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT"
+        if protocol != "PLAINTEXT":
+            # This driver runs in the peers' own virtualenv, without rflow and the one
+            # place that builds rflow's Kafka clients (rflow.streams.kafka).
+            raise BenchError(
+                f"RFLOW_KAFKA_SECURITY_PROTOCOL={protocol}: the peers benchmark runs on a "
+                "plaintext stack only (`scripts/stack up`, not --secure)"
+            )
         if not brokers or not url:
             raise BenchError(
                 "RFLOW_KAFKA_BROKERS and RFLOW_DATABASE_URL are not set: start the stack "

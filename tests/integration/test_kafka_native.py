@@ -11,13 +11,13 @@ import sys
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
 from rflow import storage
 from rflow.engine.keys import run_id
 from rflow.settings import Settings
 from rflow.storage import dead_letters, runs
+from rflow.streams import kafka
 from rflow.streams.app import create_app
 from tests.integration.harness import wait_until
 from tests.integration.test_runs import settled_run
@@ -86,12 +86,17 @@ async def run_command(args: list[str], env: dict[str, str], stdin: bytes | None 
 
 async def kcat(settings: Settings, key: str, value: dict[str, Any]) -> None:
     """Produce with kcat exactly as the README shows (murmur2, one record per line)."""
+    # The connection (TLS, SASL) as the settings say, as a producer configures kcat.
+    connection = [
+        arg
+        for name, setting in kafka.librdkafka_config(settings).items()
+        for arg in ("-X", f"{name}={setting}")
+    ]
     await run_command(
         [
             "kcat",
             "-P",
-            "-b",
-            settings.kafka_brokers,
+            *connection,
             "-t",
             settings.topic_prefix + "rflow.triggers",
             "-k",
@@ -108,9 +113,7 @@ async def aiokafka_send(
     settings: Settings, key: str | None, value: bytes, partition: int | None = None
 ) -> None:
     """Produce with aiokafka as the README shows (idempotent, acknowledged by all)."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_brokers, acks="all", enable_idempotence=True
-    )
+    producer = kafka.producer(settings, acks="all", enable_idempotence=True)
     await producer.start()
     try:
         await producer.send_and_wait(
