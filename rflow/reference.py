@@ -347,6 +347,30 @@ def render_settings() -> str:
     return _table(["variable", "default", "what it sets"], rows)
 
 
+def render_kafka_acls() -> str:
+    """The ACLs of rflow's principal and of an outside producer, with the commands that
+    grant them (for the default topic prefix and app id)."""
+    from rflow.settings import Settings
+    from rflow.streams import kafka
+
+    settings = Settings.from_env({})
+    grants = [("User:rflow", acl) for acl in kafka.worker_acls(settings)]
+    grants += [("User:orders", acl) for acl in kafka.producer_acls(settings)]
+    rows = [
+        [
+            _code(who),
+            acl.resource,
+            _code(acl.name) + (" (prefixed)" if acl.pattern == "prefixed" else ""),
+            ", ".join(acl.operations),
+            acl.why,
+        ]
+        for who, acl in grants
+    ]
+    table = _table(["principal", "resource", "name", "operations", "why"], rows)
+    commands = "\n".join(acl.command(who, "BROKERS", "admin.properties") for who, acl in grants)
+    return f"{table.rstrip()}\n\n```sh\n{commands}\n```"
+
+
 # --- the CLI ------------------------------------------------------------------------
 
 
@@ -410,6 +434,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "settings": render_settings,
     "cli": render_cli,
     "consumption": render_consumption,
+    "kafka-acls": render_kafka_acls,
 }
 """Block name -> what renders it; ``model:NAME`` renders one model."""
 

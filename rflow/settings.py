@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 _PREFIX = "RFLOW_"
 _RPC_PREFIX = "RFLOW_RPC_URL_"
@@ -52,6 +52,11 @@ _FILE_SUFFIX = "_FILE"
 # secret): the file's content, without a trailing newline, is the value.
 _FROM_FILES = ("KAFKA_SASL_PASSWORD", "KAFKA_SSL_KEY_PASSWORD", "INGRESS_KEYS")
 _REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class SettingsError(ValueError):
+    """The ``RFLOW_*`` variables do not make valid settings: the message names each
+    variable and why, never a secret's value."""
 
 
 def environ() -> dict[str, str]:
@@ -205,7 +210,7 @@ class Settings(BaseModel):
         for suffix in _FROM_FILES:
             if path := env.get(_PREFIX + suffix + _FILE_SUFFIX):
                 if _PREFIX + suffix in env and env[_PREFIX + suffix]:
-                    raise ValueError(
+                    raise SettingsError(
                         f"{_PREFIX}{suffix} and {_PREFIX}{suffix}{_FILE_SUFFIX} are both set: "
                         "give the value or the file, not both"
                     )
@@ -218,7 +223,10 @@ class Settings(BaseModel):
         if rpc:
             values["rpc_urls"] = {"local": "http://127.0.0.1:8545", **rpc}
         values.update(overrides)
-        return cls(**values)
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise SettingsError(_described(exc)) from None
 
     def to_env(self) -> dict[str, str]:
         """The ``RFLOW_*`` variables that rebuild these settings in another process."""
@@ -230,6 +238,9 @@ class Settings(BaseModel):
             env[_PREFIX + suffix] = (
                 value.get_secret_value() if isinstance(value, SecretStr) else str(value)
             )
+        for suffix in _FROM_FILES:
+            if _PREFIX + suffix in env:  # the value itself: a file variable must not contend
+                env[_PREFIX + suffix + _FILE_SUFFIX] = ""
         for network, url in self.rpc_urls.items():
             env[_RPC_PREFIX + network.upper()] = url
         return env
@@ -279,7 +290,9 @@ def _read_secret(variable: str, path: str) -> str:
     try:
         return Path(path).read_text().rstrip("\r\n")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{variable}={path}: cannot read it ({exc.__class__.__name__})") from None
+        raise SettingsError(
+            f"{variable}={path}: cannot read it ({exc.__class__.__name__})"
+        ) from None
 
 
 def kafka_security_problems(settings: Settings) -> list[str]:
@@ -298,6 +311,19 @@ def kafka_security_problems(settings: Settings) -> list[str]:
         problems.append(
             f"RFLOW_KAFKA_SASL_MECHANISM={mechanism} needs RFLOW_KAFKA_SECURITY_PROTOCOL="
             f"SASL_SSL or SASL_PLAINTEXT (it is {protocol})"
+def _described(exc: ValidationError) -> str:
+    """A validation error as lines naming the variables (the input is left out: it may
+    be a secret)."""
+    by_field = {field: variable for variable, field in Settings.variables().items()}
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        where = by_field.get(field, field or "settings")
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{where} ({field}): {message}" if field else message)
+    return "; ".join(lines)
+
+
         )
     if sasl and mechanism == "OAUTHBEARER":
         if settings.kafka_sasl_oauth_token_file is None:

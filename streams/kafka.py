@@ -14,8 +14,9 @@ here logs or returns them in a message (:attr:`Settings.kafka_display` names a c
 from __future__ import annotations
 
 import ssl
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.abc import AbstractTokenProvider
@@ -181,3 +182,92 @@ def librdkafka_config(settings: Settings) -> dict[str, str]:
         config["sasl.username"] = settings.kafka_sasl_username or ""
         config["sasl.password"] = settings.kafka_sasl_password.get_secret_value()
     return config
+
+
+# --- ACLs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Acl:
+    """What one principal may do on one resource pattern, and why rflow needs it."""
+
+    resource: Literal["topic", "group", "transactional-id", "cluster"]
+    name: str
+    pattern: Literal["literal", "prefixed"]
+    operations: tuple[str, ...]
+    why: str
+
+    def command(self, principal: str, bootstrap: str, command_config: str) -> str:
+        """The ``kafka-acls`` command that grants it to ``principal``."""
+        words = [
+            "kafka-acls",
+            f"--bootstrap-server {bootstrap}",
+            f"--command-config {command_config}",
+            "--add",
+            f"--allow-principal {principal}",
+            *(f"--operation {operation}" for operation in self.operations),
+        ]
+        if self.resource == "cluster":
+            words.append("--cluster")
+        else:
+            words.append(f"--{self.resource} {self.name}")
+            words.append(f"--resource-pattern-type {self.pattern}")
+        return " ".join(words)
+
+
+def worker_acls(settings: Settings) -> list[Acl]:
+    """The ACLs rflow's workers (and its CLI, which acts on the same topics) need, for
+    ``settings``' topic prefix and app id: no more than these. (Kafka lets a principal
+    that may read or write a resource describe it too.)"""
+    prefix = settings.topic_prefix
+    app = settings.app_id
+    return [
+        Acl(
+            "topic",
+            f"{prefix}rflow.",
+            "prefixed",
+            ("Read", "Write", "Create"),
+            "every topic of topics.yaml: the workers read and write them all, and "
+            "`rflow topics apply` (run by `rflow worker` as it starts) creates the missing "
+            "ones (drop Create when your platform creates them: start workers with "
+            "`--no-setup`)",
+        ),
+        Acl(
+            "topic",
+            f"{app}-",
+            "prefixed",
+            ("Read", "Write", "Create"),
+            "the topics Faust makes for the app itself (its partition assignor's "
+            f"`{app}-__assignor-__leader`)",
+        ),
+        Acl(
+            "group",
+            app,
+            "literal",
+            ("Read",),
+            "the consumer group the workers share (the app id, RFLOW_APP_ID)",
+        ),
+        Acl(
+            "transactional-id",
+            app,
+            "prefixed",
+            ("Write",),
+            "transactional producers, whose ids start with the app id: one checkpoint's "
+            "table changes, journals and offsets in one transaction, so that a worker that "
+            "lost its partitions is fenced (granted ahead, so the cluster needs no change "
+            "when checkpoints become transactions)",
+        ),
+    ]
+
+
+def producer_acls(settings: Settings) -> list[Acl]:
+    """The ACLs of an outside producer: writing to the triggers topic, nothing else."""
+    return [
+        Acl(
+            "topic",
+            f"{settings.topic_prefix}rflow.triggers",
+            "literal",
+            ("Write",),
+            "producing trigger records (an idempotent producer needs no more)",
+        )
+    ]

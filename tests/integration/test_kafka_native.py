@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -84,14 +85,25 @@ async def run_command(args: list[str], env: dict[str, str], stdin: bytes | None 
     return result
 
 
+def kcat_connection(settings: Settings) -> list[str]:
+    """The connection (TLS, SASL) as the settings say, as a producer configures kcat.
+
+    librdkafka before 2.6.1 (Debian 12's kcat links 2.0.2) answers Kafka 4's SCRAM with a
+    proof the broker refuses; it authenticates with PLAIN over TLS instead, which the
+    secured stack offers for the same users.
+    """
+    config = kafka.librdkafka_config(settings)
+    if config.get("sasl.mechanisms", "").startswith("SCRAM"):
+        version = subprocess.run(["kcat", "-V"], capture_output=True, text=True).stdout
+        found = re.search(r"librdkafka (\d+)\.(\d+)\.(\d+)", version)
+        if found and tuple(map(int, found.groups())) < (2, 6, 1):
+            config["sasl.mechanisms"] = "PLAIN"
+    return [arg for name, setting in config.items() for arg in ("-X", f"{name}={setting}")]
+
+
 async def kcat(settings: Settings, key: str, value: dict[str, Any]) -> None:
     """Produce with kcat exactly as the README shows (murmur2, one record per line)."""
-    # The connection (TLS, SASL) as the settings say, as a producer configures kcat.
-    connection = [
-        arg
-        for name, setting in kafka.librdkafka_config(settings).items()
-        for arg in ("-X", f"{name}={setting}")
-    ]
+    connection = kcat_connection(settings)
     await run_command(
         [
             "kcat",

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import faust
 import pytest
-from pydantic import ValidationError
 
-from rflow.settings import Settings
+from rflow.settings import Settings, SettingsError
 from rflow.streams import kafka
 from tests.conftest import REPO
 
@@ -223,7 +222,7 @@ def test_a_password_from_a_file(pki, tmp_path):
     ],
 )
 def test_settings_that_do_not_fit_together_say_what_to_set(env, said):
-    with pytest.raises(ValidationError, match=said):
+    with pytest.raises(SettingsError, match=said):
         Settings.from_env(env)
 
 
