@@ -270,6 +270,31 @@ class Settings(BaseModel):
         return shown
 
     @property
+    def ingress_keyring(self) -> Any:
+        """The parsed :attr:`ingress_keys` (a :class:`~rflow.engine.provenance.Keyring`,
+        empty when unset); :class:`SettingsError` names a malformed entry."""
+        from rflow.engine.provenance import Keyring, KeyringError
+
+        if self.ingress_keys is None:
+            return Keyring()
+        try:
+            return Keyring.parse(self.ingress_keys.get_secret_value())
+        except KeyringError as exc:
+            raise SettingsError(str(exc)) from None
+
+    def require_ingress_keys(self) -> None:
+        """:class:`SettingsError` unless ingress keys are set: a worker needs them."""
+        if not self.ingress_keyring.keys:
+            raise SettingsError(
+                "RFLOW_INGRESS_KEYS is not set: rflow's ingresses (chain events, webhooks, "
+                "schedules, manual runs, retries) vouch for their firings with it, and a "
+                "worker believes nothing they claim without it. Give every worker (and every "
+                "host that runs rflow run or rflow runs retry) the same keys, e.g. "
+                "RFLOW_INGRESS_KEYS=k1:$(openssl rand -hex 32), or a file of them in "
+                "RFLOW_INGRESS_KEYS_FILE"
+            )
+
+    @property
     def acting_token(self) -> SecretStr | None:
         """The token the CLI presents: ``RFLOW_CLI_TOKEN``, else ``RFLOW_API_TOKEN``."""
         return self.cli_token or self.api_token
@@ -282,6 +307,19 @@ class Settings(BaseModel):
             raise LookupError(
                 f"no RPC URL for network {network!r}: set {_RPC_PREFIX}{network.upper()}"
             ) from None
+
+
+def _described(exc: ValidationError) -> str:
+    """A validation error as lines naming the variables (the input is left out: it may
+    be a secret)."""
+    by_field = {field: variable for variable, field in Settings.variables().items()}
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        where = by_field.get(field, field or "settings")
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{where} ({field}): {message}" if field else message)
+    return "; ".join(lines)
 
 
 def _read_secret(variable: str, path: str) -> str:
@@ -311,19 +349,6 @@ def kafka_security_problems(settings: Settings) -> list[str]:
         problems.append(
             f"RFLOW_KAFKA_SASL_MECHANISM={mechanism} needs RFLOW_KAFKA_SECURITY_PROTOCOL="
             f"SASL_SSL or SASL_PLAINTEXT (it is {protocol})"
-def _described(exc: ValidationError) -> str:
-    """A validation error as lines naming the variables (the input is left out: it may
-    be a secret)."""
-    by_field = {field: variable for variable, field in Settings.variables().items()}
-    lines = []
-    for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else ""
-        where = by_field.get(field, field or "settings")
-        message = error["msg"].removeprefix("Value error, ")
-        lines.append(f"{where} ({field}): {message}" if field else message)
-    return "; ".join(lines)
-
-
         )
     if sasl and mechanism == "OAUTHBEARER":
         if settings.kafka_sasl_oauth_token_file is None:

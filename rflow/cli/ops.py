@@ -157,6 +157,7 @@ def worker(project: Path | None, setup: bool, loglevel: str) -> None:
         for diagnostic in report.diagnostics:
             click.echo(str(diagnostic), err=True)
         if not report.ok:
+    settings.require_ingress_keys()
             fail(f"{settings.project_path} has errors; the worker does not start")
     if setup:
         from rflow.streams import topics as topic_ops

@@ -268,8 +268,21 @@ async def test_refused_records_are_dead_lettered_with_the_reason_and_the_worker_
             "acct-4",
             record(106, "acct-4", payload={"order": 106}),
             None,
-            "cannot compute the concurrency group of workflow order-paid: concurrency group "
-            "'${{ trigger.account }}' is empty for this trigger",
+            "invalid_input: payload: missing input(s) 'account', 'amount' for 'order-paid'; "
+            "it takes: account, order, amount",
+        ),
+        "orders:108": (
+            "acct-5",
+            record(108, "acct-5", source="event"),
+            None,
+            "unauthenticated_source: a record claiming source 'event' is believed only with "
+            "the proof of rflow's ingress, and it carries no proof",
+        ),
+        "event:31337:0xab:1": (
+            "acct-6",
+            record(109, "acct-6", trigger_key="event:31337:0xab:1"),
+            None,
+            "reserved_key: trigger_key 'event:31337:0xab:1' starts with 'event:'",
         ),
     }
     for key, value, partition, _ in refused.values():
