@@ -108,6 +108,17 @@ class Runtime:
             "permissions, budgets and breakers (see rflow deployments)"
         )
 
+    async def start(self) -> None:
+        """What a worker settles before it takes a record: that it can check the proofs of
+        rflow's ingress (``RFLOW_INGRESS_KEYS``), and which deployment it runs
+        (:meth:`Deployments.start`: its own project, or the newest when its own is older).
+        Raises :class:`~rflow.settings.SettingsError` with the reason: the worker stops."""
+        self.settings.require_ingress_keys()
+        if self.database is not None:
+            await self.database.maybe_start()  # before the app's services, which need it too
+        if self.deployments is not None:
+            await self.deployments.start()
+
     async def catch_up(self) -> None:
         """Take up a newer deployment now, if there is one (a workflow was not found):
         another worker may have taken it up first and let a firing of it through. Gives
@@ -141,6 +152,13 @@ class RflowApp(consumption.ConsumingApp):
 
     rflow: Runtime
 
+    async def on_start(self) -> None:
+        await super().on_start()
+        if not (self.producer_only or self.client_only):
+            # Before any consumer or agent starts: nothing is decided with a project this
+            # worker will not run.
+            await self.rflow.start()
+
     def declared_topic(self, name: str, **kwargs) -> faust.TopicT:
         """A handle on topic ``name`` of ``topics.yaml`` (prefix applied); raw bytes by default."""
         catalog = self.rflow.catalog
@@ -163,12 +181,16 @@ class RflowApp(consumption.ConsumingApp):
         )
 
 
-def create_app(settings: Settings | None = None, project: Project | None = None) -> RflowApp:
+def create_app(
+    settings: Settings | None = None, project: Project | None = None, *, rollback: bool = False
+) -> RflowApp:
     """Build the app with every agent, table and page attached.
 
     The workflows come from ``project``, else from ``settings.project_path`` (whose
-    source the worker deploys as it starts); then the worker follows the newest
-    deployment (:mod:`rflow.streams.deployments`). A worker without workflows still runs
+    source the worker deploys as it starts, unless it is an older deployment's: then it
+    runs the newest, or with ``rollback`` deploys it as the operator's action
+    ``deploy.rollback``); then the worker follows the newest deployment
+    (:mod:`rflow.streams.deployments`). A worker without workflows still runs
     the pipeline (records for workflows it does not run are dead-lettered). Two
     principals with the same token raise :class:`~rflow.principals.TokenConflict`; the
     API authenticates the principals of the current deployment.
@@ -271,7 +293,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     from rflow import agents
     from rflow.streams import deployments, metrics
 
-    runtime.deployments = deployments.Deployments(runtime, source)
+    runtime.deployments = deployments.Deployments(runtime, source, rollback=rollback)
     deployments.attach(app, runtime.deployments)
     runtime.metrics = metrics.attach(app)
     agents.attach(app)

@@ -142,13 +142,22 @@ async def _migrate(settings: Settings) -> list[str]:
 @main.command()
 @click.argument("project", required=False, type=click.Path(exists=True, path_type=Path))
 @click.option("--setup/--no-setup", default=True, help="Apply topics and migrations first.")
+@click.option(
+    "--rollback",
+    is_flag=True,
+    help="Deploy PROJECT even if it is an older deployment's project (an operator's "
+    "action, recorded as deploy.rollback); without it such a worker runs the newest.",
+)
 @click.option("-l", "--loglevel", default="info", show_default=True)
-def worker(project: Path | None, setup: bool, loglevel: str) -> None:
+def worker(project: Path | None, setup: bool, rollback: bool, loglevel: str) -> None:
     """Run a worker for the workflows in PROJECT (default: $RFLOW_PROJECT), as one member
-    of the consumer group."""
+    of the consumer group. A PROJECT that is an older deployment's is not deployed (that
+    would roll every worker back): the worker runs the newest deployment, unless told
+    --rollback."""
     settings = Settings.from_env()
     if project is not None:
         settings = settings.model_copy(update={"project_path": project})
+    settings.require_ingress_keys()
     if settings.project_path is not None:
         from rflow.lang import validate_path
         from rflow.settings import environ
@@ -157,7 +166,6 @@ def worker(project: Path | None, setup: bool, loglevel: str) -> None:
         for diagnostic in report.diagnostics:
             click.echo(str(diagnostic), err=True)
         if not report.ok:
-    settings.require_ingress_keys()
             fail(f"{settings.project_path} has errors; the worker does not start")
     if setup:
         from rflow.streams import topics as topic_ops
@@ -172,7 +180,7 @@ def worker(project: Path | None, setup: bool, loglevel: str) -> None:
     from rflow.streams.app import create_app, tune_gc
 
     try:
-        app = create_app(settings)
+        app = create_app(settings, rollback=rollback)
     except TokenConflict as exc:
         fail(f"{exc}; the worker does not start")
     tune_gc()
