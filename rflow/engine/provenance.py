@@ -33,7 +33,6 @@ The rules, one function each:
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -184,8 +183,8 @@ def proof_problem(record: Vouchable, keyring: Keyring) -> str | None:
 def _proof(key: Key, record: Vouchable) -> str:
     from rflow.codecs.records import signed_content  # the one canonical writer
 
-    digest = hmac.new(key.secret, _DOMAIN + signed_content(record), hashlib.sha256)
-    return f"{PROOF_VERSION}:{key.id}:{digest.hexdigest()}"
+    digest = hmac.digest(key.secret, _DOMAIN + signed_content(record), "sha256")
+    return f"{PROOF_VERSION}:{key.id}:{digest.hex()}"
 
 
 # --- what a workflow accepts from outside -------------------------------------------------
