@@ -36,7 +36,7 @@ _FIELDS: dict[str, str] = {
     "workflow": "The name of the workflow to fire, as declared in the worker's project.",
     "trigger_key": "The firing's idempotency key, unique per firing and stable across "
     "retries of it (e.g. orders:4711), not starting with one of rflow's own namespaces "
-    "(event:, webhook:, schedule:, manual:, retry-of:). Deliveries with the same workflow and trigger_key "
+    "(event:, webhook:, schedule:, manual:, their <kind>@ forms, retry-of:). Deliveries with the same workflow and trigger_key "
     "start one run, whose id is 'r' + the first 24 hex digits of "
     "sha256('<workflow>:<trigger_key>'). Re-send a firing unchanged: its payload decides "
     "its concurrency group, hence its partition.",

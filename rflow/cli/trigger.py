@@ -62,8 +62,8 @@ def _project(path: Path | None):
     "--key",
     default=None,
     help="The trigger key, the firing's idempotency key: the same key starts one run only "
-    "(default: trigger:WORKFLOW:<new id>; event:, webhook:, schedule:, manual: and "
-    "retry-of: are rflow's own).",
+    "(default: trigger:WORKFLOW:<new id>; event:, webhook:, schedule:, manual:, their "
+    "<kind>@ forms and retry-of: are rflow's own).",
 )
 @click.option(
     "--group",

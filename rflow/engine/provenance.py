@@ -53,16 +53,18 @@ _KEY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MIN_SECRET = 32
 """The fewest characters a key's secret may have (`openssl rand -hex 32` gives 64)."""
 
-NAMESPACES: Mapping[str, str] = {
-    "event": "event:",
-    "webhook": "webhook:",
-    "schedule": "schedule:",
-    "manual": "manual:",
-    "retry": "retry-of:",
+NAMESPACES: Mapping[str, tuple[str, ...]] = {
+    "event": ("event:", "event@"),
+    "webhook": ("webhook:", "webhook@"),
+    "schedule": ("schedule:", "schedule@"),
+    "manual": ("manual:", "manual@"),
+    "retry": ("retry-of:",),
 }
-"""The key prefixes of rflow's own firings, by source (``retry-of:`` is the gate of a
-retry, ``<workflow>:retry-of:<run>``): the keys of vouched firings start with their
-source's prefix, and an outside firing's key starts with none of them."""
+"""The key prefixes of rflow's own firings, by source: ``<kind>:``, and ``<kind>@<trigger
+id>:`` for a trigger with an id of its own; ``retry-of:`` is the gate of a retry
+(``<workflow>:retry-of:<run>``). The keys of vouched firings start with their source's
+prefixes, and an outside firing's key starts with none of them."""
+RESERVED = tuple(prefix for prefixes in NAMESPACES.values() for prefix in prefixes)
 
 SOURCES_VOUCHED_FOR = ("event", "webhook", "schedule")
 """The sources a trigger record claims only with a proof."""
@@ -289,7 +291,7 @@ def judge(record: Vouchable, keyring: Keyring, accepts: Accepts | None) -> Verdi
             return Refused(
                 "reserved_key",
                 f"a vouched firing from {claim} is keyed {record.trigger_key!r}, outside "
-                f"its namespace {namespace!r}",
+                f"its namespace ({' or '.join(map(repr, namespace))})",
             )
         return Believed(record.proof.split(":", 2)[1])
     return _outside(record, accepts)
@@ -297,12 +299,12 @@ def judge(record: Vouchable, keyring: Keyring, accepts: Accepts | None) -> Verdi
 
 def _outside(record: TriggerRecord, accepts: Accepts | None) -> Verdict:
     """An outside producer's firing: its key, its workflow's manual trigger, its inputs."""
-    reserved = next((p for p in NAMESPACES.values() if record.trigger_key.startswith(p)), None)
+    reserved = next((p for p in RESERVED if record.trigger_key.startswith(p)), None)
     if reserved is not None:
         return Refused(
             "reserved_key",
             f"trigger_key {record.trigger_key!r} starts with {reserved!r}, a namespace of "
-            f"rflow's own firings ({', '.join(NAMESPACES.values())}), which only a firing "
+            f"rflow's own firings ({', '.join(RESERVED)}), which only a firing "
             "rflow's ingress vouches for may use: key an outside firing in your own terms "
             "(an order id, a transfer's hash)",
         )
