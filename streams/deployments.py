@@ -63,10 +63,10 @@ class Deployments:
     ) -> None:
         self.runtime = runtime
         self.source = source
-        self.rollback = rollback
-        """``rflow worker --rollback``: deploy the worker's project even if it is older."""
         """The source of the project this worker started with (``None``: none, or one
         given in memory, whose versions alone are published)."""
+        self.rollback = rollback
+        """``rflow worker --rollback``: deploy the worker's project even if it is older."""
         self.worker = worker_name(runtime)
         self.started_at = datetime.now(UTC)
         self.failed: tuple[int, str] | None = None

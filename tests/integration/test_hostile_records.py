@@ -136,7 +136,7 @@ def fire_record() -> bytes:
         "workflow": "echo",
         "trigger_key": "misplaced",
         "source": "manual",
-        "payload": {"n": 1},
+        "payload": {},  # what echo's manual trigger takes: refused for where it is
         "received_at": "2026-05-06T07:08:09Z",
     }
     return json.dumps(record).encode()

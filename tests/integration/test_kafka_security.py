@@ -293,6 +293,10 @@ async def test_a_workflow_runs_end_to_end_with_only_the_printed_acls_and_nothing
     assert len(sink.keys("/paid")) == 3
     assert "Denied" not in worker.tail(2000)
     worker.stop()
+    # The password is in no log line, of the worker nor of the CLI.
+    password = as_rflow.kafka_sasl_password.get_secret_value()
+    assert password not in worker.log_path.read_text()
+    assert password not in result.stdout + result.stderr
 
     await the_producer_writes_only_to_the_triggers_topic(as_producer)
     await a_client_certificate_authenticates_on_the_mutual_tls_listener(as_rflow, secured)
