@@ -46,6 +46,7 @@ from rflow.engine import (
     advance,
     children,
     lanes,
+    provenance,
     resume,
 )
 from rflow.engine.keys import firing_runs, run_key
@@ -103,6 +104,8 @@ class Runner:
         from Postgres by a timer, so every worker sees a pause within a second or so)."""
         self.paused_read = False
         """Whether ``paused`` was read yet: until it is, every pause is asked of Postgres."""
+        self.keyring = app.rflow.settings.ingress_keyring
+        """The keys the proofs of rflow's ingresses are checked with."""
 
     # --- admission --------------------------------------------------------------------
 
@@ -113,6 +116,8 @@ class Runner:
             # Another worker may have taken up a deployment that declares it first.
             await self.runtime.catch_up()
             workflow = self.workflows.get(record.workflow)
+        if not await self.believed(record, workflow, message):
+            return
         if workflow is None:
             await send_dead_letter(self.app, message, self.unknown(record.workflow))
             return
@@ -546,7 +551,26 @@ class Runner:
         )
         await self.effects.send_event(key, start.model_copy(update={"state": state}))
 
+    async def believed(
+        self,
+        record: TriggerRecord | RetryRecord | TriggerRetracted,
+        workflow: Workflow | None,
+        message: Any,
+    ) -> bool:
+        """Whether this worker believes ``record`` (:func:`provenance.judge`): what it
+        refuses is counted and dead-lettered with the reason, before it touches a gate."""
+        accepts = provenance.Accepts.of(record.workflow, workflow) if workflow else None
+        verdict = provenance.judge(record, self.keyring, accepts)
+        if isinstance(verdict, provenance.Refused):
+            source = record.source if isinstance(record, TriggerRecord) else record.kind
+            self.runtime.metrics.refused_firings.labels(verdict.code, source).inc()
+            await send_dead_letter(self.app, message, verdict.reason)
+            return False
+        return True
+
     async def retract(self, record: TriggerRetracted, message: Any) -> None:
+        if not await self.believed(record, self.workflows.get(record.workflow), message):
+            return
         gate = run_key(record.workflow, record.trigger_key)
         decisions = admission.retracted(gate, record.reason, self.book())
         await self.carry_out(decisions, message.partition)
@@ -559,8 +583,13 @@ class Runner:
             await self.retract(record, message)
         elif isinstance(record, PauseChanged) and message.topic == self.triggers_topic:
             await self.pause_changed(record, message.partition)
-        elif isinstance(record, RunEvent):
+        elif isinstance(record, RunEvent) and message.topic != self.triggers_topic:
             await self.apply(record.event, message.partition)
+        elif message.topic == self.triggers_topic and (
+            refused := provenance.misplaced(record.kind)
+        ):
+            self.runtime.metrics.refused_firings.labels(refused.code, record.kind).inc()
+            await send_dead_letter(self.app, message, refused.reason)
         else:
             await send_dead_letter(
                 self.app, message, f"a {record.kind!r} record does not belong on {message.topic}"

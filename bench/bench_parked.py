@@ -45,6 +45,7 @@ from _stack import (
 
 from rflow import storage
 from rflow.codecs import encode
+from rflow.engine import provenance
 from rflow.lang import load_project
 from rflow.settings import Settings
 from rflow.triggering import trigger_record
@@ -104,7 +105,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             payload={"seq": i},
             received_at=datetime.now(UTC),
         )
-        return rec.partition_key.encode(), encode(rec)
+        # As rflow's manual ingress produces it: vouched for with the workers' keys.
+        return rec.partition_key.encode(), encode(provenance.vouch(rec, settings.ingress_keyring))
 
     worker: Worker | None = None
     producer = None
@@ -123,7 +125,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         except AssertionError as exc:
             raise BenchError(str(exc)) from None
         await wait_stable([worker])
-        producer = await start_producer(settings.kafka_brokers)
+        producer = await start_producer(settings)
 
         # Baseline: the same worker, idle, after a few runs (imports, pools, caches warm).
         warm = 50

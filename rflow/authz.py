@@ -67,6 +67,7 @@ ACTIONS: dict[str, Action] = {
         Action("schedules.toggle", "operator", "disable and enable a schedule", ("reason",)),
         Action("dead_letters.replay", "operator", "produce a dead-lettered record back to its topic"),
         Action("deploy", "operator", "publish a project as the new deployment (`rflow deploy`)"),
+        Action("deploy.rollback", "operator", "publish a project older than the newest deployment, going back (`rflow deploy --rollback`, `rflow worker --rollback`)"),
     )
 }
 # fmt: on

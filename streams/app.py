@@ -21,7 +21,7 @@ from rflow.deployment import Deployment
 from rflow.lang import ConfigError, Project, read_source
 from rflow.principals import Principals, TokenConflict
 from rflow.settings import Settings, environ
-from rflow.streams import consumption, tables, views
+from rflow.streams import consumption, kafka, tables, views
 from rflow.streams.control import Control
 from rflow.streams.database import Database
 from rflow.streams.topics import Catalog
@@ -111,6 +111,17 @@ class Runtime:
             "permissions, budgets and breakers (see rflow deployments)"
         )
 
+    async def start(self) -> None:
+        """What a worker settles before it takes a record: that it can check the proofs of
+        rflow's ingress (``RFLOW_INGRESS_KEYS``), and which deployment it runs
+        (:meth:`Deployments.start`: its own project, or the newest when its own is older).
+        Raises :class:`~rflow.settings.SettingsError` with the reason: the worker stops."""
+        self.settings.require_ingress_keys()
+        if self.database is not None:
+            await self.database.maybe_start()  # before the app's services, which need it too
+        if self.deployments is not None:
+            await self.deployments.start()
+
     async def catch_up(self) -> None:
         """Take up a newer deployment now, if there is one (a workflow was not found):
         another worker may have taken it up first and let a firing of it through. Gives
@@ -144,6 +155,13 @@ class RflowApp(consumption.ConsumingApp):
 
     rflow: Runtime
 
+    async def on_start(self) -> None:
+        await super().on_start()
+        if not (self.producer_only or self.client_only):
+            # Before any consumer or agent starts: nothing is decided with a project this
+            # worker will not run.
+            await self.rflow.start()
+
     def declared_topic(self, name: str, **kwargs) -> faust.TopicT:
         """A handle on topic ``name`` of ``topics.yaml`` (prefix applied); raw bytes by default."""
         catalog = self.rflow.catalog
@@ -166,12 +184,16 @@ class RflowApp(consumption.ConsumingApp):
         )
 
 
-def create_app(settings: Settings | None = None, project: Project | None = None) -> RflowApp:
+def create_app(
+    settings: Settings | None = None, project: Project | None = None, *, rollback: bool = False
+) -> RflowApp:
     """Build the app with every agent, table and page attached.
 
     The workflows come from ``project``, else from ``settings.project_path`` (whose
-    source the worker deploys as it starts); then the worker follows the newest
-    deployment (:mod:`rflow.streams.deployments`). A worker without workflows still runs
+    source the worker deploys as it starts, unless it is an older deployment's: then it
+    runs the newest, or with ``rollback`` deploys it as the operator's action
+    ``deploy.rollback``); then the worker follows the newest deployment
+    (:mod:`rflow.streams.deployments`). A worker without workflows still runs
     the pipeline (records for workflows it does not run are dead-lettered). Two
     principals with the same token raise :class:`~rflow.principals.TokenConflict`; the
     API authenticates the principals of the current deployment.
@@ -219,7 +241,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
 
     app = RflowApp(
         settings.app_id,
-        broker=[f"kafka://{host}" for host in settings.kafka_brokers.split(",")],
+        **kafka.faust_options(settings),
         store="memory://",
         autodiscover=False,
         topic_partitions=partitions,
@@ -275,7 +297,7 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     from rflow.streams import deployments, metrics
     from rflow.streams.nodes import Nodes
 
-    runtime.deployments = deployments.Deployments(runtime, source)
+    runtime.deployments = deployments.Deployments(runtime, source, rollback=rollback)
     deployments.attach(app, runtime.deployments)
     runtime.metrics = metrics.attach(app)
     runtime.rpc = app.add_dependency(Nodes(runtime)).pools

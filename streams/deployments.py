@@ -1,6 +1,13 @@
 """A worker's side of deployments: it publishes the project it started with, then follows
 the newest deployment.
 
+Before the worker takes a record (:meth:`Deployments.start`, from the app's start), it
+publishes its own project, unless that project is an older deployment's: then it does
+not deploy it (every worker would roll back to it) and runs the newest instead, saying
+which is newer and how to run it; with ``--rollback`` it deploys it as the operator's
+action ``deploy.rollback``. A worker whose newest deployment does not load here does not
+start at all rather than run the older project.
+
 About once a second (:data:`POLL_INTERVAL`) a worker asks Postgres for the newest
 deployment id. A newer one is read, loaded with the worker's own environment in a
 thread (off the event loop), and swapped in whole by :meth:`Runtime.take`: every
@@ -20,9 +27,10 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rflow.deployment import Changes, load
+from rflow.deployment import Changes, load, older_message
 from rflow.engine.keys import deployable
 from rflow.lang import ConfigError, ProjectSource
+from rflow.settings import SettingsError
 from rflow.storage import deployments, versions
 from rflow.streams.loops import every
 
@@ -38,6 +46,10 @@ MAX_ERROR = 4000
 """Characters of a load error kept in the report."""
 
 
+class StartRefused(SettingsError):
+    """The worker cannot start with what it was given; the message says why and what to do."""
+
+
 def worker_name(runtime: Runtime) -> str:
     """How this worker is named in ``deployment_workers``: host and web port."""
     return f"{socket.gethostname()}:{runtime.settings.web_port}"
@@ -46,11 +58,15 @@ def worker_name(runtime: Runtime) -> str:
 class Deployments:
     """Publishes the worker's own project, follows the newest deployment, reports."""
 
-    def __init__(self, runtime: Runtime, source: ProjectSource | None = None) -> None:
+    def __init__(
+        self, runtime: Runtime, source: ProjectSource | None = None, *, rollback: bool = False
+    ) -> None:
         self.runtime = runtime
         self.source = source
         """The source of the project this worker started with (``None``: none, or one
         given in memory, whose versions alone are published)."""
+        self.rollback = rollback
+        """``rflow worker --rollback``: deploy the worker's project even if it is older."""
         self.worker = worker_name(runtime)
         self.started_at = datetime.now(UTC)
         self.failed: tuple[int, str] | None = None
@@ -66,8 +82,14 @@ class Deployments:
 
     # --- publishing -----------------------------------------------------------------------
 
+    async def start(self) -> None:
+        """Settle what this worker runs before it takes a record: its own project, deployed
+        (:meth:`publish_own`), or the newest deployment when its project is older."""
+        await self.publish_own()
+
     async def publish_own(self) -> None:
-        """Deploy the project this worker started with, as ``rflow deploy`` does."""
+        """Deploy the project this worker started with, as ``rflow deploy`` does, unless it
+        is an older deployment's: then take up the newest (:meth:`_older`)."""
         current = self.runtime.deployment
         project = current.project
         try:
@@ -82,14 +104,30 @@ class Deployments:
                     log.info("deployed workflow %s version %s (was %s)", name, version, previous)
                 return
             source = self.source
-            published = await self.db(
-                lambda conn: deployments.publish(
-                    conn, digest=source.digest, source=source.document(), definitions=definitions
-                ),
-                "deploy",
-            )
             where = self.runtime.settings.project_path
-            if published.created:
+            try:
+                published = await self.db(
+                    lambda conn: deployments.publish(
+                        conn,
+                        digest=source.digest,
+                        source=source.document(),
+                        definitions=definitions,
+                        rollback=self.rollback,
+                        actor=f"worker {self.worker}" + (" --rollback" if self.rollback else ""),
+                    ),
+                    "deploy",
+                )
+            except deployments.Older as older:
+                await self._older(older)
+                return
+            if published.action == deployments.ROLLBACK:
+                log.warning(
+                    "rolled back: deployed the project at %s as deployment %d "
+                    "(deploy.rollback, as this worker was started with --rollback)",
+                    where,
+                    published.id,
+                )
+            elif published.created:
                 changes = Changes.between(published.before, current.versions)
                 log.info(
                     "deployed the project at %s as deployment %d: %s",
@@ -104,6 +142,30 @@ class Deployments:
         finally:
             self.following = True
             await self.report(force=True)
+
+    async def _older(self, older: deployments.Older) -> None:
+        """This worker's project is an older deployment's: run the newest instead, or
+        refuse to start when the newest does not load here."""
+        where = self.runtime.settings.project_path or "this worker's project"
+        stored = await self.db(
+            lambda conn: deployments.get(conn, older.newest), f"deployment {older.newest}"
+        )
+        try:
+            source = ProjectSource.from_document(stored.source)
+            newest = await asyncio.to_thread(load, source, self.runtime.env, older.newest)
+        except (ConfigError, ValueError) as exc:
+            then = (
+                f"this worker does not deploy it; and deployment {older.newest} does not load "
+                f"here ({exc}), so this worker does not start: it never runs the older project"
+            )
+            raise StartRefused(older_message(where, older, then)) from None
+        said = older_message(
+            where,
+            older,
+            f"this worker does not deploy it and runs deployment {older.newest} instead",
+        )
+        log.error("%s", said)
+        self.runtime.take(newest)
 
     # --- following ------------------------------------------------------------------------
 
@@ -183,12 +245,8 @@ class Deployments:
 
 
 def attach(app: RflowApp, follower: Deployments) -> None:
-    """Declare the publishing task and the following loop on ``app``."""
-
-    @app.task
-    async def deploy_project() -> None:
-        """A worker deploys the project it was started with (as `rflow deploy` does)."""
-        await follower.publish_own()
+    """Declare the following loop on ``app`` (the worker's own project is published as the
+    app starts: :meth:`Deployments.start`)."""
 
     @every(app, POLL_INTERVAL, "rflow.deployments")
     async def follow_deployments() -> None:

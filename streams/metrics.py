@@ -125,6 +125,16 @@ class Metrics:
             "workflow",
             "source",
         )
+        self.refused_firings = self._counter(
+            "rflow_refused_firings",
+            "Records on the triggers topic the worker does not believe or accept, dead-lettered "
+            "before admission: by reason (unauthenticated_source: a claim of rflow's ingress "
+            "without its valid proof; not_accepted, invalid_input, reserved_key: an outside "
+            "firing its workflow does not take) and by the source claimed (or the record's "
+            "kind)",
+            "reason",
+            "source",
+        )
         self.runs_started = self._counter(
             "rflow_runs_started", "Runs started, by workflow", "workflow"
         )

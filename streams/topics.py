@@ -194,11 +194,17 @@ async def _verify(admin: AIOKafkaAdminClient, catalog: Catalog, timeout: float =
 
 @asynccontextmanager
 async def _admin(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers, request_timeout_ms=15000)
+    from rflow.streams import kafka
+
+    try:
+        admin = kafka.admin(settings, request_timeout_ms=15000)
+    except kafka.KafkaSettingsError as exc:
+        raise TopicsError(str(exc)) from None
     try:
         await admin.start()
     except KafkaError as exc:
-        raise TopicsError(f"cannot reach Kafka at {settings.kafka_brokers}: {exc}") from None
+        await admin.close()
+        raise TopicsError(f"cannot reach Kafka at {settings.kafka_display}: {exc}") from None
     try:
         yield admin
     finally:

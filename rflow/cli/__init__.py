@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "deployments": ("deploy", "The newest deployments, and which one each worker runs."),
     "doctor": ("doctor", "Validate PATH, then check Kafka, Postgres, RPCs, relayer and more."),
     "keys": ("keys", "Relayer keys: make one inside a PKCS#11 token, ask a signer its address."),
+    "kafka": ("ops", "Kafka security: the ACLs rflow's principals need."),
     "migrate": ("ops", "Apply the database migrations (idempotent)."),
     "run": ("run", "Start a run of WORKFLOW through its manual trigger."),
     "runs": ("runs", "Runs: their status, journals, approvals and cancellation."),
@@ -61,6 +62,16 @@ class LazyGroup(click.Group):
             hint = f"; did you mean '{near[0]}'?" if near else ""
             ctx.fail(f"no such command '{name}'{hint}")
         return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> object:
+        from rflow.settings import SettingsError
+
+        try:
+            return super().invoke(ctx)
+        except SettingsError as exc:
+            # Exit 2 like any bad input to a command, with the variables to fix.
+            click.echo(f"error: the environment's settings: {exc}", err=True)
+            ctx.exit(2)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]

@@ -11,11 +11,11 @@ import json
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from rflow import storage
 from rflow.engine.keys import run_id
 from rflow.storage import dead_letters
+from rflow.streams import kafka
 from tests.integration.chain import Account
 from tests.integration.harness import wait_until
 from tests.integration.test_runs import fire, settled_run
@@ -68,9 +68,7 @@ def hostile() -> dict[str, tuple[bytes | None, str]]:
 
 
 async def produce(settings, topic: str, key: bytes, value: bytes | None) -> None:
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_brokers, max_request_size=2 * BIG, acks="all"
-    )
+    producer = kafka.producer(settings, max_request_size=2 * BIG, acks="all")
     await producer.start()
     try:
         await producer.send_and_wait(settings.topic_prefix + topic, key=key, value=value)
@@ -138,7 +136,7 @@ def fire_record() -> bytes:
         "workflow": "echo",
         "trigger_key": "misplaced",
         "source": "manual",
-        "payload": {"n": 1},
+        "payload": {},  # what echo's manual trigger takes: refused for where it is
         "received_at": "2026-05-06T07:08:09Z",
     }
     return json.dumps(record).encode()

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from rflow import storage
 from rflow.codecs import TriggerRecord, decode
@@ -21,6 +21,7 @@ from rflow.lang.model import ScheduleSpec
 from rflow.settings import Settings
 from rflow.storage import StorageError, schedules
 from rflow.storage.schedules import Held
+from rflow.streams import kafka
 from rflow.streams.app import create_app
 from rflow.streams.database import Database
 from rflow.streams.producer import Producer
@@ -84,7 +85,7 @@ async def fired(settings: Settings) -> list[Fired]:
     topic = settings.topic_prefix + "rflow.triggers"
     count = Catalog.from_settings(settings).spec("rflow.triggers").partitions
     partitions = [TopicPartition(topic, p) for p in range(count)]
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers, enable_auto_commit=False)
+    consumer = kafka.consumer(settings, enable_auto_commit=False)
     await consumer.start()
     try:
         consumer.assign(partitions)

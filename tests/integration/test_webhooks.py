@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from rflow import storage
 from rflow.codecs import TriggerRecord, decode
 from rflow.engine.keys import run_id
 from rflow.ingress import sign
 from rflow.settings import Settings
+from rflow.streams import kafka
 from rflow.streams.topics import Catalog
 from tests.integration.harness import WorkerProcess, wait_until
 
@@ -117,7 +118,7 @@ async def triggers_on_topic(settings: Settings) -> list[tuple[str, TriggerRecord
     catalog = Catalog.from_settings(settings)
     name = catalog.full_name("rflow.triggers")
     partitions = [TopicPartition(name, p) for p in range(catalog.spec("rflow.triggers").partitions)]
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers, enable_auto_commit=False)
+    consumer = kafka.consumer(settings, enable_auto_commit=False)
     await consumer.start()
     try:
         consumer.assign(partitions)

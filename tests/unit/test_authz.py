@@ -30,6 +30,7 @@ EXPECTED: dict[str, set[str]] = {
         "schedules.toggle",
         "dead_letters.replay",
         "deploy",
+        "deploy.rollback",
     },
 }
 

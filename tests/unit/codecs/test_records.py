@@ -75,8 +75,8 @@ def test_encoding_is_stable():
             "unsupported version None of 'trigger' records; this worker reads: 1",
         ),
         (
-            b'{"kind": "trigger", "v": 2}',
-            "unsupported version 2 of 'trigger' records; this worker reads: 1",
+            b'{"kind": "trigger", "v": 3}',
+            "unsupported version 3 of 'trigger' records; this worker reads: 1, 2",
         ),
         (
             b'{"kind": "trigger", "v": 1, "workflow": "w", "trigger_key": "k", "source": "fax", '
