@@ -355,7 +355,7 @@ class ReferenceChecker:
         target = str(ref[1])
         info = self.steps.get(target)
         if info is None:
-            return f"reference to unknown step {target!r}{did_you_mean(target, context.earlier)}"
+            return f"reference to unknown step {target!r}{_unknown_step_hint(target, self.steps, context.earlier)}"
         if target == context.current:
             return f"a step cannot read its own result (steps.{target})"
         if target not in context.earlier:
@@ -377,6 +377,23 @@ class ReferenceChecker:
         self._check_jumps()
         self._check_expressions()
         return self.diagnostics
+
+
+def _unknown_step_hint(target: str, steps: Mapping[str, Any], earlier: frozenset[str]) -> str:
+    """What to say after "unknown step": the nearest earlier id, or, for ``steps.x-y``
+    where ``x`` is a step and no id is nearer, how to subtract. After ``steps.`` a ``-``
+    is part of the id (as in GitHub Actions), so a subtraction needs spaces."""
+    near = did_you_mean(target, earlier)
+    head, sep, _ = target.rpartition("-")
+    while sep and head not in steps:
+        head, sep, _ = head.rpartition("-")
+    if not sep or (near and near != did_you_mean(head, earlier)):
+        return near
+    rest = target[len(head) + 1 :]
+    return (
+        f": steps.{target} names the step {target!r}; to subtract, put spaces around "
+        f"'-' (steps.{head} - {rest})"
+    )
 
 
 def _no_field(owner: str, field: str, fields: tuple[str, ...]) -> str:

@@ -235,3 +235,23 @@ def test_retrying_steps_are_cancelled_too():
     d.answer(d.pending(Execute)[0], error=fail("rate_limited"))
     d.cancel()
     assert d.state.status == RunStatus.CANCELLED
+
+
+def test_a_hyphenated_step_id_is_read_by_steps_dot_id_as_github_actions_does():
+    d = Driver(
+        workflow(
+            """
+trigger: { manual: {} }
+steps:
+  - id: fetch-price
+    http_call: { url: "http://x.test/price" }
+  - id: use-it
+    if: "${{ steps.fetch-price.status == 'succeeded' and steps.fetch-price.output.p - 1 > 0 }}"
+    notify: { channel: ops, message: "price ${{ steps.fetch-price.output.p }}" }
+"""
+        )
+    )
+    state = d.run(lambda e: {"p": 5} if e.path == "fetch-price" else {})
+    assert state.status == RunStatus.SUCCEEDED
+    notify = next(e for e in d.effects if isinstance(e, Execute) and e.path == "use-it")
+    assert notify.action["message"] == "price 5"

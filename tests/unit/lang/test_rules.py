@@ -74,6 +74,35 @@ def test_references_must_name_a_step_that_runs_earlier() -> None:
     ]
 
 
+def test_hyphenated_step_ids_are_read_as_github_actions_reads_them() -> None:
+    assert findings(
+        """\
+        workflows:
+          w:
+            trigger: { manual: {} }
+            steps:
+              - id: first-step
+                notify: { channel: ops, message: one }
+              - id: first
+                notify: { channel: ops, message: "${{ steps.first-step.status }} ${{ steps.first-step.output }}" }
+              - id: second
+                if: "${{ steps.first-stpe.status == 'succeeded' }}"
+                notify: { channel: ops, message: "${{ steps.first-1.output }}" }
+              - id: third
+                notify: { channel: ops, message: "${{ steps.first - step }}" }
+        """
+    ) == [
+        "wf.yaml:10:18: error: workflows.w.steps[2].if: reference to unknown step 'first-stpe' "
+        "— did you mean 'first-step'?",
+        "wf.yaml:11:47: error: workflows.w.steps[2].notify.message: reference to unknown step "
+        "'first-1': steps.first-1 names the step 'first-1'; to subtract, put spaces around "
+        "'-' (steps.first - 1)",
+        "wf.yaml:13:61: error: workflows.w.steps[3].notify.message: expression does not parse: "
+        "unknown name 'step' — a step id with '-' is written without spaces: steps.first-step "
+        "(with spaces, '-' subtracts)",
+    ]
+
+
 def test_step_result_fields() -> None:
     assert findings(
         f"""\
