@@ -106,6 +106,21 @@ class Catalog:
                 return spec
         raise TopicsError(f"topic {name!r} is not declared in topics.yaml")
 
+    def declared(self, name: str) -> str:
+        """The declared name of topic ``name``, given as the workers name it (with the
+        prefix, as in their logs and the broker) or as ``topics.yaml`` declares it."""
+        if self.prefix and name.startswith(self.prefix):
+            unprefixed = name[len(self.prefix) :]
+            if any(spec.name == unprefixed for spec in self.specs):
+                return unprefixed
+        if any(spec.name == name for spec in self.specs):
+            return name
+        known = ", ".join(self.prefix + spec.name for spec in self.specs)
+        raise TopicsError(
+            f"topic {name!r} is not one of the workers' topics under "
+            f"RFLOW_TOPIC_PREFIX={self.prefix!r} (topics.yaml declares: {known})"
+        )
+
     def __iter__(self):
         return iter(self.specs)
 
