@@ -74,8 +74,8 @@ WHERE runs.run_id = x.run_id
 
 _STEP_STARTED = f"""
 INSERT INTO step_logs (run_id, path, visit, kind, status, attempt, started_at, seq)
-SELECT r->>0, r->>1, (r->>2)::integer, r->>3, 'running', 1, (r->>4)::timestamptz,
-       (r->>5)::bigint
+SELECT r->>0, r->>1, (r->>2)::integer, r->>3, coalesce(r->>6, 'running'), 1,
+       (r->>4)::timestamptz, (r->>5)::bigint
 {_ROWS}
 ON CONFLICT (run_id, path, visit) DO NOTHING
 """
@@ -244,7 +244,7 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
         kind, message = _error(data)
         return (entry.status, kind, message, entry.at, entry.at, entry.run_id)
     if entry.event == "step_started":
-        return (entry.run_id, entry.path, visit, data.get("kind"), entry.at, seq)
+        return (entry.run_id, entry.path, visit, data.get("kind"), entry.at, seq, entry.status)
     if entry.event == "step_retrying":
         kind, message = _error(data)
         return (data.get("attempt", 1), kind, message, entry.run_id, entry.path, visit)

@@ -535,7 +535,9 @@ class _Run:
         path, kind = record.path, step.kind
         key = keys.idempotency_key(self.key, path, visit)
         if attempt == 1:
-            self.journal("step_started", path, "running", kind=kind)
+            # A delay or a wait parks at once: the read model says so, as the run does.
+            parks = kind in ("delay", "wait_for")
+            self.journal("step_started", path, "waiting" if parks else "running", kind=kind)
         if kind == "choose":
             self.settle(record, StepStatus.SUCCEEDED, output=self.choose(step, context))
             return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from rflow.engine import Execute, Park, RunStatus, ScheduleTimer, StepStatus, Unpark
+from rflow.engine import Execute, Journal, Park, RunStatus, ScheduleTimer, StepStatus, Unpark
 from rflow.engine.context import compare
 from tests.unit.engine.driver import T0, Driver, fail, workflow
 
@@ -84,6 +84,17 @@ def test_delay_is_a_durable_timer():
     assert d.pending(Execute) == []
     d.fire(timer)
     assert [e.path for e in d.pending(Execute)] == ["wake"]
+
+
+def test_a_parked_step_is_journaled_waiting_as_its_run_is():
+    """One word for a step that waits: the read model's step says ``waiting`` from its
+    start, as the live state and the run do, never ``running``."""
+    d = Driver(workflow(DELAY))
+    d.start()
+    started = [j for j in d.effects if isinstance(j, Journal) and j.event == "step_started"]
+    assert [(j.path, j.status) for j in started] == [("nap", "waiting")]
+    assert d.state.steps["nap"].status == StepStatus.WAITING
+    assert d.state.status == RunStatus.WAITING
 
 
 def test_delay_until_reads_the_time_zone():
