@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from faust.web import Request, Response, View
 
-from rflow import approvals
+from rflow import approvals, durable_state
 from rflow import schedules as schedule_view
 from rflow.codecs import json
 from rflow.codecs.json import JSONDecodeError
@@ -365,6 +365,22 @@ def attach(app: RflowApp, control: Control) -> None:
                     }
                 )
             return {"workflows": found, "deployment": deployment()}
+
+        return await answer(work)
+
+    @app.page("/api/workflows/{name}/state", name="rflow.api.workflow.state")
+    async def workflow_state(self: View, request: Request, name: str) -> Response:
+        """The workflow's durable state, as its steps left it: every key with its value and
+        when it was last written, or ``?key=K`` alone. Read only."""
+        # Action durable_state.READ_ACTION ("state.read"): authenticated here as every
+        # read route is; the authorization function names it.
+
+        async def work() -> dict[str, Any]:
+            key = request.query.get("key")
+            try:
+                return await db(lambda conn: durable_state.read(conn, name, key), "state")
+            except durable_state.StateError as exc:
+                raise ControlError(str(exc), exc.status) from None
 
         return await answer(work)
 

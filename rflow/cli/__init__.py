@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("validate", "Print the JSON Schema of workflow files (for editor completion)."),
     "sends": ("sends", "Pending transactions: list them, speed one up, cancel one."),
     "spend": ("budgets", "Gas paid and native value moved by rflow's sends, per workflow."),
+    "state": ("state", "A workflow's durable state, as its steps left it (read only)."),
     "topics": ("ops", "Kafka topics declared in topics.yaml."),
     "trigger": ("trigger", "Produce a trigger record for WORKFLOW with --input as its payload."),
     "validate": ("validate", "Check the workflow files at PATH (a file or a folder)."),

@@ -14,6 +14,7 @@ from rflow.cli import (  # noqa: F401  (each module registers its commands on im
     runs,
     schedules,
     sends,
+    state,
     trigger,
     validate,
     workflows,
