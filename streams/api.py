@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from faust.web import Request, Response, View
 
-from rflow import approvals, durable_state
+from rflow import approvals, durable_state, workers
 from rflow import schedules as schedule_view
 from rflow.codecs import json
 from rflow.codecs.json import JSONDecodeError
@@ -34,6 +34,7 @@ from rflow.storage import (
     StorageError,
     budgets,
     controls,
+    deployments,
     runs,
     sends,
     versions,
@@ -242,9 +243,27 @@ def attach(app: RflowApp, control: Control) -> None:
             live = json.loads(write_run_entry(stored)) if stored is not None else None
             if run is None and live is None:
                 raise ControlError(f"no run {run_id}", 404)
-            return {**(run or {"run_id": run_id}), "live": live}
+            found = {**(run or {"run_id": run_id}), "live": live}
+            if live is None and run is not None and run.get("settled_at") is None:
+                found["owner"] = await owner_of(run)  # another worker holds it
+            return found
 
         return await answer(work)
+
+    async def owner_of(run: dict[str, Any]) -> dict[str, Any]:
+        """The worker that owns the run's partition of ``rflow.runs``, as the workers
+        report it (``worker`` is ``None`` when none has reported owning it)."""
+        topic = runtime.catalog.full_name("rflow.runs")
+        count = runtime.catalog.spec("rflow.runs").partitions
+        partition = workers.partition_of(workers.run_key(run), count)
+        reports = await db(deployments.workers, "workers")
+        owner = workers.owner(reports, runtime.settings.app_id, topic, partition)
+        return {
+            "topic": topic,
+            "partition": partition,
+            "worker": owner.worker if owner else None,
+            "client_id": owner.client_id if owner else None,
+        }
 
     def limit_of(query: Any, default: int = 50) -> int:
         try:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import socket
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import faust
 
+from rflow import workers
 from rflow.codecs import tables as table_codec
 from rflow.deployment import Deployment
 from rflow.lang import ConfigError, Project, read_source
@@ -220,6 +222,8 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     app = RflowApp(
         settings.app_id,
         broker=[f"kafka://{host}" for host in settings.kafka_brokers.split(",")],
+        # Kafka's tools list the group's members by client id: it names host and port.
+        broker_client_id=workers.client_id(socket.gethostname(), settings.web_port),
         store="memory://",
         autodiscover=False,
         topic_partitions=partitions,

@@ -227,3 +227,18 @@ async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dic
         return {}
     described = await admin.describe_topics(wanted)
     return {t["topic"]: len(t["partitions"]) for t in described}
+
+
+async def group_members(settings: Settings, group: str) -> list[dict[str, str]]:
+    """The members of consumer group ``group`` as Kafka lists them: each one's
+    ``client_id``, ``client_host`` and ``member_id`` (none while the group is empty)."""
+    async with _admin(settings) as admin:
+        try:
+            [response] = await admin.describe_consumer_groups([group])
+        except KafkaError as exc:
+            raise TopicsError(f"cannot describe consumer group {group!r}: {exc}") from None
+    found = []
+    for described in response.to_object()["groups"]:
+        for member in described["members"]:
+            found.append({key: member[key] for key in ("client_id", "client_host", "member_id")})
+    return found

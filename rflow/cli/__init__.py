@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trigger": ("trigger", "Produce a trigger record for WORKFLOW with --input as its payload."),
     "validate": ("validate", "Check the workflow files at PATH (a file or a folder)."),
     "worker": ("ops", "Run a worker for the workflows in PROJECT."),
+    "workers": ("workers", "Each worker, the partitions it owns and the standby copies it keeps."),
     "workflow": ("workflows", "Workflows: list them, pause and resume them."),
 }
 """Each top-level command: the module under ``rflow.cli`` that defines it, its short help."""

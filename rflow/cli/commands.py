@@ -17,5 +17,6 @@ from rflow.cli import (  # noqa: F401  (each module registers its commands on im
     state,
     trigger,
     validate,
+    workers,
     workflows,
 )
