@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dead-letters": ("dead_letters", "Dead-lettered records: list them, show one, replay one."),
     "deploy": ("deploy", "Validate the project at PATH, then publish it as the new deployment."),
     "deployments": ("deploy", "The newest deployments, and which one each worker runs."),
+    "dev": ("dev", "Helpers for the local chain: rflow dev emit asks the example contract to pay."),
     "doctor": ("doctor", "Validate PATH, then check Kafka, Postgres, RPCs, relayer and more."),
     "keys": ("keys", "Relayer keys: make one inside a PKCS#11 token, ask a signer its address."),
     "migrate": ("ops", "Apply the database migrations (idempotent)."),

@@ -7,6 +7,7 @@ from rflow.cli import (  # noqa: F401  (each module registers its commands on im
     budgets,
     dead_letters,
     deploy,
+    dev,
     doctor,
     keys,
     ops,

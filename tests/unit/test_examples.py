@@ -31,7 +31,7 @@ def test_the_examples_folder_is_a_valid_project() -> None:
         "environment variable TREASURY_LEAD_TOKEN",
     }
     assert report.project is not None
-    assert len(report.project.workflows) == len(WORKFLOW_FILES) == 9
+    assert len(report.project.workflows) == len(WORKFLOW_FILES) == 10
 
 
 @pytest.mark.parametrize("name", WORKFLOW_FILES)
