@@ -35,6 +35,7 @@ _VARIABLES = {
     "SEND_POLL_INTERVAL": "send_poll_interval",
     "API_TOKEN": "api_token",
     "CLI_TOKEN": "cli_token",
+    "METRICS_TARGETS_DIR": "metrics_targets_dir",
 }
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,6 +85,12 @@ class Settings(BaseModel):
     cli_token: SecretStr | None = Field(
         None,
         description="the token the CLI acts with (a principal's); default: RFLOW_API_TOKEN",
+    )
+    metrics_targets_dir: Path | None = Field(
+        None,
+        description="where a worker writes its Prometheus file-SD target while it runs "
+        "(scripts/stack env: .stack/prometheus/targets, which the shipped prometheus.yml "
+        "reads); unset: none is written",
     )
     broker_session_timeout: float = Field(
         30.0,

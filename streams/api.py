@@ -55,6 +55,8 @@ MAX_BODY = 64 * 1024
 RUN_STATUSES = frozenset(status.value for status in RunStatus)
 SOURCES = ("event", "webhook", "schedule", "manual")
 """Where a firing comes from (``TriggerRecord.source``)."""
+METRICS_READ = "metrics.read"
+"""The authorization action of scraping ``/metrics``."""
 PRINCIPAL = "rflow.principal"
 """Where the authenticator leaves the request's principal."""
 
@@ -175,6 +177,9 @@ def attach(app: RflowApp, control: Control) -> None:
     @app.page("/metrics", name="rflow.metrics")
     async def metrics(self: View, request: Request) -> Response:
         """Prometheus metrics of this worker (text exposition format)."""
+        # Action METRICS_READ ("metrics.read"): Prometheus's scrape credential
+        # (scripts/compose/prometheus.yml) should be a principal whose role allows this
+        # alone. Authenticated here as every route is; the authorization function names it.
         return web.Response(
             body=runtime.metrics.render(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},

@@ -274,6 +274,9 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     from rflow.ingress.chain_service import ChainIngressService
 
     app.add_dependency(ChainIngressService(app))
+    from rflow.streams.scrape_targets import ScrapeTarget
+
+    app.add_dependency(ScrapeTarget(settings))
 
     from rflow import agents
     from rflow.streams import deployments, metrics

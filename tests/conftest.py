@@ -31,6 +31,8 @@ def settings(unique: str, tmp_path: Path) -> Settings:
         broker_session_timeout=6.0,
         broker_heartbeat_interval=0.5,
         api_token=f"token-{unique}",
+        # Not the stack's: Prometheus there would scrape this test's workers.
+        metrics_targets_dir=tmp_path / "prometheus-targets",
     )
 
 
