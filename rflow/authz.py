@@ -55,6 +55,7 @@ ACTIONS: dict[str, Action] = {
         Action("metrics.read", "viewer", "scrape the worker's Prometheus metrics (`/metrics`)", audited=False),
         Action("runs.read", "viewer", "read runs, approvals, workflows, schedules, budgets, sends, dead letters and deployments", audited=False),
         Action("audit.read", "viewer", "read the audit trail", audited=False),
+        Action("state.read", "viewer", "read a workflow's durable state (`rflow state`, `GET /api/workflows/{name}/state`)", audited=False),
         Action("approvals.answer", "approver", "approve or reject an approval (one whose `approvers` list the principal, or that lists none); see the resume URLs of webhook waits", ("step", "choice")),
         Action("runs.run", "operator", "start a run: a manual trigger, `rflow run`, `rflow trigger`", ("workflow", "key")),
         Action("runs.retry", "operator", "continue a failed run as a new run (settled steps keep their results)", ("from", "yes")),

@@ -50,6 +50,7 @@ _VARIABLES = {
     "KAFKA_SSL_KEY_PASSWORD": "kafka_ssl_key_password",
     "KAFKA_SSL_CHECK_HOSTNAME": "kafka_ssl_check_hostname",
     "INGRESS_KEYS": "ingress_keys",
+    "METRICS_TARGETS_DIR": "metrics_targets_dir",
 }
 _FILE_SUFFIX = "_FILE"
 # Secrets that may instead be read from a file named by RFLOW_<SUFFIX>_FILE (a mounted
@@ -133,6 +134,12 @@ class Settings(BaseModel):
         gt=0,
         description="seconds without a page asked for (live refreshes do not count) after "
         "which a console session ends",
+    )
+    metrics_targets_dir: Path | None = Field(
+        None,
+        description="where a worker writes its Prometheus file-SD target while it runs "
+        "(scripts/stack env: .stack/prometheus/targets, which the shipped prometheus.yml "
+        "reads); unset: none is written",
     )
     broker_session_timeout: float = Field(
         30.0,

@@ -44,15 +44,16 @@ ROLLBACK = "deploy.rollback"
 """The action a rollback is recorded as (and authorized as)."""
 _REPORT = """
 INSERT INTO deployment_workers AS w
-    (worker, app_id, deployment, failed, error, started_at, seen_at)
-VALUES (%(worker)s, %(app_id)s, %(deployment)s, %(failed)s, %(error)s, %(started_at)s, now())
+    (worker, app_id, deployment, failed, error, started_at, seen_at, client_id, assignment)
+VALUES (%(worker)s, %(app_id)s, %(deployment)s, %(failed)s, %(error)s, %(started_at)s, now(),
+    %(client_id)s, %(assignment)s)
 ON CONFLICT (worker) DO UPDATE SET app_id = EXCLUDED.app_id, deployment = EXCLUDED.deployment,
     failed = EXCLUDED.failed, error = EXCLUDED.error, started_at = EXCLUDED.started_at,
-    seen_at = now()
+    seen_at = now(), client_id = EXCLUDED.client_id, assignment = EXCLUDED.assignment
 """
 _WORKERS = """
 SELECT worker, app_id, deployment, failed, error, started_at, seen_at,
-    extract(epoch FROM now() - seen_at)::float8 AS seen_ago
+    extract(epoch FROM now() - seen_at)::float8 AS seen_ago, client_id, assignment
 FROM deployment_workers ORDER BY worker
 """
 
@@ -125,6 +126,11 @@ class WorkerRow:
     seen_at: datetime
     seen_ago: float
     """Seconds since the worker last reported (by the database's clock)."""
+    client_id: str | None
+    """The worker's Kafka client id (as the consumer group lists its members)."""
+    assignment: dict[str, Any]
+    """``{"actives": {topic: [partition, ...]}, "standbys": {...}}``: the partitions the
+    worker owns and the standby copies of tables it keeps, per topic (full names)."""
 
 
 async def publish(
@@ -202,8 +208,11 @@ async def report(
     failed: int | None,
     error: str | None,
     started_at: datetime,
+    client_id: str | None = None,
+    assignment: Mapping[str, Any] | None = None,
 ) -> None:
-    """Record which deployment ``worker`` runs, and the newest it could not load."""
+    """Record which deployment ``worker`` runs, and the newest it could not load; its
+    Kafka client id and the partitions it holds (``WorkerRow.assignment``)."""
     with translated():
         await conn.execute(
             _REPORT,
@@ -214,6 +223,8 @@ async def report(
                 "failed": failed,
                 "error": error,
                 "started_at": started_at,
+                "client_id": client_id,
+                "assignment": Jsonb(dict(assignment or {})),
             },
         )
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import socket
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import faust
 
+from rflow import workers
 from rflow.codecs import tables as table_codec
 from rflow.deployment import Deployment
 from rflow.lang import ConfigError, Project, read_source
@@ -242,6 +244,8 @@ def create_app(
     app = RflowApp(
         settings.app_id,
         **kafka.faust_options(settings),
+        # Kafka's tools list the group's members by client id: it names host and port.
+        broker_client_id=workers.client_id(socket.gethostname(), settings.web_port),
         store="memory://",
         autodiscover=False,
         topic_partitions=partitions,
@@ -292,6 +296,9 @@ def create_app(
     from rflow.ingress.chain_service import ChainIngressService
 
     app.add_dependency(ChainIngressService(app))
+    from rflow.streams.scrape_targets import ScrapeTarget
+
+    app.add_dependency(ScrapeTarget(settings))
 
     from rflow import agents
     from rflow.streams import deployments, metrics

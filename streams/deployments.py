@@ -24,9 +24,11 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rflow import workers
 from rflow.deployment import Changes, load, older_message
 from rflow.engine.keys import deployable
 from rflow.lang import ConfigError, ProjectSource
@@ -52,7 +54,7 @@ class StartRefused(SettingsError):
 
 def worker_name(runtime: Runtime) -> str:
     """How this worker is named in ``deployment_workers``: host and web port."""
-    return f"{socket.gethostname()}:{runtime.settings.web_port}"
+    return workers.worker_name(socket.gethostname(), runtime.settings.web_port)
 
 
 class Deployments:
@@ -73,6 +75,10 @@ class Deployments:
         """The newest deployment that did not load here, and why."""
         self.following = False
         """Set once the worker's own project is published: following starts then."""
+        self.client_id = workers.client_id(socket.gethostname(), runtime.settings.web_port)
+        self.assignment: Callable[[], dict[str, Any]] = dict
+        """The partitions this worker holds now, as :func:`rflow.workers.assignment`
+        gives them (set by :func:`attach`, which knows the app's assignor)."""
         self._lock = asyncio.Lock()
         self._reported: tuple[Any, ...] | None = None
         self._reported_at = 0.0
@@ -224,11 +230,12 @@ class Deployments:
     async def report(self, *, force: bool = False) -> None:
         """Record what this worker runs, when it changed or every :data:`REPORT_INTERVAL`."""
         failed = self.failed
-        state = (self.runtime.deployment.id, *(failed or (None, None)))
+        held = self.assignment()
+        state = (self.runtime.deployment.id, *(failed or (None, None)), held)
         now = time.monotonic()
         if not force and state == self._reported and now - self._reported_at < REPORT_INTERVAL:
             return
-        running, failed_id, error = state
+        running, failed_id, error, _ = state
         await self.db(
             lambda conn: deployments.report(
                 conn,
@@ -238,6 +245,8 @@ class Deployments:
                 failed=failed_id,
                 error=error,
                 started_at=self.started_at,
+                client_id=self.client_id,
+                assignment=held,
             ),
             "deployment report",
         )
@@ -246,7 +255,18 @@ class Deployments:
 
 def attach(app: RflowApp, follower: Deployments) -> None:
     """Declare the following loop on ``app`` (the worker's own project is published as the
-    app starts: :meth:`Deployments.start`)."""
+    app starts: :meth:`Deployments.start`), and what it reports of the partitions held."""
+    prefix = follower.runtime.settings.topic_prefix
+
+    def held() -> dict[str, Any]:
+        assignor = app.assignor
+        try:
+            actives, standbys = assignor.assigned_actives(), assignor.assigned_standbys()
+        except AttributeError:  # nothing assigned yet: the assignor has no assignment
+            actives, standbys = set(), set()
+        return workers.assignment(actives, standbys, prefix)
+
+    follower.assignment = held
 
     @every(app, POLL_INTERVAL, "rflow.deployments")
     async def follow_deployments() -> None:

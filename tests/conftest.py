@@ -33,6 +33,8 @@ def settings(unique: str, tmp_path: Path) -> Settings:
         api_token=f"token-{unique}",
         # The keys rflow's ingresses vouch for their firings with (RFLOW_INGRESS_KEYS).
         ingress_keys=f"t{unique}:{unique * 4}",
+        # Not the stack's: Prometheus there would scrape this test's workers.
+        metrics_targets_dir=tmp_path / "prometheus-targets",
     )
 
 

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dead-letters": ("dead_letters", "Dead-lettered records: list them, show one, replay one."),
     "deploy": ("deploy", "Validate the project at PATH, then publish it as the new deployment."),
     "deployments": ("deploy", "The newest deployments, and which one each worker runs."),
+    "dev": ("dev", "Helpers for the local chain: rflow dev emit asks the example contract to pay."),
     "doctor": ("doctor", "Validate PATH, then check Kafka, Postgres, RPCs, relayer and more."),
     "keys": ("keys", "Relayer keys: make one inside a PKCS#11 token, ask a signer its address."),
     "kafka": ("ops", "Kafka security: the ACLs rflow's principals need."),
@@ -31,10 +32,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("validate", "Print the JSON Schema of workflow files (for editor completion)."),
     "sends": ("sends", "Pending transactions: list them, speed one up, cancel one."),
     "spend": ("budgets", "Gas paid and native value moved by rflow's sends, per workflow."),
+    "state": ("state", "A workflow's durable state, as its steps left it (read only)."),
     "topics": ("ops", "Kafka topics declared in topics.yaml."),
     "trigger": ("trigger", "Produce a trigger record for WORKFLOW with --input as its payload."),
     "validate": ("validate", "Check the workflow files at PATH (a file or a folder)."),
     "worker": ("ops", "Run a worker for the workflows in PROJECT."),
+    "workers": ("workers", "Each worker, the partitions it owns and the standby copies it keeps."),
     "workflow": ("workflows", "Workflows: list them, pause and resume them."),
 }
 """Each top-level command: the module under ``rflow.cli`` that defines it, its short help."""

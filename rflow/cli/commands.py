@@ -8,6 +8,7 @@ from rflow.cli import (  # noqa: F401  (each module registers its commands on im
     budgets,
     dead_letters,
     deploy,
+    dev,
     doctor,
     keys,
     ops,
@@ -15,7 +16,9 @@ from rflow.cli import (  # noqa: F401  (each module registers its commands on im
     runs,
     schedules,
     sends,
+    state,
     trigger,
     validate,
+    workers,
     workflows,
 )

@@ -41,12 +41,14 @@ INFRASTRUCTURE = frozenset(
         "rflow keys generate",
         "rflow keys address",
         "rflow kafka acls",
+        "rflow dev emit",
     }
 )
 """The commands that name no action: they read local files and check the services
 (validate, schema, doctor), set up the database, Kafka and a worker with the
 credentials those take (migrate, topics apply, worker), work on a relayer's HSM with
-the token PIN they are given (keys), or print what an administrator grants (kafka acls)."""
+the token PIN they are given (keys), print what an administrator grants (kafka acls),
+or act on the local development chain with its own keys (dev emit)."""
 
 PRINCIPAL_KEY = "rflow.principal"
 """Where :func:`needs` leaves the command's principal (``click`` context's ``meta``)."""

@@ -159,6 +159,7 @@ def trigger(
         "trigger_key": record.trigger_key,
         "run_ids": run_ids,
         "group": record.group,
+        "topic": settings.topic_prefix + "rflow.triggers",
         "key": record.partition_key,
         "partition": partition,
         "offset": offset,
@@ -168,5 +169,6 @@ def trigger(
     else:
         click.echo(
             f"{record.trigger_key} -> run {', '.join(run_ids)} "
-            f"(key {record.partition_key!r}, partition {partition}, offset {offset})"
+            f"({result['topic']} key {record.partition_key!r}, partition {partition}, "
+            f"offset {offset})"
         )

@@ -237,7 +237,7 @@ async def test_refused_records_are_dead_lettered_with_the_reason_and_the_worker_
             "acct-1",
             record(101, "acct-1", source="fax"),
             None,
-            "invalid 'trigger' record: source: Input should be 'event', 'webhook', "
+            "invalid 'trigger' record: \"source\" is 'fax': expected 'event', 'webhook', "
             "'schedule' or 'manual'",
         ),
         "orders:102": (

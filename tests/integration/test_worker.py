@@ -119,11 +119,15 @@ async def test_killed_worker_loses_no_accepted_trigger(settings, worker_factory)
     ("raw", "reason"),
     [
         (b"\xff not json", "not JSON"),
-        (b"[1, 2]", "expected a JSON object, got list"),
-        (b'{"kind": "trigger", "v": 9}', "unsupported version 9 of 'trigger' records"),
+        (b"[1, 2]", "not a JSON object: the record is a list"),
+        (b'{"kind": "trigger"}', 'no "v" (record version): a \'trigger\' record carries "v": 1'),
+        (
+            b'{"kind": "trigger", "v": 9}',
+            "\"v\" (record version) is 9: this worker reads 'trigger'",
+        ),
         (
             b'{"kind": "trigger", "v": 1, "workflow": "w"}',
-            "invalid 'trigger' record: trigger_key: Field required",
+            "invalid 'trigger' record: no \"trigger_key\" (a required field)",
         ),
     ],
 )

@@ -12,12 +12,13 @@ from rflow.authz import Principal, Target, decide
 # policy must change this table too.
 EXPECTED: dict[str, set[str]] = {
     "none": set(),
-    "viewer": {"metrics.read", "runs.read", "audit.read"},
-    "approver": {"metrics.read", "runs.read", "audit.read", "approvals.answer"},
+    "viewer": {"metrics.read", "runs.read", "audit.read", "state.read"},
+    "approver": {"metrics.read", "runs.read", "audit.read", "state.read", "approvals.answer"},
     "operator": {
         "metrics.read",
         "runs.read",
         "audit.read",
+        "state.read",
         "approvals.answer",
         "runs.run",
         "runs.retry",
@@ -107,4 +108,5 @@ def test_reads_are_not_written_to_the_trail_and_actions_are():
         "metrics.read",
         "runs.read",
         "audit.read",
+        "state.read",
     }

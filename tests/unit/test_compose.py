@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import yaml
 
@@ -17,7 +18,7 @@ SERVICES = COMPOSE["services"]
 def published(service: str) -> dict[int, str]:
     """container port -> host address:port, for every published port."""
     ports = {}
-    for entry in SERVICES[service]["ports"]:
+    for entry in SERVICES[service].get("ports", []):
         host_ip, host_port, container = entry.split(":")
         ports[int(container)] = f"{host_ip}:{host_port}"
     return ports
@@ -40,8 +41,12 @@ def test_ports_are_loopback_only_and_match_the_settings_defaults():
     assert pg == "postgresql://rflow@127.0.0.1:55432/rflow"
     assert published("postgres")[5432] == "127.0.0.1:55432"
     assert published("anvil")[8545] == defaults.rpc_urls["local"].removeprefix("http://")
-    assert published("prometheus")[9090] == "127.0.0.1:9090"
-    assert published("grafana")[3000] == "127.0.0.1:3000"
+    # The workers listen on the host's 127.0.0.1: Prometheus (and Grafana beside it) share
+    # the host's network, on loopback addresses.
+    for name in ("prometheus", "grafana"):
+        assert SERVICES[name]["network_mode"] == "host", name
+    assert "--web.listen-address=127.0.0.1:9090" in SERVICES["prometheus"]["command"]
+    assert SERVICES["grafana"]["environment"]["GF_SERVER_HTTP_ADDR"] == "127.0.0.1"
 
 
 def test_kafka_is_a_single_node_kraft_broker_without_topic_auto_creation():
@@ -65,12 +70,35 @@ def test_mounted_config_files_exist():
     for service in SERVICES.values():
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
-            # .stack/ is made on the machine (scripts/stack compose-secure), never committed.
-            if source.startswith("./") and not source.startswith("./.stack/"):
+            if source.startswith("./.stack/"):
+                # Made on the machine at run time (the workers' targets, the scrape token,
+                # scripts/stack compose-secure's files), never committed.
+                continue
+            if source.startswith("./"):
                 assert (REPO / source).exists(), source
+
+
+def test_prometheus_finds_the_workers_and_the_token_where_the_stack_puts_them():
+    """The shipped prometheus.yml needs no edit: paths relative to it reach .stack/, where
+    workers leave their targets (scripts/stack env) and scripts/demo the token, and the
+    compose file mounts .stack/prometheus where those relative paths lead."""
     prometheus = yaml.safe_load((REPO / "scripts/compose/prometheus.yml").read_text())
-    targets = prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
-    assert targets == [f"host.docker.internal:{Settings.from_env({}).web_port}"]
+    [job] = prometheus["scrape_configs"]
+    assert job["authorization"] == {
+        "type": "Bearer",
+        "credentials_file": "../../.stack/prometheus/scrape-token",
+    }
+    assert job["file_sd_configs"][0]["files"] == ["../../.stack/prometheus/targets/*.json"]
+    assert "credentials" not in job["authorization"] and "static_configs" not in job
+    mounted = dict(v.split(":")[:2] for v in SERVICES["prometheus"]["volumes"])
+    config = mounted["./scripts/compose/prometheus.yml"]
+    assert mounted["./.stack/prometheus"] == str(
+        (Path(config).parent / "../../.stack/prometheus").resolve()
+    )
+    env = subprocess.run(
+        [str(REPO / "scripts" / "stack"), "env"], capture_output=True, text=True, check=True
+    ).stdout
+    assert f"export RFLOW_METRICS_TARGETS_DIR={REPO}/.stack/prometheus/targets" in env.splitlines()
 
 
 def test_the_secured_kafka_is_a_variant_of_its_own_on_another_port():

@@ -104,6 +104,7 @@ def test_with_a_project_the_record_carries_and_is_keyed_by_the_group(runner, pro
         "trigger_key": "orders:4711",
         "run_ids": [run_id("order-paid", "orders:4711")],
         "group": "acct-42",
+        "topic": "rflow.triggers",
         "key": "acct-42",
         "partition": 3,
         "offset": 17,
@@ -115,7 +116,10 @@ def test_a_matrix_workflow_prints_every_run_id(runner, project, produced, monkey
     result = runner.invoke(main, ["trigger", "sweep", "--key", "k"])
     assert result.exit_code == 0, result.output
     ids = [run_id("sweep", "k", {"network": n}) for n in ("a", "b")]
-    assert f"k -> run {', '.join(ids)} (key 'k', partition 3, offset 17)" in result.stdout
+    assert (
+        f"k -> run {', '.join(ids)} (rflow.triggers key 'k', partition 3, offset 17)"
+        in result.stdout
+    )
 
 
 def test_without_a_project_it_warns_and_keys_by_group_or_trigger_key(runner, produced):

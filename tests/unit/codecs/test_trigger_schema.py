@@ -114,9 +114,9 @@ VALID: list[dict[str, Any]] = [
     {**RECORD, "received_at": "2026-05-06T09:08:09+02:00"},
 ]
 INVALID: list[tuple[dict[str, Any], str]] = [
-    ({key: value for key, value in RECORD.items() if key != "kind"}, "unknown record kind"),
-    ({key: value for key, value in RECORD.items() if key != "v"}, "unsupported version"),
-    ({**RECORD, "v": 3}, "unsupported version"),
+    ({key: value for key, value in RECORD.items() if key != "kind"}, 'no "kind"'),
+    ({key: value for key, value in RECORD.items() if key != "v"}, 'no "v" (record version)'),
+    ({**RECORD, "v": 3}, '"v" (record version) is 3'),
     ({**RECORD, "source": "fax"}, "source"),
     ({**RECORD, "workflow": ""}, "workflow"),
     ({**RECORD, "trigger_key": "k" * 513}, "trigger_key"),
