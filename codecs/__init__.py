@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rflow.codecs.backtests import BacktestReport, decode_report
     from rflow.codecs.envelope import (
         MAX_RECORD_BYTES,
         DecodeError,
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     )
 
 _HOMES = {
+    "BacktestReport": "backtests",
+    "decode_report": "backtests",
     "MAX_RECORD_BYTES": "envelope",
     "DecodeError": "envelope",
     "decode": "envelope",
@@ -67,6 +70,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEAD_LETTER_RAW_LIMIT",
     "MAX_RECORD_BYTES",
+    "BacktestReport",
     "DeadLetter",
     "DecodeError",
     "PauseChanged",
@@ -79,6 +83,7 @@ __all__ = [
     "TriggerRecord",
     "TriggerRetracted",
     "decode",
+    "decode_report",
     "encode",
     "encode_journal",
 ]

@@ -7,8 +7,10 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
+from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
@@ -159,6 +161,13 @@ async def describe(settings: Settings, names: Iterable[str]) -> dict[str, int]:
     """Partition counts of the named broker-side topics that exist."""
     async with _admin(settings) as admin:
         return await _partition_counts(admin, list(names))
+
+
+def consumer(settings: Settings, *topics: str, **options: Any) -> AIOKafkaConsumer:
+    """An aiokafka consumer (not started) with the broker settings of ``settings`` and
+    ``options`` on top: a reader outside the workers' app (a backtest reading the
+    triggers topic) is built here, where the admin client is."""
+    return AIOKafkaConsumer(*topics, bootstrap_servers=settings.kafka_brokers, **options)
 
 
 def _mismatch(name: str, actual: int, declared: int) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rflow.cli import (  # noqa: F401  (each module registers its commands on import)
     approvals,
+    backtest,
     budgets,
     dead_letters,
     deploy,

@@ -1,0 +1,868 @@
+"""One version of a project replayed over a window's firings, in a sandbox.
+
+A discrete-event replay on simulated time: each firing arrives at its ``received_at``;
+admission decides it with the pure rules the runner uses (:mod:`rflow.engine.admission`:
+the gate, concurrency lanes, rate limits, circuit breakers, matrices); a started run
+advances through :func:`rflow.engine.advance`, the engine the workers run; and every
+effect the engine asks for is answered here instead of carried out:
+
+- a send is checked as the relayer checks it (permissions, then the chain, then gas
+  breakers and budgets, :mod:`rflow.backtest.ledger`) and never signed or broadcast;
+- any other action is answered by :mod:`rflow.backtest.simulate`;
+- a timer fires at its due time, a wait takes its recorded (or assumed) answer;
+- the run's journal is kept as its outcome.
+
+Effects are dispatched by their ``type``, so an effect this module does not know stops
+its run with a ``not_simulated`` mark instead of being carried out. Nothing here writes
+to a topic, a table, a budget or a nonce.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from rflow import breaker
+from rflow.backtest.chain import Chain
+from rflow.backtest.history import Firing, History, RecordedRun
+from rflow.backtest.ledger import Ledger
+from rflow.backtest.simulate import Answer, Assume, Context, SideName, Stop, answer, wait_answer
+from rflow.budgets import charges, token_amount
+from rflow.codecs.backtests import Charge as ChargeView
+from rflow.codecs.backtests import Mark, Send, Step
+from rflow.engine import admission
+from rflow.engine.advance import advance
+from rflow.engine.effects import Execute, Journal, Park, ScheduleTimer, Settle
+from rflow.engine.events import CancelRequested, Start, StepResult, TimerFired, WaitResolved
+from rflow.engine.keys import firing_runs, workflow_version
+from rflow.engine.state import RunState, RunStatus
+from rflow.failures import FailureKind, RflowError, StepError
+from rflow.lang.model import Project, Workflow
+from rflow.lang.reads import reads_state
+from rflow.lang.units import format_duration
+from rflow.ratelimit import SlidingWindow
+from rflow.relayer import build
+from rflow.secrets import Secrets
+from rflow.triggering import group_of
+
+REUSED = frozenset({"reverted", "simulation_failed", "dropped", "expired"})
+"""Failures of a recorded send the chain decided: a send made again as it was gets them
+again. A refusal by permissions or budgets is decided anew, by the version replayed."""
+
+DONE = "incomplete"
+"""The marker of a run stopped at a step the replay cannot reproduce."""
+
+
+@dataclass
+class Outcome:
+    """What one version did with one run of a firing."""
+
+    run_id: str
+    workflow: str
+    firing: Firing
+    status: str = "not_started"
+    reason: str | None = None
+    error: StepError | None = None
+    kinds: dict[str, str] = field(default_factory=dict)
+    steps: dict[tuple[str, int], Step] = field(default_factory=dict)
+    sends: list[Send] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    waited: list[str] = field(default_factory=list)
+
+    @property
+    def started(self) -> bool:
+        return self.status not in ("not_started", "pending")
+
+    def mark(self, mark: Mark) -> None:
+        if mark not in self.marks:
+            self.marks.append(mark)
+
+
+@dataclass(order=True)
+class _Due:
+    at: datetime
+    seq: int
+    what: str = field(compare=False)
+    payload: Any = field(compare=False)
+
+
+class Sandbox:
+    """One version (``deployed`` or ``candidate``) replayed over ``history``."""
+
+    def __init__(
+        self,
+        side: SideName,
+        project: Project,
+        history: History,
+        chain: Chain,
+        env: Mapping[str, str],
+        *,
+        workflows: frozenset[str] | None = None,
+        assume: Assume | None = None,
+        live_http: bool = False,
+        fetch: Callable[[str, Mapping[str, str]], Awaitable[dict[str, Any]]] | None = None,
+        blocks: dict[tuple[str, str], int] | None = None,
+    ) -> None:
+        self.side = side
+        self.project = project
+        self.history = history
+        self.chain = chain
+        self.env = env
+        self.workflows = workflows
+        self.assume = assume
+        self.live_http = live_http
+        self.fetch = fetch
+        self.versions = {name: workflow_version(wf) for name, wf in project.workflows.items()}
+        self.ledger = Ledger(history.spend, history.gas)
+        self.runs: dict[str, RunState | str] = {}
+        self.outcomes: dict[str, Outcome] = {}
+        self.held: dict[str, tuple[str, ...]] = {}
+        self.book = admission.Book(
+            gate=lambda key: None,
+            lane=lambda workflow, group: None,
+            held=lambda workflow, partition: list(self.held.get(workflow, ())),
+            started=lambda run_id: run_id in self.runs,
+        )
+        self.firings: dict[str, tuple[Firing, admission.Firing, Workflow]] = {}
+        self.windows: dict[str, SlidingWindow] = {}
+        self.buckets: dict[str, tuple[datetime, int]] = {}
+        self.circuits: dict[str, breaker.Circuit] = {}
+        self.paused: dict[str, str] = {}
+        self.state: dict[str, dict[str, Any]] = {}
+        self.blocks = blocks if blocks is not None else {}
+        """The block of each (gate, network), shared by both versions' replays."""
+        self._queue: list[_Due] = []
+        self._seq = itertools.count()
+        self._cancelled: set[tuple[Any, ...]] = set()
+        self._resolved: set[str] = set()
+
+    # --- the replay ---------------------------------------------------------------
+
+    async def replay(self) -> dict[str, Outcome]:
+        """Every firing through this version; each run's outcome, by run id."""
+        for firing in self.history.firings:
+            self._push(firing.at, "fire", firing)
+            if firing.retracted is not None:
+                self._push(firing.retracted.at, "retract", firing)
+        while self._queue:
+            due = heapq.heappop(self._queue)
+            if due.what == "event":
+                await self.apply(due.payload, due.at)
+            elif due.what == "timer":
+                event = due.payload
+                taken = (event.run_id, event.path, event.visit, event.attempt, event.purpose)
+                if taken not in self._cancelled:
+                    await self.apply(event, due.at)
+            elif due.what == "fire":
+                await self.fire(due.payload, due.at)
+            elif due.what == "begin":
+                begin, attempt = due.payload
+                await self.begin(begin, due.at, attempt)
+            elif due.what == "tick":
+                await self.tick(due.payload, due.at)
+            elif due.what == "retract":
+                await self.retract(due.payload, due.at)
+        for outcome in self.outcomes.values():
+            if outcome.status in ("running", "waiting", "pending"):
+                outcome.reason = outcome.reason or (
+                    "still "
+                    + outcome.status
+                    + " when the replay ended"
+                    + (f" ({'; '.join(outcome.waited)})" if outcome.waited else "")
+                )
+        return self.outcomes
+
+    def _push(self, at: datetime, what: str, payload: Any) -> None:
+        heapq.heappush(self._queue, _Due(at, next(self._seq), what, payload))
+
+    # --- admission ----------------------------------------------------------------
+
+    async def fire(self, firing: Firing, at: datetime) -> None:
+        record = firing.record
+        name = record.workflow
+        workflow = self.project.workflows.get(name)
+        if workflow is None:
+            where = "the deployed project" if self.side == "deployed" else "the candidate"
+            for rid in self._run_ids(firing, None):
+                outcome = self._outcome(rid, firing)
+                outcome.reason = f"workflow {name} is not in {where}"
+            return
+        try:
+            group = group_of(workflow, record.payload)
+        except RflowError as exc:
+            for rid in self._run_ids(firing, workflow):
+                outcome = self._outcome(rid, firing)
+                outcome.reason = f"its firing would be dead-lettered: {exc.message}"
+            return
+        record = record.model_copy(update={"group": group})
+        runs = self._runs_of(firing, workflow)
+        for _, rid in runs:
+            self._outcome(rid, firing)
+        admitted = admission.Firing(
+            gate=firing.gate,
+            workflow=name,
+            group=group,
+            runs=tuple(admission.Run(rid, combo) for combo, rid in runs),
+            record=record.model_dump(mode="json"),
+        )
+        self.firings[firing.gate] = (replace(firing, record=record), admitted, workflow)
+        paused = "in its definition" if workflow.paused else self.paused.get(name)
+        decisions = admission.fired(
+            admitted, _policy(workflow), self.book, paused=paused, partition=0
+        )
+        await self.carry_out(decisions, at)
+
+    async def carry_out(self, decisions: list[admission.Decision], at: datetime) -> None:
+        """Carry out admission's decisions in memory, in order (the runner's, without its
+        tables: the book keeps the gate and lane entries admission wrote)."""
+        for decision in decisions:
+            match decision:
+                case admission.SetHeld(workflow=name, gates=gates):
+                    self.held[name] = tuple(gates)
+                case admission.Begin():
+                    await self.begin(decision, at, 0)
+                case admission.Start(run_id=rid, gate=gate):
+                    await self.start(rid, gate, at)
+                case admission.Defer(run_id=rid, gate=gate, until=until, attempt=attempt):
+                    self._push(until, "begin", (admission.Begin(rid, gate), attempt))
+                case admission.Pending(run_id=rid, waiting_for=waiting):
+                    outcome = self.outcomes[rid]
+                    outcome.status = "pending"
+                    if waiting not in outcome.waited:
+                        outcome.waited.append(waiting)
+                case admission.NeverStarted(run_id=rid, status=status, reason=reason):
+                    outcome = self.outcomes[rid]
+                    outcome.status, outcome.reason = "not_started", f"{status}: {reason}"
+                    self.runs[rid] = str(status)
+                case admission.Cancel(run_id=rid, reason=reason):
+                    await self.apply(CancelRequested(run_id=rid, reason=reason), at)
+                case _:
+                    pass  # SetGate, SetLane (kept in the book), Admitted, Ignored
+
+    async def begin(self, begin: admission.Begin, at: datetime, attempt: int) -> None:
+        """A run about to start: its circuit breaker and rate limit, as the runner asks."""
+        _, _, workflow = self.firings[begin.gate]
+        name = self.firings[begin.gate][1].workflow
+        probe = True
+        if workflow.circuit_breaker is not None:
+            circuit = breaker.tick(self.circuits.get(name, breaker.Circuit()), at, _rule(workflow))
+            circuit, probe = breaker.admit(circuit, begin.run_id)
+            self.circuits[name] = circuit
+        room_at = None
+        limit = workflow.rate_limit
+        if probe and limit is not None:
+            room_at = self.claim(name, workflow, at)
+        decisions = admission.start_or_defer(
+            begin,
+            self.book,
+            probe_admits=probe,
+            room_at=room_at,
+            rate_limit=f"{limit.max} starts per {format_duration(limit.per)}" if limit else None,
+            attempt=attempt,
+            now=at,
+        )
+        await self.carry_out(decisions, at)
+
+    def claim(self, name: str, workflow: Workflow, at: datetime) -> datetime | None:
+        """A run start from the workflow's rate limit: in memory a sliding window, durable
+        a fixed one (``storage/rate_limits.py``'s rule); ``None`` if granted."""
+        limit = workflow.rate_limit
+        if not limit.durable:
+            window = self.windows.setdefault(name, SlidingWindow(limit.max, limit.per))
+            return window.claim(at)
+        start, claims = self.buckets.get(name, (None, 0))
+        if start is None or start + limit.per <= at:
+            self.buckets[name] = (at, 1)
+            return None
+        if claims < limit.max:
+            self.buckets[name] = (start, claims + 1)
+            return None
+        return start + limit.per
+
+    async def start(self, rid: str, gate: str, at: datetime) -> None:
+        firing, admitted, workflow = self.firings[gate]
+        record = firing.record
+        combo = next(run.combo for run in admitted.runs if run.run_id == rid)
+        state: dict[str, Any] = {}
+        if reads_state(workflow):
+            state = dict(self.state.setdefault(record.workflow, {}))
+            self.outcomes[rid].mark(
+                Mark(
+                    kind="state",
+                    side=self.side,
+                    text="reads durable state: state from before the window is not kept, so "
+                    "it starts from what the window's own runs wrote",
+                )
+            )
+        event = Start(
+            run_id=rid,
+            workflow=record.workflow,
+            version=self.versions[record.workflow],
+            trigger_key=record.trigger_key,
+            matrix=dict(combo) or None,
+            group=record.group,
+            source=record.source,
+            trigger=record.payload,
+            state=state,
+        )
+        self.outcomes[rid].status = "running"
+        await self.apply(event, at)
+
+    async def retract(self, firing: Firing, at: datetime) -> None:
+        assert firing.retracted is not None
+        decisions = admission.retracted(firing.gate, firing.retracted.reason, self.book)
+        await self.carry_out(decisions, at)
+
+    async def tick(self, name: str, at: datetime) -> None:
+        """An open circuit's window passed: half-open, and what was held begins."""
+        workflow = self.project.workflows[name]
+        circuit = breaker.tick(self.circuits.get(name, breaker.Circuit()), at, _rule(workflow))
+        self.circuits[name] = circuit
+        if circuit.state != "half_open" or name not in self.paused:
+            return
+        del self.paused[name]
+        held = []
+        for gate in self.held.get(name, ()):
+            entry = self.firings.get(gate)
+            held.append((entry[1], _policy(entry[2])) if entry else (None, admission.Policy()))
+        decisions = admission.released(held, self.book, workflow=name, partition=0)
+        await self.carry_out(decisions, at)
+
+    # --- advancing ----------------------------------------------------------------
+
+    async def apply(self, event: Any, at: datetime) -> None:
+        """Decide ``event`` of a run with the engine, and answer its effects."""
+        state = self.runs.get(event.run_id)
+        if isinstance(state, str):
+            return  # over (or stopped): a late event changes nothing
+        outcome = self.outcomes.get(event.run_id)
+        if outcome is None:
+            return
+        workflow = self.project.workflows[outcome.workflow]
+        new, effects = advance(workflow, state, event, at, self.project.config)
+        if new is None or new is state:
+            return
+        self.runs[event.run_id] = new if not new.settled else str(new.status)
+        for effect in effects:
+            if isinstance(self.runs.get(event.run_id), str) and self.runs[event.run_id] == DONE:
+                return
+            await self.effect(effect, new, at)
+
+    async def effect(self, effect: Any, state: RunState, at: datetime) -> None:
+        """Answer one effect, by its ``type``."""
+        kind = getattr(effect, "type", None)
+        outcome = self.outcomes[state.run_id]
+        if kind == "journal":
+            self.journaled(effect, outcome)
+        elif kind == "execute":
+            await self.execute(effect, state, at)
+        elif kind == "timer":
+            self._timer(effect)
+        elif kind == "park":
+            self.park(effect, state, at)
+        elif kind == "settle":
+            await self.settled(effect, state, at)
+        elif kind == "cancel_timer":
+            self._cancelled.add(
+                (effect.run_id, effect.path, effect.visit, effect.attempt, effect.purpose)
+            )
+        elif kind == "unpark":
+            pass  # nothing was parked anywhere but here
+        else:
+            text = f"{kind} effects have no simulation in a backtest"
+            await self.stop(state, at, Mark(kind="not_simulated", side=self.side, text=text))
+
+    def journaled(self, entry: Journal, outcome: Outcome) -> None:
+        data = entry.data
+        if entry.event == "step_started" and entry.path is not None:
+            outcome.kinds[entry.path] = data.get("kind") or outcome.kinds.get(entry.path, "")
+        elif entry.event == "step_settled" and entry.path is not None:
+            error = data.get("error") or {}
+            outcome.steps[(entry.path, data.get("visit", 1))] = Step(
+                path=entry.path,
+                kind=outcome.kinds.get(entry.path) or _kind(self.project, outcome, entry.path),
+                status=entry.status,
+                error_kind=error.get("kind"),
+                error=error.get("message"),
+            )
+        elif entry.event in ("run_started", "run_status"):
+            outcome.status = entry.status
+        elif entry.event == "run_settled":
+            outcome.status = entry.status
+            error = data.get("error")
+            outcome.error = StepError.model_validate(error) if error else None
+
+    def _timer(self, effect: ScheduleTimer) -> None:
+        event = TimerFired(
+            run_id=effect.run_id,
+            path=effect.path,
+            visit=effect.visit,
+            attempt=effect.attempt,
+            purpose=effect.purpose,
+            due_at=effect.due_at,
+        )
+        self._push(effect.due_at, "timer", event)
+
+    async def execute(self, effect: Execute, state: RunState, at: datetime) -> None:
+        outcome = self.outcomes[state.run_id]
+        context = self._context(outcome)
+        if effect.kind == "send_transaction":
+            found: Answer | Stop = await self.send(effect, outcome, context, at)
+        else:
+            found = await answer(context, effect)
+        if isinstance(found, Stop):
+            await self.stop(state, at, found.mark)
+            return
+        for mark in found.marks:
+            outcome.mark(mark)
+        result = StepResult(
+            run_id=effect.run_id,
+            path=effect.path,
+            visit=effect.visit,
+            attempt=effect.attempt,
+            output=found.output,
+            error=found.error,
+        )
+        self._push(at + found.after, "event", result)
+
+    def park(self, effect: Park, state: RunState, at: datetime) -> None:
+        if effect.wait_id in self._resolved:
+            return  # registered again (an escalation): its answer is on its way
+        outcome = self.outcomes[state.run_id]
+        record = state.steps.get(effect.path)
+        visit = record.visit if record is not None else 1
+        resolution = wait_answer(self._context(outcome), effect, visit)
+        for mark in resolution.marks:
+            outcome.mark(mark)
+        if resolution.answered:
+            self._resolved.add(effect.wait_id)
+            event = WaitResolved(
+                run_id=effect.run_id,
+                path=effect.path,
+                wait_id=effect.wait_id,
+                payload=resolution.payload,
+            )
+            self._push(at + resolution.after, "event", event)
+
+    async def settled(self, effect: Settle, state: RunState, at: datetime) -> None:
+        outcome = self.outcomes[state.run_id]
+        outcome.status = str(effect.status)
+        outcome.error = effect.error
+        await self._passed_on(state, effect.status, at)
+
+    async def stop(self, state: RunState, at: datetime, mark: Mark) -> None:
+        """The run cannot go on: it stops here, marked, and its lane passes on."""
+        outcome = self.outcomes[state.run_id]
+        outcome.mark(mark)
+        outcome.status = DONE
+        outcome.reason = f"stopped at {mark.path or 'a step'}: {mark.text}"
+        self.runs[state.run_id] = DONE
+        await self._passed_on(state, RunStatus.CANCELLED, at)
+
+    async def _passed_on(self, state: RunState, status: RunStatus, at: datetime) -> None:
+        """What a settled run's breaker, lane and matrix do next."""
+        name = state.workflow
+        workflow = self.project.workflows[name]
+        if workflow.circuit_breaker is not None:
+            await self._breaker(name, workflow, state.run_id, status, at)
+        entry = self.firings.get(_gate(state))
+        firing = entry[1] if entry is not None and state.matrix is not None else None
+        decisions = admission.settled(
+            state.run_id,
+            status,
+            firing,
+            _policy(workflow),
+            self.book,
+            workflow=name,
+            group=state.group,
+            retried=False,
+        )
+        await self.carry_out(decisions, at)
+
+    async def _breaker(
+        self, name: str, workflow: Workflow, run_id: str, status: RunStatus, at: datetime
+    ) -> None:
+        rule = _rule(workflow)
+        circuit = self.circuits.get(name, breaker.Circuit())
+        tripped = False
+        if status == RunStatus.FAILED:
+            circuit, tripped = breaker.failed(circuit, run_id, at, rule)
+        elif status == RunStatus.SUCCEEDED:
+            circuit = breaker.succeeded(circuit, run_id)
+        else:
+            circuit = breaker.let_go(circuit, run_id)
+        self.circuits[name] = circuit
+        if tripped and "pause" in workflow.circuit_breaker.on_trip:
+            spec = workflow.circuit_breaker
+            self.paused[name] = (
+                f"by breaker: circuit breaker tripped: {spec.max_failures} failed runs "
+                f"within {format_duration(spec.window)} (last: {run_id})"
+            )
+            self._push(max(circuit.failures) + rule.window, "tick", name)
+
+    # --- sends --------------------------------------------------------------------
+
+    async def send(
+        self, effect: Execute, outcome: Outcome, context: Context, at: datetime
+    ) -> Answer:
+        """A send checked as the relayer checks it, and never signed: permissions, the
+        chain (the recorded answer of the same send, else a simulation at the firing's
+        block), gas breakers, then budgets."""
+        name = outcome.workflow
+        secrets = Secrets(self.env)
+        try:
+            action = secrets.resolve(effect.action)
+            intent = build.intent(self.project, action)
+            build.check_permissions(self.project, name, intent)
+        except RflowError as exc:
+            error = secrets.scrub_error(exc.as_data())
+            outcome.sends.append(_refused_send(effect, error, at))
+            return Answer(error=error)
+        view = _send_view(intent, effect, secrets, at)
+        recorded = context.recorded
+        step = (
+            recorded.answer_for("send_transaction", effect.action, effect.path, effect.visit)
+            if recorded
+            else None
+        )
+        reuse = (
+            step
+            if step is not None and (step.status == "succeeded" or step.error_kind in REUSED)
+            else None
+        )
+        block = await self.block(outcome.firing, intent.network)
+        after = timedelta(0)
+        if reuse is not None:
+            after = reuse.duration
+            gas, price = _recorded_gas(recorded, effect.key, reuse.output)
+            kind = reuse.error_kind
+            source, result_output, result_error = "recorded", reuse.output, reuse.error
+            outcome_kind = {
+                None: "sent",
+                "reverted": "reverted",
+                "simulation_failed": "refused",
+            }.get(kind, "failed")
+        else:
+            sender = self.sender(intent.relayer, recorded)
+            if sender is None:
+                outcome.mark(
+                    Mark(
+                        kind="unknown_sender",
+                        side=self.side,
+                        path=effect.path,
+                        text=f"relayer {intent.relayer} has no address here (declare `address`): "
+                        "simulated without a sender",
+                    )
+                )
+            call = {"to": intent.to, "value": hex(intent.value), "data": "0x" + intent.data.hex()}
+            if sender is not None:
+                call["from"] = sender
+            simulated = await self.chain.simulate(intent.network, block, call, intent.gas_limit)
+            source = simulated.source
+            if source == "latest":
+                outcome.mark(
+                    Mark(
+                        kind="latest",
+                        side=self.side,
+                        path=effect.path,
+                        text=f"send simulated at the latest block: the node keeps no state at "
+                        f"block {block}",
+                    )
+                )
+            if simulated.revert is not None:
+                error = StepError(
+                    kind=FailureKind.SIMULATION_FAILED,
+                    message=f"the call would revert: {simulated.revert}",
+                )
+                outcome.sends.append(_sent(view, "refused", error, source, block))
+                return Answer(error=secrets.scrub_error(error))
+            gas = simulated.gas_used
+            price = _recorded_price(recorded, intent.network, effect.key) or (
+                await self.chain.base_fee(intent.network, block)
+            )
+            outcome_kind, result_error = "sent", None
+            recorded_step = recorded.step(effect.path, effect.visit) if recorded else None
+            after = recorded_step.duration if recorded_step is not None else timedelta(0)
+            result_output = {
+                "tx": {
+                    "hash": _simulated_hash(effect.key, intent),
+                    "status": "success",
+                    "block": block,
+                    "gas_used": gas,
+                    "effective_gas_price": price,
+                    "from": sender,
+                    "to": intent.to,
+                    "value": intent.value,
+                    "simulated": True,
+                }
+            }
+        if outcome_kind == "refused":  # the chain refused it before any budget was asked
+            outcome.sends.append(_sent(view, "refused", result_error, source, block))
+            return Answer(error=result_error, after=after)
+        reservations, breakers = charges(self.project, name, intent.shape)
+        refusal = self.ledger.check_gas(breakers, at) or self.ledger.reserve(
+            at, effect.key, reservations
+        )
+        if refusal is not None:
+            error = refusal.as_data()
+            outcome.sends.append(_sent(view, "refused", error, "rules", block))
+            return Answer(error=error)
+        cost = gas * price if gas is not None and price is not None else None
+        if outcome_kind in ("reverted", "failed"):
+            self.ledger.release(effect.key)
+        if cost is not None and outcome_kind in ("sent", "reverted"):
+            self.ledger.pay_gas(at, effect.key, intent.network, intent.relayer, cost)
+        charged = [
+            ChargeView(budget=c.budget, asset=c.asset, amount=c.amount)
+            for c in reservations
+            if outcome_kind == "sent"
+        ]
+        sent = _sent(view, outcome_kind, result_error, source, block, gas, cost, charged)
+        outcome.sends.append(sent)
+        return Answer(output=result_output, error=result_error, after=after)
+
+    def sender(self, relayer: str, recorded: RecordedRun | None) -> str | None:
+        """The relayer's address: declared, else as its recorded sends show, else from its
+        key when the key is at hand."""
+        declared = self.project.relayers.get(relayer)
+        if declared is not None and declared.address:
+            return declared.address
+        for runs in self.history.runs.values():
+            for run in runs:
+                for send in run.sends:
+                    if send.relayer == relayer and send.address:
+                        return send.address
+        if declared is not None and declared.key_env and self.env.get(declared.key_env):
+            from eth_account import Account
+
+            try:
+                return Account.from_key(self.env[declared.key_env]).address
+            except Exception:  # not a key: the simulation goes without a sender
+                return None
+        return None
+
+    async def block(self, firing: Firing, network: str) -> int:
+        """The block of ``firing`` on ``network``: its event's block; else the block before
+        its run's first mined send (the state the run sent from); else the last block
+        before its run started (or before it was received)."""
+        key = (firing.gate, network)
+        found = self.blocks.get(key)
+        if found is not None:
+            return found
+        payload = firing.record.payload
+        block = payload.get("block") if isinstance(payload, dict) else None
+        if (
+            firing.record.source == "event"
+            and payload.get("network") == network
+            and isinstance(block, dict)
+            and isinstance(block.get("number"), int)
+        ):
+            found = block["number"]
+        else:
+            runs = self.history.runs.get(firing.gate, ())
+            mined = [
+                send.block_number
+                for run in runs
+                for send in run.sends
+                if send.network == network and send.block_number is not None
+            ]
+            if mined:
+                found = max(min(mined) - 1, 0)
+            else:
+                started = [run.started_at or run.created_at for run in runs]
+                when = min((t for t in started if t is not None), default=firing.at)
+                found = await self.chain.block_at(network, when)
+        self.blocks[key] = found
+        return found
+
+    # --- helpers ------------------------------------------------------------------
+
+    def _context(self, outcome: Outcome) -> Context:
+        return Context(
+            side=self.side,
+            project=self.project,
+            env=self.env,
+            chain=self.chain,
+            block=lambda network, f=outcome.firing: self.block(f, network),
+            recorded=self.history.recorded(outcome.firing, outcome.run_id),
+            state=self.state.setdefault(outcome.workflow, {}),
+            assume=self.assume,
+            live_http=self.live_http,
+            fetch=self.fetch,
+        )
+
+    def _outcome(self, rid: str, firing: Firing) -> Outcome:
+        found = self.outcomes.get(rid)
+        if found is None:
+            found = self.outcomes[rid] = Outcome(rid, firing.record.workflow, firing)
+            if firing.origin == "read_model":
+                found.mark(
+                    Mark(
+                        kind="reconstructed",
+                        text="the firing's record has left the triggers topic: rebuilt from "
+                        "the read model's row of its run",
+                    )
+                )
+        return found
+
+    def _runs_of(self, firing: Firing, workflow: Workflow) -> list[tuple[dict[str, Any], str]]:
+        strategy = workflow.strategy
+        return firing_runs(
+            firing.record.workflow,
+            firing.record.trigger_key,
+            strategy.matrix if strategy else None,
+        )
+
+    def _run_ids(self, firing: Firing, workflow: Workflow | None) -> list[str]:
+        recorded = [run.run_id for run in self.history.runs.get(firing.gate, ())]
+        if workflow is not None:
+            recorded += [rid for _, rid in self._runs_of(firing, workflow) if rid not in recorded]
+        if not recorded:
+            recorded = [
+                rid
+                for _, rid in firing_runs(firing.record.workflow, firing.record.trigger_key, None)
+            ]
+        return recorded
+
+
+def _policy(workflow: Workflow) -> admission.Policy:
+    strategy = workflow.strategy
+    return admission.Policy(
+        on_conflict=workflow.concurrency.on_conflict if workflow.concurrency else None,
+        max_parallel=strategy.max_parallel if strategy else None,
+        matrix=strategy is not None,
+        fail_fast=bool(strategy and strategy.fail_fast),
+        paused_firings=workflow.paused_firings,
+    )
+
+
+def _rule(workflow: Workflow) -> breaker.Rule:
+    spec = workflow.circuit_breaker
+    return breaker.Rule(max_failures=spec.max_failures, window=spec.window)
+
+
+def _gate(state: RunState) -> str:
+    from rflow.engine.keys import run_key
+
+    return run_key(state.workflow, state.trigger_key)
+
+
+def _kind(project: Project, outcome: Outcome, path: str) -> str | None:
+    step_id = path.split("[", 1)[0]
+    workflow = project.workflows.get(outcome.workflow)
+    for step in (*workflow.steps, *workflow.finally_) if workflow else ():
+        if step.id == step_id:
+            return step.kind
+    return None
+
+
+def _send_view(
+    intent: build.Intent, effect: Execute, secrets: Secrets, at: datetime
+) -> dict[str, Any]:
+    shape = intent.shape
+    amount = token_amount(shape)
+    recipient = None
+    if amount is not None and shape.args:
+        index = (
+            1
+            if shape.function and shape.function.replace(" ", "").startswith("transferFrom")
+            else 0
+        )
+        recipient = str(shape.args[index]) if len(shape.args) > index else None
+    return {
+        "path": effect.path,
+        "network": intent.network,
+        "relayer": intent.relayer,
+        "to": secrets.scrub(intent.to),
+        "value": intent.value,
+        "contract": shape.contract,
+        "function": shape.function,
+        "recipient": secrets.scrub(recipient) if recipient is not None else None,
+        "token_amount": amount,
+        "data": "0x" + intent.data.hex(),
+        "at": at,
+    }
+
+
+def _sent(
+    view: dict[str, Any],
+    outcome: str,
+    error: StepError | None,
+    source: str,
+    block: int | None,
+    gas: int | None = None,
+    cost: int | None = None,
+    charged: list[ChargeView] | None = None,
+) -> Send:
+    fields = {k: v for k, v in view.items() if k != "data"}
+    return Send(
+        **fields,
+        outcome=outcome,
+        error_kind=str(error.kind) if error is not None else None,
+        error=error.message if error is not None else None,
+        gas_used=gas,
+        gas_cost=cost,
+        charges=charged or [],
+        source=source,
+        block=block,
+        data_digest=_digest(view.get("data", "")),
+    )
+
+
+def _refused_send(effect: Execute, error: StepError, at: datetime) -> Send:
+    action = effect.action if isinstance(effect.action, dict) else {}
+    value = action.get("value", 0)
+    return Send(
+        path=effect.path,
+        network=str(action.get("network", "")),
+        relayer=str(action.get("relayer", "")),
+        to=str(action.get("to") or action.get("contract") or ""),
+        value=value if isinstance(value, int) else 0,
+        contract=action.get("contract"),
+        function=action.get("function"),
+        outcome="refused",
+        error_kind=str(error.kind),
+        error=error.message,
+        source="rules",
+        at=at,
+    )
+
+
+def _recorded_gas(
+    recorded: RecordedRun | None, key: str, output: Any
+) -> tuple[int | None, int | None]:
+    """The gas a recorded send used and its price: from its row, else its step's output."""
+    for send in recorded.sends if recorded else ():
+        if send.send_key == key and send.gas_used is not None:
+            return send.gas_used, send.effective_gas_price
+    tx = output.get("tx") if isinstance(output, dict) else None
+    if isinstance(tx, dict) and tx.get("gas_used") is not None:
+        try:
+            return int(tx["gas_used"]), int(tx.get("effective_gas_price") or 0)
+        except (TypeError, ValueError):
+            return None, None
+    return None, None
+
+
+def _recorded_price(recorded: RecordedRun | None, network: str, key: str) -> int | None:
+    """What gas cost the original run: the price its send of the same step paid, else
+    the price of its first send on the network."""
+    sends = [s for s in (recorded.sends if recorded else ()) if s.network == network]
+    for send in sends:
+        if send.send_key == key and send.effective_gas_price:
+            return send.effective_gas_price
+    return next((s.effective_gas_price for s in sends if s.effective_gas_price), None)
+
+
+def _simulated_hash(key: str, intent: build.Intent) -> str:
+    text = f"{key}|{intent.network}|{intent.to}|{intent.value}|{intent.data.hex()}"
+    return "0x" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _digest(data: str) -> str:
+    return hashlib.sha256(data.encode()).hexdigest()[:16]

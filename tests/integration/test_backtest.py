@@ -1,0 +1,207 @@
+"""``rflow backtest`` on the real stack: a week of payouts run for real on a private anvil,
+then candidates replayed over it in the sandbox."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from psycopg import sql
+
+from rflow import storage
+from rflow.storage import budgets
+from tests.integration import chain
+from tests.integration.backtests import (
+    CANDIDATE_BONUS,
+    DEPLOYED_BONUS,
+    FIRINGS,
+    MILLI,
+    TIP,
+    backtest,
+    rflow,
+    run_a_week,
+)
+
+pytestmark = [pytest.mark.usefixtures("applied_topics", "schema"), pytest.mark.timeout(300)]
+
+
+async def chain_state(url: str, relayer: str) -> tuple[int, int, int]:
+    """The chain's height, the relayer's nonce and its balance."""
+    w3 = chain.connect(url)
+    try:
+        height = int(await chain.rpc(w3, "eth_blockNumber"), 16)
+        nonce = int(await chain.rpc(w3, "eth_getTransactionCount", relayer, "latest"), 16)
+        balance = int(await chain.rpc(w3, "eth_getBalance", relayer, "latest"), 16)
+    finally:
+        await w3.provider.disconnect()
+    return height, nonce, balance
+
+
+def changes(run: dict) -> set[tuple[str, str, tuple[str, ...]]]:
+    return {(c["change"], c["path"], tuple(c["what"])) for c in run["sends"]}
+
+
+async def real_spend(settings, run_ids: list[str]) -> int:
+    """What the week's runs really charged the budget (the relayer's reservations)."""
+    conn = await storage.connect(settings)
+    async with conn:
+        charges = [c for rid in run_ids for c in await budgets.run_charges(conn, rid)]
+    assert {c["status"] for c in charges} == {"spent"}
+    return sum(c["amount"] for c in charges if c["asset"] == "native")
+
+
+async def test_a_candidate_that_raises_a_bonus_tips_a_desk_and_tightens_the_budget(
+    settings, worker_factory, tmp_path
+):
+    """The report names exactly the runs and sends the changes touch, its spend totals are
+    right to the wei, and the chain shows no new transaction; a candidate identical to the
+    deployed project reports no difference."""
+    async with chain.private_anvil() as url:
+        week = await run_a_week(settings, worker_factory, tmp_path, url)
+        before = await chain_state(url, week.relayer.address)
+        candidate = week.candidate("candidate", bonus=CANDIDATE_BONUS, cap="0.15 ether", tip=True)
+        status, report, stderr = await backtest(week, candidate)
+        assert status == 1, (report, stderr)
+        same_status, same, same_err = await backtest(week, week.candidate("same"))
+        shown = await rflow(week, "backtest", str(candidate), "--since", "7d")
+        assert await chain_state(url, week.relayer.address) == before
+    assert report["outcome"] == "different" and report["money_moves"] is True
+    assert report["firings"] == len(FIRINGS) and report["from_topic"] == len(FIRINGS)
+    assert report["marks"] == {} and report["drift"] == []
+
+    runs = {run["trigger_key"].removeprefix("manual:payouts:"): run for run in report["runs"]}
+    assert {key: changes(run) for key, run in runs.items()} == {
+        "week-0": {("changed", "bonus", ("value",))},
+        "week-2": {("added", "tip", ())},
+        "week-3": {("changed", "bonus", ("value",))},
+        "week-6": {("changed", "pay[0]", ("outcome",)), ("removed", "pay[1]", ())},
+        "week-7": {("changed", "bonus", ("value",)), ("added", "tip", ())},
+    }
+    for key in ("week-0", "week-3", "week-7"):
+        [bonus] = [c for c in runs[key]["sends"] if c["path"] == "bonus"]
+        assert int(bonus["old"]["value"]) == DEPLOYED_BONUS
+        assert int(bonus["new"]["value"]) == CANDIDATE_BONUS
+        assert bonus["new"]["to"] == week.recipients["bonus"]
+        assert bonus["old"]["source"] == "recorded" and bonus["new"]["source"] == "simulated"
+    for key in ("week-2", "week-7"):
+        [tip] = [c["new"] for c in runs[key]["sends"] if c["path"] == "tip"]
+        assert (int(tip["value"]), tip["to"], tip["outcome"]) == (
+            TIP,
+            week.recipients["tip"],
+            "sent",
+        )
+
+    refused = runs["week-6"]
+    assert (refused["old"]["status"], refused["new"]["status"]) == ("succeeded", "failed")
+    assert refused["failure"] == "appears"
+    [pay] = [c["new"] for c in refused["sends"] if c["path"] == "pay[0]"]
+    assert pay["outcome"] == "refused" and pay["error_kind"] == "budget_exceeded"
+    assert pay["error"] == (
+        f"budget daily: native {130 * MILLI} + {30 * MILLI} would exceed the cap "
+        f"{150 * MILLI} in 24h"
+    )
+    assert refused["fired_at"].startswith(str((week.start + timedelta(hours=87)).date()))
+
+    [spend] = report["spend"]
+    assert (spend["budget"], spend["asset"]) == ("daily", "native")
+    assert int(spend["old"]) == await real_spend(settings, week.run_ids) == 328 * MILLI
+    assert int(spend["new"]) == (328 + 3 * 2 - 50) * MILLI + 2 * TIP
+    [summary] = report["summary"]
+    assert summary == {
+        "workflow": "payouts",
+        "firings": 10,
+        "differing": 5,
+        "started": [10, 10],
+        "failed": [0, 1],
+        "sends": [18, 18],
+        "refused": [0, 1],
+        "added": 2,
+        "removed": 1,
+        "changed": 4,
+    }
+
+    text = shown.stdout.decode()
+    assert shown.returncode == 1, text + shown.stderr.decode()
+    assert text.index("WORKFLOW") < text.index("BUDGET") < text.index("Run ")
+    assert "daily   native  0.328 ether  0.285 ether  -0.043 ether" in text
+    assert "changed  bonus: 0.003 ether to" in text and "value 0.001 ether → 0.003 ether" in text
+
+    assert same_status == 0, (same, same_err)
+    assert same["outcome"] == "same" and same["runs"] == [] and same["money_moves"] is False
+    assert [(row["old"], row["new"]) for row in same["spend"]] == [(spend["old"], spend["old"])]
+
+
+async def snapshot(settings) -> dict[str, object]:
+    """Every live topic's end offsets, the consumer groups, and every table's row count
+    and content (but ``backtests``, the one a backtest writes)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        names = [
+            name
+            for name in await admin.list_topics()
+            if name.startswith((settings.topic_prefix, settings.app_id))
+        ]
+        tps = []
+        for name in names:
+            described = (await admin.describe_topics([name]))[0]
+            tps += [TopicPartition(name, p["partition"]) for p in described["partitions"]]
+        offsets = {
+            f"{tp.topic}[{tp.partition}]": end
+            for tp, end in (await consumer.end_offsets(tps)).items()
+        }
+        groups = sorted(group for group, _ in await admin.list_consumer_groups())
+    finally:
+        await consumer.stop()
+        await admin.close()
+    conn = await storage.connect(settings)
+    tables: dict[str, object] = {}
+    async with conn:
+        cur = await conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+            (settings.database_schema,),
+        )
+        for (name,) in await cur.fetchall():
+            if name == "backtests":
+                continue
+            cur = await conn.execute(
+                sql.SQL(
+                    "SELECT count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) FROM {} t"
+                ).format(sql.Identifier(name))
+            )
+            tables[name] = await cur.fetchone()
+    assert (
+        len(offsets) >= 8
+        and {"sends", "budget_reservations", "relayer_nonces", "runs"} <= tables.keys()
+    )
+    return {"offsets": offsets, "groups": groups, "tables": tables}
+
+
+async def test_a_backtest_leaves_every_live_topic_and_table_as_it_was(
+    settings, worker_factory, tmp_path
+):
+    """Before and after a backtest of a workflow with sends (and a candidate that sends
+    more): the same end offsets on every topic, the same consumer groups, the same rows
+    in every table (sends, reservations, nonces, runs...); only its report is new."""
+    async with chain.private_anvil() as url:
+        week = await run_a_week(settings, worker_factory, tmp_path, url)
+        for worker in list(week.workers):
+            worker.stop()  # nothing else writes while the scan runs
+        before = await snapshot(settings)
+        counts = {
+            name: before["tables"][name][0] for name in ("sends", "budget_reservations", "runs")
+        }
+        assert counts == {"sends": 18, "budget_reservations": 18, "runs": 10}
+        candidate = week.candidate("candidate", bonus=CANDIDATE_BONUS, cap="0.15 ether", tip=True)
+        status, report, stderr = await backtest(week, candidate)
+        assert status == 1, (report, stderr)
+        after = await snapshot(settings)
+    assert after == before
+    conn = await storage.connect(settings)
+    async with conn:
+        cur = await conn.execute("SELECT outcome, firings, differing FROM backtests")
+        assert await cur.fetchall() == [("different", 10, 5)]
