@@ -25,7 +25,9 @@ def _exact(value: Any) -> int:
     return int(value)
 
 
-Amount = Annotated[int, BeforeValidator(_exact), PlainSerializer(str, return_type=str)]
+Amount = Annotated[
+    int, BeforeValidator(_exact), PlainSerializer(str, return_type=str, when_used="json")
+]
 """An exact integer amount, written as its decimal digits."""
 
 
@@ -137,6 +139,10 @@ class Side(_Model):
     reason: str | None = None
     error_kind: str | None = None
     error: str | None = None
+    started_at: datetime | None = None
+    """When it would start (simulated time: a rate limit or a lane can hold it back)."""
+    waited: list[str] = Field(default_factory=list)
+    """What it waited for before it started (a lane, a rate limit, a probe, a pause)."""
     steps: list[Step] = Field(default_factory=list)
     sends: list[Send] = Field(default_factory=list)
 
@@ -175,6 +181,9 @@ class RunDiff(_Model):
     """``would_not_start``: the deployed version started it, the candidate would not;
     ``would_start``: the other way round."""
     failure: Literal["appears", "disappears", "changes"] | None = None
+    delay: float | None = None
+    """Seconds the candidate's run starts later than the deployed version's (earlier
+    when negative), when both start but not at the same time."""
     steps: list[StepChange] = Field(default_factory=list)
     sends: list[SendChange] = Field(default_factory=list)
     money: bool = False

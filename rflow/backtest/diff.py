@@ -52,14 +52,21 @@ def side(outcome: Outcome | None, absent: str) -> Side:
         reason=outcome.reason,
         error_kind=str(error.kind) if error is not None else None,
         error=error.message if error is not None else None,
+        started_at=outcome.started_at,
+        waited=list(outcome.waited),
         steps=list(outcome.steps.values()),
         sends=list(outcome.sends),
     )
 
 
+def _value(send: Send, name: str) -> Any:
+    value = getattr(send, name)
+    return value.lower() if name in ("to", "recipient") and isinstance(value, str) else value
+
+
 def _content(send: Send) -> tuple[Any, ...]:
     return (
-        *(getattr(send, name) for name in COMPARED),
+        *(_value(send, name) for name in COMPARED),
         send.data_digest,
         send.outcome,
         send.error_kind,
@@ -101,7 +108,7 @@ def pair_sends(old: list[Send], new: list[Send]) -> list[SendChange]:
 
 
 def _fields(old: Send, new: Send) -> list[str]:
-    what = [name for name in COMPARED if getattr(old, name) != getattr(new, name)]
+    what = [name for name in COMPARED if _value(old, name) != _value(new, name)]
     if old.function != new.function:
         what.append("function")
     if old.data_digest != new.data_digest and not {"recipient", "token_amount"} & set(what):
@@ -160,8 +167,13 @@ def diff_run(
         failure = "changes"
     steps = step_changes(old, new)
     sends = pair_sends(old_side.sends, new_side.sends)
+    delay = None
+    if old_side.started_at is not None and new_side.started_at is not None:
+        seconds = (new_side.started_at - old_side.started_at).total_seconds()
+        delay = seconds if seconds else None
     differs = (
-        start is not None
+        delay is not None
+        or start is not None
         or failure is not None
         or old_side.status != new_side.status
         or (old_side.status == "not_started" and old_side.reason != new_side.reason)
@@ -180,6 +192,7 @@ def diff_run(
         new=new_side,
         start=start,
         failure=failure,
+        delay=delay,
         steps=steps,
         sends=sends,
         money=bool(sends),
@@ -215,7 +228,11 @@ def drift(deployed: Outcome, recorded: RecordedRun, version: str | None) -> Drif
     if replayed != recorded.status:
         parts.append(f"it ended {recorded.status}, the replay {replayed}")
     if real != shown:
-        parts.append(f"it made {len(real)} sends, the replay {len(shown)} (or to other places)")
+        parts.append(
+            f"it made {len(real)} sends, the replay {len(shown)}"
+            if len(real) != len(shown)
+            else "its sends went elsewhere or moved other amounts"
+        )
     if not parts:
         return None
     if version is not None and recorded.version != version:

@@ -250,6 +250,13 @@ def run_lines(run: RunDiff) -> list[str]:
     if run.failure is not None:
         status += f"  [failure {run.failure}]"
     lines.append(status)
+    if run.delay is not None:
+        later = "later" if run.delay > 0 else "earlier"
+        waited = "; ".join(run.new.waited or run.old.waited)
+        lines.append(
+            f"  starts {_duration(abs(run.delay))} {later}"
+            + (f" (waiting for {waited})" if waited else "")
+        )
     if run.sends:
         lines.append("  sends:")
         lines += [f"    {change_line(found)}" for found in run.sends]
@@ -269,6 +276,14 @@ def table(rows: list[list[object]], header: list[str]) -> str:
         "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in [header, *rows]
     )
+
+
+def _duration(seconds: float) -> str:
+    from datetime import timedelta
+
+    from rflow.lang.units import format_duration
+
+    return format_duration(timedelta(seconds=round(seconds)))
 
 
 def _pair(pair: tuple[int, int]) -> str:

@@ -18,7 +18,7 @@ from rflow.backtest import diff
 from rflow.backtest.chain import Chain, ChainError
 from rflow.backtest.history import History, Window
 from rflow.backtest.load import LoadError, load
-from rflow.backtest.sandbox import Sandbox
+from rflow.backtest.sandbox import Outcome, Sandbox
 from rflow.backtest.simulate import Assume
 from rflow.codecs.backtests import BacktestReport
 from rflow.lang.model import Project
@@ -58,8 +58,8 @@ class Projects:
 
     deployed: Project
     candidate: Project
-    deployment: int | None
-    digest: str | None
+    deployment: int | None = None
+    digest: str | None = None
 
 
 async def backtest(
@@ -127,17 +127,42 @@ async def _replayed(
     started: datetime,
     now: Callable[[], datetime],
 ) -> BacktestReport:
-    blocks: dict[tuple[str, str], int] = {}
-    common = {
-        "workflows": frozenset(base["workflows"]),
-        "assume": request.assume,
-        "live_http": request.live_http,
+    old, new = await replay(
+        history,
+        projects,
+        chain,
+        env,
+        workflows=frozenset(base["workflows"]),
+        assume=request.assume,
+        live_http=request.live_http,
+        fetch=fetch,
+    )
+    return report(base, history, projects, old, new, now())
+
+
+async def replay(
+    history: History,
+    projects: Projects,
+    chain: Any,
+    env: Mapping[str, str],
+    *,
+    workflows: frozenset[str] | None = None,
+    assume: Assume | None = None,
+    live_http: bool = False,
+    fetch: Any = None,
+) -> tuple[dict[str, Outcome], dict[str, Outcome]]:
+    """Both replays of ``history``: the deployed version's, then the candidate's (one
+    firing's block found once, for both)."""
+    common: dict[str, Any] = {
+        "workflows": workflows,
+        "assume": assume,
+        "live_http": live_http,
         "fetch": fetch,
-        "blocks": blocks,
+        "blocks": {},
     }
     old = await Sandbox("deployed", projects.deployed, history, chain, env, **common).replay()
     new = await Sandbox("candidate", projects.candidate, history, chain, env, **common).replay()
-    return report(base, history, projects, old, new, now())
+    return old, new
 
 
 def report(

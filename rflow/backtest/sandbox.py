@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from eth_utils import is_address
+
 from rflow import breaker
 from rflow.backtest.chain import Chain
 from rflow.backtest.history import Firing, History, RecordedRun
@@ -73,6 +75,7 @@ class Outcome:
     sends: list[Send] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
     waited: list[str] = field(default_factory=list)
+    started_at: datetime | None = None
 
     @property
     def started(self) -> bool:
@@ -311,6 +314,7 @@ class Sandbox:
             state=state,
         )
         self.outcomes[rid].status = "running"
+        self.outcomes[rid].started_at = at
         await self.apply(event, at)
 
     async def retract(self, firing: Firing, at: datetime) -> None:
@@ -774,6 +778,8 @@ def _send_view(
             else 0
         )
         recipient = str(shape.args[index]) if len(shape.args) > index else None
+        if recipient is not None and is_address(recipient):
+            recipient = build.to_checksum_address(recipient)
     return {
         "path": effect.path,
         "network": intent.network,
