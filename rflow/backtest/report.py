@@ -77,11 +77,16 @@ def send_line(send: Send, *, outcome: bool = True) -> str:
 
 
 def change_line(found: SendChange) -> str:
-    """One send added, removed or changed."""
+    """One send added, removed or changed, the change first."""
+    return f"{found.change:<8} {change_text(found)}"
+
+
+def change_text(found: SendChange) -> str:
+    """What one send change is: the send, and for a change what differs."""
     if found.change == "added":
-        return f"added    {send_line(found.new)}"
+        return send_line(found.new)
     if found.change == "removed":
-        return f"removed  {send_line(found.old)}"
+        return send_line(found.old)
     old, new = found.old, found.new
     parts: list[str] = []
     for name in found.what:
@@ -100,7 +105,7 @@ def change_line(found: SendChange) -> str:
             parts.append("call data")
         else:
             parts.append(f"{name} {getattr(old, name)} → {getattr(new, name)}")
-    return f"changed  {send_line(new, outcome=False)}: " + "; ".join(parts)
+    return f"{send_line(new, outcome=False)}: " + "; ".join(parts)
 
 
 def _maybe(value: int | None, asset: str) -> str:
@@ -183,10 +188,10 @@ def text(report: BacktestReport) -> str:
                 s.workflow,
                 s.firings,
                 s.differing,
-                _pair(s.started),
-                _pair(s.failed),
-                _pair(s.sends),
-                _pair(s.refused),
+                pair(s.started),
+                pair(s.failed),
+                pair(s.sends),
+                pair(s.refused),
                 s.added,
                 s.removed,
                 s.changed,
@@ -286,6 +291,7 @@ def _duration(seconds: float) -> str:
     return format_duration(timedelta(seconds=round(seconds)))
 
 
-def _pair(pair: tuple[int, int]) -> str:
-    old, new = pair
+def pair(counts: tuple[int, int]) -> str:
+    """Deployed → candidate counts (one number when they are equal)."""
+    old, new = counts
     return str(old) if old == new else f"{old} → {new}"

@@ -53,6 +53,7 @@ NAV = (
     ("budgets", "Budgets"),
     ("sends", "Sends"),
     ("dead-letters", "Dead letters"),
+    ("backtests", "Backtests"),
 )
 
 
@@ -255,7 +256,7 @@ class Console:
 
 def attach(app: RflowApp, control: Control, principals: Callable[[], Principals]) -> Console:
     """Mount the console on ``app``'s web server under ``/console/``."""
-    from rflow.console import approvals, budgets, runs, sends, workflows
+    from rflow.console import approvals, backtests, budgets, runs, sends, workflows
 
     console = Console(app, control, principals)
     missing = [name for name, (path, _) in ASSETS.items() if not path.exists()]
@@ -266,7 +267,7 @@ def attach(app: RflowApp, control: Control, principals: Callable[[], Principals]
             ", ".join(missing),
         )
     _attach_sign_in(console)
-    for module in (runs, approvals, workflows, budgets, sends):
+    for module in (runs, approvals, workflows, budgets, sends, backtests):
         module.attach(console)
     return console
 

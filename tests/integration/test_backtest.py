@@ -205,3 +205,62 @@ async def test_a_backtest_leaves_every_live_topic_and_table_as_it_was(
     async with conn:
         cur = await conn.execute("SELECT outcome, firings, differing FROM backtests")
         assert await cur.fetchall() == [("different", 10, 5)]
+
+
+async def test_the_console_shows_the_last_backtests_with_the_same_diff(
+    settings, worker_factory, tmp_path
+):
+    """In a real browser: the Backtests page lists the last backtests (newest first); one
+    opens on the summary, the spend per budget and each differing run, in the words of the
+    CLI's report; a backtest that could not run says why."""
+    from playwright.async_api import expect
+
+    from tests.integration.browser import chromium, screenshot, sign_in
+
+    async with chain.private_anvil() as url:
+        week = await run_a_week(settings, worker_factory, tmp_path, url)
+        status, _, _ = await backtest(week, week.candidate("same"))
+        assert status == 0
+        candidate = week.candidate("candidate", bonus=CANDIDATE_BONUS, cap="0.15 ether", tip=True)
+        status, report, stderr = await backtest(week, candidate)
+        assert status == 1, (report, stderr)
+        failed = await rflow(week, "backtest", str(tmp_path / "nowhere"), "--since", "7d")
+        assert failed.returncode == 2 and b"could not run" in failed.stdout
+        shown = (await rflow(week, "backtest", str(candidate), "--since", "7d")).stdout.decode()
+        [worker] = week.workers
+        async with chromium(tmp_path / "profile") as browser:
+            page = await browser.new_page()
+            await sign_in(page, worker.url, settings.api_token.get_secret_value())
+            await page.click("header nav a:has-text('Backtests')")
+            rows = page.locator("table.backtests tbody tr")
+            await expect(rows).to_have_count(4)
+            await expect(rows.nth(0)).to_contain_text("5 runs differ")
+            await expect(rows.nth(1)).to_contain_text("could not run")
+            await expect(rows.nth(1)).to_contain_text("nowhere")
+            await expect(rows.nth(3)).to_contain_text("no difference")
+            await screenshot(page, "backtests")
+            await rows.nth(2).locator("a").first.click()
+            await expect(page.locator("h1")).to_contain_text("different")
+            await expect(page.locator(".headline")).to_have_text(
+                "5 runs differ; money moves differently."
+            )
+            spend = page.locator("table.spend tr[data-budget='daily']")
+            await expect(spend).to_contain_text("0.328 ether")
+            await expect(spend).to_contain_text("0.285 ether")
+            await expect(page.locator("section.run-diff")).to_have_count(5)
+            refused = page.locator("section.run-diff[data-trigger-key='manual:payouts:week-6']")
+            await expect(refused.locator(".status-line")).to_contain_text("failure appears")
+            await expect(refused.locator("tr.send-changed")).to_contain_text(
+                "outcome sent → refused budget_exceeded"
+            )
+            await expect(refused.locator("tr.send-removed")).to_contain_text("pay[1]")
+            week0 = page.locator("section.run-diff[data-trigger-key='manual:payouts:week-0']")
+            await expect(week0.locator("tr.send-changed")).to_contain_text(
+                "value 0.001 ether → 0.003 ether"
+            )
+            # The same sentences as the CLI's report.
+            for line in (await week0.locator("tr.send-changed td").nth(2).inner_text(),):
+                assert line in shown
+            await screenshot(page, "backtest")
+            await page.goto(f"{worker.url}/console/backtests/999999")
+            await expect(page.locator("main")).to_contain_text("There is no backtest '999999'.")
