@@ -20,8 +20,19 @@ STALE_AFTER = 30.0
 
 @main.command()
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--backtest",
+    "backtest_since",
+    default=None,
+    metavar="DURATION",
+    help="First replay the firings of this long back (7d) through PATH beside the deployed "
+    "version (rflow backtest), and ask before deploying when money would move differently.",
+)
+@click.option(
+    "--yes", is_flag=True, help="Deploy without asking, whatever the backtest found (scripts)."
+)
 @click.option("--json", "as_json", is_flag=True)
-def deploy(path: Path, as_json: bool) -> None:
+def deploy(path: Path, backtest_since: str | None, yes: bool, as_json: bool) -> None:
     """Validate the project at PATH, then publish it as the new deployment.
 
     Every worker takes it up within seconds, without a restart: new workflows start
@@ -29,6 +40,11 @@ def deploy(path: Path, as_json: bool) -> None:
     with their new version while a run in flight keeps its own; every send is checked
     against the new permissions, budgets and breakers. Publishing the deployed project
     again changes nothing. Exits 1, publishing nothing, when PATH has errors.
+
+    With --backtest, the report of the backtest comes first; when the new version would
+    move money differently (a send added, removed or changed, or another total spent)
+    the deploy asks before publishing, and publishes nothing unless told yes (exit 1).
+    A backtest that cannot run publishes nothing (exit 2).
     """
     from rflow.deployment import Changes, resource_changes
     from rflow.engine.keys import deployable
@@ -41,6 +57,8 @@ def deploy(path: Path, as_json: bool) -> None:
             click.echo(str(diagnostic), err=True)
         raise SystemExit(1)
     definitions = deployable(report.project.workflows)
+    if backtest_since is not None:
+        _backtest_first(path, backtest_since, yes=yes, as_json=as_json)
 
     async def publish(conn: Any) -> tuple[Any, Any]:
         latest = await deployments.latest_id(conn)
@@ -93,6 +111,38 @@ def deploy(path: Path, as_json: bool) -> None:
     click.echo(f"\n{summary}")
     if published.created:
         click.echo(check[0].upper() + check[1:] + ".")
+
+
+def _backtest_first(path: Path, since: str, *, yes: bool, as_json: bool) -> None:
+    """Backtest PATH over ``since`` and stop the deploy unless it may go on."""
+    from rflow.backtest.report import text
+    from rflow.cli.backtest import perform
+    from rflow.cli.common import fail
+
+    found, stored = perform(path, since=since)
+    click.echo(text(found), err=as_json)
+    if stored is not None:
+        click.echo(
+            f"(kept as backtest {stored}: the console's Backtests page shows it)", err=as_json
+        )
+    click.echo("", err=as_json)
+    if found.outcome == "failed":
+        fail(
+            "nothing deployed: the backtest could not run (deploy without --backtest to skip it)",
+            2,
+        )
+    if not found.money_moves or yes:
+        return
+    try:
+        go = click.confirm(
+            "Money would move differently with this version (see above). Deploy it anyway?",
+            default=False,
+            err=True,
+        )
+    except click.Abort:
+        go = False
+    if not go:
+        fail("nothing deployed", 1)
 
 
 def _deployed(row: dict[str, Any]) -> str:

@@ -218,13 +218,18 @@ def _run_id(trigger_key: str) -> str:
     return run_id("payouts", trigger_key)
 
 
-async def rflow(week: Week, *args: str) -> subprocess.CompletedProcess[bytes]:
-    """``rflow ARGS`` as a user runs it, with the week's settings and node."""
+async def rflow(week: Week, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """``rflow ARGS`` as a user runs it, with the week's settings and node, ``stdin``
+    typed in."""
     command = [sys.executable, "-m", "rflow.cli", *args]
 
     def run() -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
-            command, env={**os.environ, **week.env}, capture_output=True, timeout=300
+            command,
+            env={**os.environ, **week.env},
+            input=stdin,
+            capture_output=True,
+            timeout=300,
         )
 
     return await asyncio.to_thread(run)

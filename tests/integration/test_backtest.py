@@ -264,3 +264,51 @@ async def test_the_console_shows_the_last_backtests_with_the_same_diff(
             await screenshot(page, "backtest")
             await page.goto(f"{worker.url}/console/backtests/999999")
             await expect(page.locator("main")).to_contain_text("There is no backtest '999999'.")
+
+
+async def deployments(settings) -> int:
+    conn = await storage.connect(settings)
+    async with conn:
+        cur = await conn.execute("SELECT count(*) FROM deployments")
+        return (await cur.fetchone())[0]
+
+
+async def test_deploy_backtest_asks_before_a_version_that_moves_money_differently(
+    settings, worker_factory, tmp_path
+):
+    """``rflow deploy --backtest 7d`` prints the report first; a version that moves money
+    differently is published only when told yes (or with --yes); one that does not is
+    published without a question; one the backtest cannot run is not published."""
+    async with chain.private_anvil() as url:
+        week = await run_a_week(settings, worker_factory, tmp_path, url)
+        assert await deployments(settings) == 1
+        candidate = week.candidate("candidate", bonus=CANDIDATE_BONUS, cap="0.15 ether", tip=True)
+
+        refused = await rflow(week, "deploy", str(candidate), "--backtest", "7d", stdin=b"n\n")
+        err = refused.stderr.decode()
+        assert refused.returncode == 1, err
+        assert "Money would move differently" in err and "nothing deployed" in err
+        assert "5 runs differ; money moves differently." in refused.stdout.decode()
+        assert await deployments(settings) == 1
+
+        told = await rflow(week, "deploy", str(candidate), "--backtest", "7d", stdin=b"y\n")
+        assert told.returncode == 0, told.stderr.decode()
+        assert "deployment 2" in told.stdout.decode()
+        assert await deployments(settings) == 2
+
+        # Against deployment 2 now: the week's first version moves money differently too.
+        back = week.candidate("back")
+        scripted = await rflow(week, "deploy", str(back), "--backtest", "7d", "--yes")
+        assert scripted.returncode == 0, scripted.stderr.decode()
+        assert "Deploy it anyway" not in scripted.stderr.decode()
+        assert await deployments(settings) == 3
+
+        quiet = await rflow(week, "deploy", str(back), "--backtest", "7d", stdin=b"")
+        assert quiet.returncode == 0, quiet.stderr.decode()
+        assert "No difference" in quiet.stdout.decode()
+        assert "this project already" in quiet.stdout.decode()
+
+        broken = await rflow(week, "deploy", str(back), "--backtest", "soon")
+        assert broken.returncode == 2
+        assert "the backtest could not run" in broken.stderr.decode()
+        assert await deployments(settings) == 3
