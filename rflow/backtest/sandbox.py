@@ -143,6 +143,8 @@ class Sandbox:
         self._seq = itertools.count()
         self._cancelled: set[tuple[Any, ...]] = set()
         self._resolved: set[str] = set()
+        self._reads_state: dict[str, bool] = {}
+        self._senders: dict[str, str | None] = {}
 
     # --- the replay ---------------------------------------------------------------
 
@@ -292,7 +294,10 @@ class Sandbox:
         record = firing.record
         combo = next(run.combo for run in admitted.runs if run.run_id == rid)
         state: dict[str, Any] = {}
-        if reads_state(workflow):
+        version = self.versions[record.workflow]
+        if version not in self._reads_state:
+            self._reads_state[version] = reads_state(workflow)
+        if self._reads_state[version]:
             state = dict(self.state.setdefault(record.workflow, {}))
             self.outcomes[rid].mark(
                 Mark(
@@ -552,7 +557,7 @@ class Sandbox:
                 "simulation_failed": "refused",
             }.get(kind, "failed")
         else:
-            sender = self.sender(intent.relayer, recorded)
+            sender = self.sender(intent.relayer)
             if sender is None:
                 outcome.mark(
                     Mark(
@@ -630,9 +635,14 @@ class Sandbox:
         outcome.sends.append(sent)
         return Answer(output=result_output, error=result_error, after=after)
 
-    def sender(self, relayer: str, recorded: RecordedRun | None) -> str | None:
+    def sender(self, relayer: str) -> str | None:
         """The relayer's address: declared, else as its recorded sends show, else from its
         key when the key is at hand."""
+        if relayer not in self._senders:
+            self._senders[relayer] = self._sender(relayer)
+        return self._senders[relayer]
+
+    def _sender(self, relayer: str) -> str | None:
         declared = self.project.relayers.get(relayer)
         if declared is not None and declared.address:
             return declared.address

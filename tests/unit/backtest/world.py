@@ -93,6 +93,8 @@ def record(
     waits: Callable[[Park], Any] | None = None,
     spend: tuple = (),
     window: Window | None = None,
+    block: int = 100,
+    relayer: str = RELAYER,
 ) -> History:
     """What ``deployed`` really did with ``firings``: each run driven by the bare engine
     to its end, every effect answered by ``script`` (``step`` later), every wait by
@@ -108,7 +110,9 @@ def record(
             fired.record.trigger_key,
             workflow.strategy.matrix if workflow.strategy else None,
         ):
-            found.append(_run(deployed, fired, rid, combo, script, step, waits, durable))
+            found.append(
+                _run(deployed, fired, rid, combo, script, step, waits, durable, block, relayer)
+            )
         runs[fired.gate] = tuple(found)
     span = window or Window(
         min(f.at for f in firings) - timedelta(hours=1),
@@ -117,13 +121,15 @@ def record(
     return History(window=span, firings=tuple(firings), runs=runs, spend=tuple(spend))
 
 
-def _run(deployed, fired, rid, combo, script, step, waits, durable_state) -> RecordedRun:
+def _run(
+    deployed, fired, rid, combo, script, step, waits, durable_state, block, relayer
+) -> RecordedRun:
     name = fired.record.workflow
     workflow = deployed.workflows[name]
     durable = durable_state.setdefault(name, {})
     now = fired.at
     start = Start(
-        state=dict(durable) if reads_state(workflow) else {},
+        state=dict(durable) if _reads_state(workflow) else {},
         run_id=rid,
         workflow=name,
         version=workflow_version(workflow),
@@ -173,8 +179,8 @@ def _run(deployed, fired, rid, combo, script, step, waits, durable_state) -> Rec
                     intent = build.intent(deployed, effect.action)
                     sends.append(
                         RecordedSend(
-                            effect.key, effect.path, intent.network, intent.relayer, RELAYER,
-                            intent.to, intent.value, "succeeded", 100, 21000, 10**9, "0x01",
+                            effect.key, effect.path, intent.network, intent.relayer, relayer,
+                            intent.to, intent.value, "succeeded", block, 21000, 10**9, "0x01",
                         )
                     )  # fmt: skip
                     reserved, _ = charges(deployed, name, intent.shape)
@@ -217,6 +223,18 @@ def _run(deployed, fired, rid, combo, script, step, waits, durable_state) -> Rec
         sends=tuple(sends),
         charges=tuple(charged),
     )
+
+
+_READS: dict[int, tuple[Any, bool]] = {}
+
+
+def _reads_state(workflow: Any) -> bool:
+    """Whether ``workflow`` reads durable state, asked once per definition (as the
+    runner asks once per version)."""
+    found = _READS.get(id(workflow))
+    if found is None or found[0] is not workflow:
+        found = _READS[id(workflow)] = (workflow, reads_state(workflow))
+    return found[1]
 
 
 def _state(durable: dict[str, Any], effect: Execute) -> dict[str, Any]:
