@@ -30,27 +30,39 @@ class _Entry:
 
 
 class _Series:
-    """Amounts in time order, summed over a window with two bisections."""
+    """Amounts in time order with their running totals: a window's sum is two
+    bisections and a subtraction (sends come in time order, so an entry is appended)."""
 
     def __init__(self) -> None:
         self.times: list[datetime] = []
         self.entries: list[_Entry] = []
+        self.totals: list[int] = []
+        """``totals[i]``: the sum of the amounts of entries ``0..i``."""
 
     def add(self, entry: _Entry) -> None:
         index = bisect.bisect_right(self.times, entry.at)
         self.times.insert(index, entry.at)
         self.entries.insert(index, entry)
+        before = self.totals[index - 1] if index else 0
+        self.totals.insert(index, before + entry.amount)
+        for later in range(index + 1, len(self.totals)):
+            self.totals[later] += entry.amount
 
     def remove(self, key: str) -> None:
-        kept = [(t, e) for t, e in zip(self.times, self.entries, strict=True) if e.key != key]
-        self.times = [t for t, _ in kept]
-        self.entries = [e for _, e in kept]
+        kept = [entry for entry in self.entries if entry.key != key]
+        if len(kept) == len(self.entries):
+            return
+        self.times, self.entries, self.totals = [], [], []
+        for entry in kept:
+            self.add(entry)
 
     def within(self, after: datetime, until: datetime) -> int:
         """The sum of the amounts at times in ``(after, until]``."""
         low = bisect.bisect_right(self.times, after)
         high = bisect.bisect_right(self.times, until)
-        return sum(entry.amount for entry in self.entries[low:high])
+        if high <= low:
+            return 0
+        return self.totals[high - 1] - (self.totals[low - 1] if low else 0)
 
 
 class Ledger:

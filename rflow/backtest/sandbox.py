@@ -469,7 +469,11 @@ class Sandbox:
         outcome = self.outcomes[state.run_id]
         outcome.mark(mark)
         outcome.status = DONE
-        outcome.reason = f"stopped at {mark.path or 'a step'}: {mark.text}"
+        words = {
+            "unrecorded": "a request the original run never made",
+            "not_simulated": "an effect without a simulation",
+        }
+        outcome.reason = f"stopped at {mark.path or 'a step'}: {words.get(mark.kind, mark.kind)}"
         self.runs[state.run_id] = DONE
         await self._passed_on(state, RunStatus.CANCELLED, at)
 
@@ -626,8 +630,9 @@ class Sandbox:
             self.ledger.release(effect.key)
         if cost is not None and outcome_kind in ("sent", "reverted"):
             self.ledger.pay_gas(at, effect.key, intent.network, intent.relayer, cost)
+        # Trusted values of the relayer's own rule: built without validating again.
         charged = [
-            ChargeView(budget=c.budget, asset=c.asset, amount=c.amount)
+            ChargeView.model_construct(budget=c.budget, asset=c.asset, amount=c.amount)
             for c in reservations
             if outcome_kind == "sent"
         ]
