@@ -398,11 +398,17 @@ class Chain:
             fork = self.fork
             assert fork is not None and fork.rpc is not None
             await fork.at(block)
+            # Reset to the block, the fork's head is the firing's block; a fork that
+            # could not reach it runs at the URL's head, which the block then names not.
+            asked = (
+                [("latest" if p == hex(block) else p) for p in params] if fork.latest else params
+            )
             try:
-                latest = [hex(block) if p == hex(block) else p for p in params]
-                return Read(await fork.rpc.call(method, *latest), fork.latest)
+                return Read(await fork.rpc.call(method, *asked), fork.latest)
             except RpcError as exc:
                 return Read(None, fork.latest, exc)
+            except RpcUnavailable as exc:
+                raise ChainError(f"the anvil fork did not answer: {exc}") from None
         try:
             return Read(await (await self._pool(network)).call(method, *params), False)
         except RpcError as exc:

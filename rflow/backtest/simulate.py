@@ -32,6 +32,7 @@ from eth_utils import to_checksum_address
 
 from rflow.backtest.chain import READ_ONLY, Chain
 from rflow.backtest.history import RecordedRun
+from rflow.classify import http_failure
 from rflow.codecs.backtests import Mark
 from rflow.engine.effects import Execute, Park
 from rflow.failures import FailureKind, RflowError, StepError
@@ -239,6 +240,14 @@ async def http_answer(context: Context, effect: Execute) -> Answer | Stop:
             check_url(resolved["url"], declared.permissions.http_hosts if declared else None)
             headers = {str(k): str(v) for k, v in (resolved.get("headers") or {}).items()}
             output = await context.fetch(resolved["url"], headers)
+            expected = resolved.get("expect_status") or []
+            status = output.get("status", 0)
+            if not (status in expected if expected else 200 <= status < 300):
+                raise http_failure(
+                    status,
+                    f"HTTP {status} from {resolved['url']}: {str(output.get('body', ''))[:200]}",
+                    retryable=resolved.get("retryable_status_codes"),
+                )
         except RflowError as exc:
             return Answer(error=secrets.scrub_error(exc.as_data()))
         mark = context.mark("live", effect.path, f"sent for real (--live-http): {request}")

@@ -66,6 +66,8 @@ async def test_a_candidate_that_raises_a_bonus_tips_a_desk_and_tightens_the_budg
         assert status == 1, (report, stderr)
         same_status, same, same_err = await backtest(week, week.candidate("same"))
         shown = await rflow(week, "backtest", str(candidate), "--since", "7d")
+        forked_status, forked, forked_err = await backtest(week, candidate, "--fork-url", url)
+        limited_status, limited, _ = await backtest(week, candidate, "--limit", "3")
         assert await chain_state(url, week.relayer.address) == before
     assert report["outcome"] == "different" and report["money_moves"] is True
     assert report["firings"] == len(FIRINGS) and report["from_topic"] == len(FIRINGS)
@@ -127,6 +129,18 @@ async def test_a_candidate_that_raises_a_bonus_tips_a_desk_and_tightens_the_budg
     assert text.index("WORKFLOW") < text.index("BUDGET") < text.index("Run ")
     assert "daily   native  0.328 ether  0.285 ether  -0.043 ether" in text
     assert "changed  bonus: 0.003 ether to" in text and "value 0.001 ether → 0.003 ether" in text
+
+    # On an anvil fork of the node, reset to each firing's block: the same answers.
+    assert forked_status == 1, (forked, forked_err)
+    assert [changes(run) for run in forked["runs"]] == [changes(run) for run in report["runs"]]
+    assert forked["spend"] == report["spend"] and forked["options"]["fork"] is True
+    simulated = [c["new"]["source"] for run in forked["runs"] for c in run["sends"] if c["new"]]
+    assert set(simulated) == {"fork", "rules"}  # rules: the refusal by the budget
+
+    # --limit: the most recent firings; what the others spent counts as it was.
+    assert limited_status == 1 and limited["firings"] == 3
+    assert [run["trigger_key"] for run in limited["runs"]] == ["manual:payouts:week-7"]
+    assert "the 3 most recent are replayed" in limited["notes"][0]
 
     assert same_status == 0, (same, same_err)
     assert same["outcome"] == "same" and same["runs"] == [] and same["money_moves"] is False
@@ -312,3 +326,35 @@ async def test_deploy_backtest_asks_before_a_version_that_moves_money_differentl
         assert broken.returncode == 2
         assert "the backtest could not run" in broken.stderr.decode()
         assert await deployments(settings) == 3
+
+
+async def test_firings_the_topic_no_longer_keeps_are_rebuilt_from_the_read_model(
+    settings, worker_factory, tmp_path
+):
+    """With every firing gone from the triggers topic (as retention deletes them), the
+    backtest rebuilds them from the read model's runs, says so, and replays them as they
+    went: an identical candidate reports no difference, the spend is the real spend."""
+    async with chain.private_anvil() as url:
+        week = await run_a_week(settings, worker_factory, tmp_path, url)
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
+        consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers)
+        await admin.start()
+        await consumer.start()
+        try:
+            from aiokafka.admin.records_to_delete import RecordsToDelete
+
+            topic = settings.topic_prefix + "rflow.triggers"
+            tps = [TopicPartition(topic, p) for p in range(8)]
+            ends = await consumer.end_offsets(tps)
+            await admin.delete_records({tp: RecordsToDelete(ends[tp]) for tp in tps})
+            assert await consumer.beginning_offsets(tps) == ends
+        finally:
+            await consumer.stop()
+            await admin.close()
+        status, report, stderr = await backtest(week, week.candidate("same"))
+    assert status == 0, (report, stderr)
+    assert (report["from_topic"], report["from_read_model"]) == (0, 10)
+    assert report["marks"] == {"reconstructed": 20}  # each run, in both versions
+    assert report["drift"] == [] and report["runs"] == []
+    assert int(report["spend"][0]["old"]) == await real_spend(settings, week.run_ids)
+    assert any("no longer holds its oldest records" in note for note in report["notes"])

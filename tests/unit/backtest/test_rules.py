@@ -147,3 +147,50 @@ async def test_a_query_that_could_change_a_chain_is_never_sent():
     )
     found = await query_answer(context(), effect)
     assert found.mark.kind == "unrecorded" and "eth_sendRawTransaction" in found.mark.text
+
+
+def http(method: str, url: str = "https://prices.test/eth", **extra) -> Execute:
+    return Execute(
+        run_id="r1",
+        workflow="quote",
+        path="price",
+        visit=1,
+        attempt=1,
+        key="k",
+        kind="http_call",
+        action={"method": method, "url": url, **extra},
+    )
+
+
+QUOTE = """
+workflows:
+  quote:
+    trigger: { manual: {} }
+    permissions: { http_hosts: [prices.test] }
+    steps:
+      - id: price
+        http_call: { url: "https://prices.test/eth" }
+"""
+
+
+async def test_live_http_sends_a_get_within_the_hosts_allowed_and_never_another_method():
+    from rflow.backtest.simulate import http_answer
+
+    asked = []
+
+    async def fetch(url, headers):
+        asked.append(url)
+        return {"status": 200 if "eth" in url else 503, "body": "{}", "headers": {}}
+
+    live = context()
+    live.project, live.live_http, live.fetch = project(QUOTE), True, fetch
+    found = await http_answer(live, http("GET"))
+    assert found.output["status"] == 200 and [m.kind for m in found.marks] == ["live"]
+    down = await http_answer(live, http("GET", "https://prices.test/btc"))
+    assert down.error.kind == "data_unavailable" and "HTTP 503" in down.error.message
+    elsewhere = await http_answer(live, http("GET", "https://other.test/eth"))
+    assert elsewhere.error.kind == "permission_denied"
+    stopped = await http_answer(live, http("POST", body={"a": 1}))
+    assert stopped.mark.kind == "unrecorded" and "--live-http sends GETs only" in stopped.mark.text
+    assert 'POST https://prices.test/eth with body {"a":1}' in stopped.mark.text
+    assert asked == ["https://prices.test/eth", "https://prices.test/btc"]
