@@ -147,6 +147,8 @@ def headline(report: BacktestReport) -> str:
     """The verdict in one sentence."""
     if report.outcome == "failed":
         return f"The backtest could not run: {report.reason}"
+    if report.outcome == "same" and not report.firings:
+        return "No firing of these workflows in the window: nothing to compare."
     if report.outcome == "same":
         return f"No difference: the candidate does what the deployed version does with all {report.firings} firings."
     money = "; money moves differently" if report.money_moves else "; no money moves differently"

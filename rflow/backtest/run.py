@@ -132,7 +132,6 @@ async def _replayed(
         projects,
         chain,
         env,
-        workflows=frozenset(base["workflows"]),
         assume=request.assume,
         live_http=request.live_http,
         fetch=fetch,
@@ -146,7 +145,6 @@ async def replay(
     chain: Any,
     env: Mapping[str, str],
     *,
-    workflows: frozenset[str] | None = None,
     assume: Assume | None = None,
     live_http: bool = False,
     fetch: Any = None,
@@ -154,7 +152,6 @@ async def replay(
     """Both replays of ``history``: the deployed version's, then the candidate's (one
     firing's block found once, for both)."""
     common: dict[str, Any] = {
-        "workflows": workflows,
         "assume": assume,
         "live_http": live_http,
         "fetch": fetch,

@@ -105,7 +105,6 @@ class Sandbox:
         chain: Chain,
         env: Mapping[str, str],
         *,
-        workflows: frozenset[str] | None = None,
         assume: Assume | None = None,
         live_http: bool = False,
         fetch: Callable[[str, Mapping[str, str]], Awaitable[dict[str, Any]]] | None = None,
@@ -116,7 +115,6 @@ class Sandbox:
         self.history = history
         self.chain = chain
         self.env = env
-        self.workflows = workflows
         self.assume = assume
         self.live_http = live_http
         self.fetch = fetch
