@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rflow.backtest.history import RecordedRun
-from rflow.backtest.sandbox import Outcome
+from rflow.backtest.outcome import Outcome
 from rflow.codecs.backtests import (
     Drift,
     Mark,

@@ -18,7 +18,8 @@ from rflow.backtest import diff
 from rflow.backtest.chain import Chain, ChainError
 from rflow.backtest.history import History, Window
 from rflow.backtest.load import LoadError, load
-from rflow.backtest.sandbox import Outcome, Sandbox
+from rflow.backtest.outcome import Outcome
+from rflow.backtest.sandbox import Sandbox
 from rflow.backtest.simulate import Assume
 from rflow.codecs.backtests import BacktestReport
 from rflow.lang.model import Project

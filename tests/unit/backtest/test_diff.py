@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from rflow.backtest.diff import pair_sends, step_changes
-from rflow.backtest.sandbox import Outcome
+from rflow.backtest.outcome import Outcome
 from rflow.codecs.backtests import Send, Step
 from tests.unit.backtest.world import T0, firing
 

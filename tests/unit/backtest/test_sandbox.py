@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rflow.backtest import sandbox
+from rflow.backtest import sandbox, sends
 from rflow.backtest.history import SpendEntry
 from rflow.backtest.report import text
 from rflow.backtest.run import Projects, replay, report
@@ -371,6 +371,6 @@ def test_the_report_reads_back_exactly():
 
 
 def test_a_refusal_kind_is_decided_anew_but_a_chain_outcome_is_reused():
-    assert {"reverted", "simulation_failed", "dropped", "expired"} == sandbox.REUSED
-    assert FailureKind.BUDGET_EXCEEDED not in sandbox.REUSED
-    assert StepError(kind=FailureKind.PERMISSION_DENIED, message="x").kind not in sandbox.REUSED
+    assert {"reverted", "simulation_failed", "dropped", "expired"} == sends.REUSED
+    assert FailureKind.BUDGET_EXCEEDED not in sends.REUSED
+    assert StepError(kind=FailureKind.PERMISSION_DENIED, message="x").kind not in sends.REUSED
