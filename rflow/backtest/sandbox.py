@@ -343,8 +343,10 @@ class Sandbox:
             self._cancelled.add(
                 (effect.run_id, effect.path, effect.visit, effect.attempt, effect.purpose)
             )
-        elif kind == "unpark":
-            pass  # nothing was parked anywhere but here
+        elif kind in ("unpark", "withdraw"):
+            # Nothing was parked anywhere but here; a send the sandbox answers is decided
+            # at once, as one already signed: its result comes back as usual.
+            pass
         else:
             text = f"{kind} effects have no simulation in a backtest"
             await self.stop(state, at, Mark(kind="not_simulated", side=self.side, text=text))
