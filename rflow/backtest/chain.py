@@ -151,7 +151,8 @@ class Fork:
         """Whether the fork could not be reset to the block asked and runs at the URL's
         latest block instead."""
 
-    async def start(self) -> Fork:
+    async def start(self, block: int | None = None) -> Fork:
+        """Start the fork (at ``block`` when given: anvil's ``--fork-block-number``)."""
         if self.binary is None:
             raise ChainError(
                 "--fork-url needs anvil (Foundry) on the PATH, or the local stack's copy "
@@ -165,6 +166,7 @@ class Fork:
                 self.binary,
                 *("--host", "127.0.0.1", "--port", str(port)),
                 *("--fork-url", self.url, "--no-mining", "--silent"),
+                *(("--fork-block-number", str(block)) if block is not None else ()),
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -176,6 +178,7 @@ class Fork:
         while True:
             try:
                 self.chain_id = await self.rpc.chain_id()
+                self.block = block
                 return self
             except RpcUnavailable:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -276,12 +279,16 @@ class Chain:
         self._pools[network] = pool
         return pool
 
-    async def _forks(self, network: str) -> bool:
-        """Whether ``network`` is simulated on the fork (its chain id is the fork's)."""
+    async def _forks(self, network: str, block: int) -> bool:
+        """Whether ``network`` is simulated on the fork (its chain id is the fork's); the
+        fork starts at the first block asked."""
         if self.fork_url is None:
             return False
         if self.fork is None:
-            self.fork = await Fork(self.fork_url).start()
+            try:
+                self.fork = await Fork(self.fork_url).start(block)
+            except ChainError:  # the URL keeps no state there: at its head, then reset
+                self.fork = await Fork(self.fork_url).start()
         return self.chain_id(network) == self.fork.chain_id
 
     async def _ask(self, network: str, method: str, *params: Any) -> Any:
@@ -343,7 +350,7 @@ class Chain:
         if key in self._answers:
             return self._answers[key]
         async with self._lock:
-            if await self._forks(network):
+            if await self._forks(network, block):
                 answer = await self._on_fork(block, call)
             else:
                 answer = await self._on_node(network, block, call)
@@ -394,7 +401,7 @@ class Chain:
         return answer
 
     async def _read(self, network: str, block: int, method: str, params: list[Any]) -> Read:
-        if await self._forks(network):
+        if await self._forks(network, block):
             fork = self.fork
             assert fork is not None and fork.rpc is not None
             await fork.at(block)
