@@ -38,6 +38,8 @@ SLACK = timedelta(hours=1)
 its firing was received, so nothing of the window was produced before its start; the
 slack covers clocks that disagree."""
 READ_TIMEOUT_MS = 2000
+STALLED = 15
+"""Waits of :data:`READ_TIMEOUT_MS` without a record after which reading stops, failed."""
 
 
 class LoadError(Exception):
@@ -95,19 +97,26 @@ async def topic_firings(
 
 
 async def _read(consumer: Any, tps: list[TopicPartition], ends: dict[Any, int]) -> list[Any]:
+    """Every record of ``tps`` from where the consumer stands to ``ends``; a topic that
+    stops giving records before its end for :data:`STALLED` waits in a row is an error
+    (a backtest never replays part of a window without saying so)."""
     pending = {tp for tp in tps if await consumer.position(tp) < ends[tp]}
     taken: list[Any] = []
+    idle = 0
     while pending:
         batch = await consumer.getmany(*pending, timeout_ms=READ_TIMEOUT_MS)
         for messages in batch.values():
             taken += messages
+        before = len(pending)
         for tp in list(pending):
             if await consumer.position(tp) >= ends[tp]:
                 pending.discard(tp)
-        if not batch and pending:
-            # Nothing came in a whole wait: the rest of those partitions is gone (deleted
-            # under us) or transaction markers only.
-            break
+        idle = 0 if batch or len(pending) < before else idle + 1
+        if idle >= STALLED:
+            where = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(pending))
+            raise LoadError(
+                f"{where} gave no records before its end for {STALLED * READ_TIMEOUT_MS // 1000}s"
+            )
     return taken
 
 
