@@ -67,6 +67,8 @@ ACTIONS: dict[str, Action] = {
         Action("workflows.pause", "operator", "pause and resume a workflow", ("reason",)),
         Action("schedules.toggle", "operator", "disable and enable a schedule", ("reason",)),
         Action("dead_letters.replay", "operator", "produce a dead-lettered record back to its topic"),
+        Action("backtests.read", "viewer", "read the reports of past backtests (the console's Backtests)", audited=False),
+        Action("backtests.run", "operator", "replay retained firings through a candidate project in a sandbox (`rflow backtest`)", ("since", "limit")),
         Action("deploy", "operator", "publish a project as the new deployment (`rflow deploy`)"),
         Action("deploy.rollback", "operator", "publish a project older than the newest deployment, going back (`rflow deploy --rollback`, `rflow worker --rollback`)"),
     )

@@ -17,6 +17,10 @@ from rflow import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "approvals": ("approvals", "Approvals: the inbox of pending decisions, and answering them."),
     "audit": ("audit", "The audit trail: operator actions taken and attempts refused."),
+    "backtest": (
+        "backtest",
+        "Replay retained firings through a candidate project beside the deployed one.",
+    ),
     "budgets": ("budgets", "Durable spend budgets: their caps and what the window has used."),
     "dead-letters": ("dead_letters", "Dead-lettered records: list them, show one, replay one."),
     "deploy": ("deploy", "Validate the project at PATH, then publish it as the new deployment."),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rflow.cli import (  # noqa: F401  (each module registers its commands on import)
     approvals,
     audit,
+    backtest,
     budgets,
     dead_letters,
     deploy,

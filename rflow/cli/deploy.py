@@ -38,9 +38,22 @@ def actor() -> str:
     help="Publish PATH even though it is an older deployment's project: going back, "
     "recorded as the action deploy.rollback.",
 )
+@click.option(
+    "--backtest",
+    "backtest_since",
+    default=None,
+    metavar="DURATION",
+    help="First replay the firings of this long back (7d) through PATH beside the deployed "
+    "version (rflow backtest), and ask before deploying when money would move differently.",
+)
+@click.option(
+    "--yes", is_flag=True, help="Deploy without asking, whatever the backtest found (scripts)."
+)
 @click.option("--json", "as_json", is_flag=True)
 @needs("deploy", when={"rollback": "deploy.rollback"})
-def deploy(path: Path, rollback: bool, as_json: bool) -> None:
+def deploy(
+    path: Path, rollback: bool, backtest_since: str | None, yes: bool, as_json: bool
+) -> None:
     """Validate the project at PATH, then publish it as the new deployment.
 
     Every worker takes it up within seconds, without a restart: new workflows start
@@ -50,6 +63,11 @@ def deploy(path: Path, rollback: bool, as_json: bool) -> None:
     again changes nothing. Deployments move forward: a project that is an older
     deployment's (by its content, against the order of deployments) is published only
     with --rollback. Exits 1, publishing nothing, when PATH has errors or is older.
+
+    With --backtest, the report of the backtest comes first; when the new version would
+    move money differently (a send added, removed or changed, or another total spent)
+    the deploy asks before publishing, and publishes nothing unless told yes (exit 1).
+    A backtest that cannot run publishes nothing (exit 2).
     """
     from rflow.deployment import Changes, older_message, resource_changes
     from rflow.engine.keys import deployable
@@ -62,6 +80,8 @@ def deploy(path: Path, rollback: bool, as_json: bool) -> None:
             click.echo(str(diagnostic), err=True)
         raise SystemExit(1)
     definitions = deployable(report.project.workflows)
+    if backtest_since is not None:
+        _backtest_first(path, backtest_since, yes=yes, as_json=as_json)
 
     async def publish(conn: Any) -> tuple[Any, Any]:
         latest = await deployments.latest_id(conn)
@@ -124,6 +144,38 @@ def deploy(path: Path, rollback: bool, as_json: bool) -> None:
     click.echo(f"\n{summary}")
     if published.created:
         click.echo(check[0].upper() + check[1:] + ".")
+
+
+def _backtest_first(path: Path, since: str, *, yes: bool, as_json: bool) -> None:
+    """Backtest PATH over ``since`` and stop the deploy unless it may go on."""
+    from rflow.backtest.report import text
+    from rflow.cli.backtest import perform
+    from rflow.cli.common import fail
+
+    found, stored = perform(path, since=since)
+    click.echo(text(found), err=as_json)
+    if stored is not None:
+        click.echo(
+            f"(kept as backtest {stored}: the console's Backtests page shows it)", err=as_json
+        )
+    click.echo("", err=as_json)
+    if found.outcome == "failed":
+        fail(
+            "nothing deployed: the backtest could not run (deploy without --backtest to skip it)",
+            2,
+        )
+    if not found.money_moves or yes:
+        return
+    try:
+        go = click.confirm(
+            "Money would move differently with this version (see above). Deploy it anyway?",
+            default=False,
+            err=True,
+        )
+    except click.Abort:
+        go = False
+    if not go:
+        fail("nothing deployed", 1)
 
 
 def _deployed(row: dict[str, Any]) -> str:

@@ -12,13 +12,22 @@ from rflow.authz import Principal, Target, decide
 # policy must change this table too.
 EXPECTED: dict[str, set[str]] = {
     "none": set(),
-    "viewer": {"metrics.read", "runs.read", "audit.read", "state.read"},
-    "approver": {"metrics.read", "runs.read", "audit.read", "state.read", "approvals.answer"},
+    "viewer": {"metrics.read", "runs.read", "audit.read", "state.read", "backtests.read"},
+    "approver": {
+        "metrics.read",
+        "runs.read",
+        "audit.read",
+        "state.read",
+        "backtests.read",
+        "approvals.answer",
+    },
     "operator": {
         "metrics.read",
         "runs.read",
         "audit.read",
         "state.read",
+        "backtests.read",
+        "backtests.run",
         "approvals.answer",
         "runs.run",
         "runs.retry",
@@ -109,4 +118,5 @@ def test_reads_are_not_written_to_the_trail_and_actions_are():
         "runs.read",
         "audit.read",
         "state.read",
+        "backtests.read",
     }
