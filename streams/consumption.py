@@ -53,6 +53,9 @@ from typing import TYPE_CHECKING, Any
 
 import faust
 from aiokafka import AIOKafkaConsumer
+from faust.serializers import codecs as faust_codecs
+from faust.stores import memory as memory_store
+from faust.stores import rocksdb as rocksdb_store
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP
@@ -134,6 +137,17 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
             and _assigns(AIOKafkaConsumer.start, "_fetch_max_wait_ms")
         ),
     ),
+    "faust memory Store._key_partition (the partition of each key)": (
+        "faust-streaming",
+        lambda: _assigns(memory_store.Store.__post_init__, "_key_partition"),
+    ),
+    "faust rocksdb Store._dbs, _db_for_partition (one database per partition)": (
+        "faust-streaming",
+        lambda: (
+            _defines(rocksdb_store.Store, "_db_for_partition")
+            and _assigns(rocksdb_store.Store.__init__, "_dbs")
+        ),
+    ),
 }
 """Each private name this module uses: the distribution it belongs to, and how to tell it
 is still there."""
@@ -177,6 +191,11 @@ def current_partition() -> int:
     return partition
 
 
+def deciding() -> int | None:
+    """The partition being decided, or ``None`` outside a decision."""
+    return _WRITING_TO.get()
+
+
 @contextmanager
 def writing_to(partition: int) -> Iterator[None]:
     """Table writes in this block go to ``partition`` of their changelogs."""
@@ -185,6 +204,213 @@ def writing_to(partition: int) -> Iterator[None]:
         yield
     finally:
         _WRITING_TO.reset(token)
+
+
+# --- table stores ---------------------------------------------------------------------
+
+FRESH_KEY = b"__rflow\x00fresh__"
+"""A RocksDB partition's key holding the wall time at which its owner last knew it to
+hold every changelog record up to its persisted offset (:meth:`TableStore.stamp`)."""
+
+
+class TableStore:
+    """A Faust table's store, read and written one partition at a time.
+
+    Values are what the table's value codec reads (as Faust's memory store keeps them);
+    a value of ``None`` written is a deletion. :func:`table_store` picks the kind.
+    """
+
+    read = 0
+    """Changelog records Faust applied to the store (recovering it, or as a standby)."""
+
+    def _count_reads(self, store: Any) -> None:
+        apply = store.apply_changelog_batch
+
+        def counted(batch: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
+            batch = list(batch)
+            self.read += len(batch)
+            return apply(batch, *args, **kwargs)
+
+        store.apply_changelog_batch = counted
+
+    def get(self, partition: int | None, key: Any) -> Any:
+        """The value of ``key`` on ``partition`` (any partition held here: ``None``)."""
+        raise NotImplementedError
+
+    def write(self, partition: int, changes: Iterable[tuple[Any, Any]], offset: int | None) -> None:
+        """Apply ``changes`` to ``partition`` at once, with ``offset``: the changelog offset
+        up to which the partition now holds every record (``None``: unknown)."""
+        raise NotImplementedError
+
+    def scan(self, partition: int, after: Any, limit: int) -> list[tuple[Any, Any]]:
+        """Up to ``limit`` entries of ``partition`` whose keys sort after ``after`` (every
+        key: ``None``), in key order."""
+        raise NotImplementedError
+
+    def partitions(self) -> list[int]:
+        """The partitions held here."""
+        raise NotImplementedError
+
+    def stamp(self, partition: int, now: float) -> None:
+        """Note that ``partition`` is current at wall time ``now`` (kept on disk only)."""
+
+    def fresh(self, max_age: float) -> None:
+        """Have Faust recover from the changelog's start every partition last known to be
+        current more than ``max_age`` seconds ago (on disk only): compaction may have
+        removed the tombstones of what was deleted meanwhile."""
+
+
+class MemoryTableStore(TableStore):
+    """Faust's memory store: one dict, the partition of each key beside it."""
+
+    def __init__(self, table: Any) -> None:
+        store = table.data
+        self.data: dict[Any, Any] = store.data
+        self.partition_of: dict[Any, int] = store._key_partition
+        self._count_reads(store)
+
+    def get(self, partition: int | None, key: Any) -> Any:
+        data = self.data
+        return data[key] if key in data else None  # noqa: SIM401 (.get goes through KeyError)
+
+    def write(self, partition: int, changes: Iterable[tuple[Any, Any]], offset: int | None) -> None:
+        data, partition_of = self.data, self.partition_of
+        for key, value in changes:
+            if value is None:
+                data.pop(key, None)
+                partition_of.pop(key, None)
+            else:
+                data[key] = value
+                partition_of[key] = partition
+
+    def scan(self, partition: int, after: Any, limit: int) -> list[tuple[Any, Any]]:
+        keys = sorted(
+            key
+            for key, held in list(self.partition_of.items())
+            if held == partition and (after is None or key > after)
+        )[:limit]
+        data = self.data
+        return [(key, data[key]) for key in keys if key in data]
+
+    def partitions(self) -> list[int]:
+        return sorted(set(self.partition_of.values()))
+
+
+class RocksTableStore(TableStore):
+    """Faust's RocksDB store (rocksdict): one database per partition, holding each
+    changelog record's bytes and the offset of the last one applied."""
+
+    def __init__(self, table: Any) -> None:
+        import rocksdict
+
+        self.rocksdict = rocksdict
+        self.store = table.data
+        self._count_reads(self.store)
+        self.dump_key = faust_codecs.get_codec(table.key_serializer).dumps
+        self.dump_value = faust_codecs.get_codec(table.value_serializer).dumps
+        self.load_key = faust_codecs.get_codec(table.key_serializer).loads
+        self.load_value = faust_codecs.get_codec(table.value_serializer).loads
+        self.offset_key = self.store.offset_key
+        self._persisted_offset = self.store.persisted_offset
+        # Faust asks a store for its persisted offset before it reads a partition's
+        # changelog: a partition too old to be trusted answers "none", and is read whole.
+        self.max_age: float | None = None
+        self.store.persisted_offset = self._persisted_offset_if_fresh
+
+    def _open(self, partition: int) -> Any:
+        return self.store._db_for_partition(partition)
+
+    def _held(self, partition: int | None) -> list[Any]:
+        dbs = self.store._dbs
+        if partition is None:
+            return list(dbs.values())
+        found = dbs.get(partition)
+        return [found] if found is not None else []
+
+    def get(self, partition: int | None, key: Any) -> Any:
+        raw_key = self.dump_key(key)
+        for db in self._held(partition):
+            raw = db.get(raw_key)
+            if raw is not None:
+                return self.load_value(raw)
+        return None
+
+    def write(self, partition: int, changes: Iterable[tuple[Any, Any]], offset: int | None) -> None:
+        batch = self.rocksdict.WriteBatch(raw_mode=True)
+        dump_key, dump_value = self.dump_key, self.dump_value
+        for key, value in changes:
+            if value is None:
+                batch.delete(dump_key(key))
+            else:
+                batch.put(dump_key(key), dump_value(value))
+        if offset is not None:
+            batch.put(self.offset_key, str(offset).encode())
+        # Its owner writes it, so it is current now.
+        batch.put(FRESH_KEY, repr(time.time()).encode())
+        self._open(partition).write(batch)
+
+    def scan(self, partition: int, after: Any, limit: int) -> list[tuple[Any, Any]]:
+        found: list[tuple[Any, Any]] = []
+        for db in self._held(partition):
+            it = db.iter()
+            if after is None:
+                it.seek_to_first()
+            else:
+                start = self.dump_key(after)
+                it.seek(start)
+                if it.valid() and it.key() == start:
+                    it.next()
+            load_key, load_value = self.load_key, self.load_value
+            while it.valid() and len(found) < limit:
+                raw_key = it.key()
+                if raw_key[:1] == b'"':  # a table key (JSON text), not Faust's or rflow's own
+                    found.append((load_key(raw_key), load_value(it.value())))
+                it.next()
+            del it
+        return found
+
+    def partitions(self) -> list[int]:
+        return sorted(self.store._dbs)
+
+    def stamp(self, partition: int, now: float) -> None:
+        for db in self._held(partition):
+            db.put(FRESH_KEY, repr(now).encode())
+
+    def fresh(self, max_age: float) -> None:
+        self.max_age = max_age
+
+    def _persisted_offset_if_fresh(self, tp: TP) -> int | None:
+        offset = self._persisted_offset(tp)
+        if offset is None or self.max_age is None:
+            return offset
+        db = self._open(tp.partition)
+        stamped = db.get(FRESH_KEY)
+        age = time.time() - float(stamped) if stamped is not None else None
+        if age is not None and age <= self.max_age:
+            return offset
+        log.warning(
+            "%s[%d]: the local copy was last known current %s; it is read again from the "
+            "changelog's start (deletions older than the changelog's delete.retention.ms "
+            "may be gone from it)",
+            tp.topic,
+            tp.partition,
+            "never" if age is None else f"{age:.0f}s ago",
+        )
+        batch = self.rocksdict.WriteBatch(raw_mode=True)
+        for raw_key in list(db.keys()):
+            batch.delete(raw_key)
+        db.write(batch)
+        return None
+
+
+def table_store(table: Any) -> TableStore:
+    """How ``table``'s Faust store is read and written (memory:// or rocksdb://)."""
+    store = table.data
+    if isinstance(store, rocksdb_store.Store):
+        return RocksTableStore(table)
+    if isinstance(store, memory_store.Store):
+        return MemoryTableStore(table)
+    raise InternalsChanged(f"rflow cannot read a table kept in {type(store).__name__}")
 
 
 # --- the consumer ---------------------------------------------------------------------
