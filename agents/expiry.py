@@ -71,7 +71,8 @@ class Sweeper:
             self.tables.stamp(partition, now)
 
     async def sweep(self) -> dict[str, int]:
-        """Sweep every partition this worker owns once; returns the entries seen by table."""
+        """Sweep every partition this worker owns once; returns the entries each table
+        holds after it."""
         seen = {"triggers": 0, "settled": 0, "runs": 0}
         for partition in sorted(self.consumption.owned()):
             complete = True
@@ -87,12 +88,13 @@ class Sweeper:
         if metrics is not None:
             for name, count in seen.items():
                 metrics.remembered.labels(name).set(count)
+            metrics.sweeps.inc()
         self.passes += 1
         return seen
 
     async def _sweep(self, name: str, partition: int) -> int | None:
-        """Sweep ``name``'s entries on ``partition``, a chunk at a time; how many there
-        were, or ``None`` if the partition was given up meanwhile."""
+        """Sweep ``name``'s entries on ``partition``, a chunk at a time; how many it keeps,
+        or ``None`` if the partition was given up meanwhile."""
         table: Staged = getattr(self.tables, name)
         after: Any = None
         count = 0
@@ -137,7 +139,9 @@ class Sweeper:
             else:
                 target[decision.key] = decision.entry
         last = stored[-1][0] if len(stored) == CHUNK else None
-        return last, len(stored)
+        held = sum(1 for key, _ in stored if not table.pending(key) or table.get(key) is not None)
+        forgotten = sum(1 for d in decisions if isinstance(d, memory.Forget) and d.table == name)
+        return last, held - forgotten
 
 
 def attach(app: RflowApp, runner: Runner) -> Sweeper:

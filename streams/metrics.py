@@ -144,6 +144,11 @@ class Metrics:
             "their de-duplication window, runs moved to settled",
             "table",
         )
+        self.sweeps = self._counter(
+            "rflow_sweeps",
+            "Sweeps of this worker's partitions completed (each one forgets what the "
+            "de-duplication window no longer covers)",
+        )
         self.remembered = self._gauge(
             "rflow_remembered",
             "Entries this worker's tables hold for its partitions, by table, as counted by "
