@@ -254,6 +254,27 @@ class TableStore:
     def stamp(self, partition: int, now: float) -> None:
         """Note that ``partition`` is current at wall time ``now`` (kept on disk only)."""
 
+    indexed = False
+    """Whether the store keeps an index of when its entries come due (:meth:`index_by`)."""
+
+    def index_by(self, due: Callable[[Any, Any], float | None]) -> None:
+        """Keep, beside each entry written, when it comes due (``due(key, value)``, in
+        seconds since the epoch; ``None``: never), so that :meth:`due` finds the entries
+        due without reading the others (on disk only; a memory store is read whole)."""
+
+    def due(self, partition: int, now: float, limit: int) -> list[tuple[bytes, Any]]:
+        """Up to ``limit`` keys of ``partition`` due at ``now``, earliest first, each with
+        its index entry (to :meth:`reindex` it)."""
+        return []
+
+    def reindex(
+        self, partition: int, done: Iterable[bytes], again: Iterable[tuple[Any, float]]
+    ) -> None:
+        """Drop the index entries ``done``; index each key of ``again`` at its time."""
+
+    def rewind(self, partition: int) -> None:
+        """Have the next :meth:`due` of ``partition`` read its index from the start."""
+
     def fresh(self, max_age: float) -> None:
         """Have Faust recover from the changelog's start every partition last known to be
         current more than ``max_age`` seconds ago (on disk only): compaction may have
@@ -316,6 +337,10 @@ class RocksTableStore(TableStore):
         # changelog: a partition too old to be trusted answers "none", and is read whole.
         self.max_age: float | None = None
         self.store.persisted_offset = self._persisted_offset_if_fresh
+        self.coming_due: Callable[[Any, Any], float | None] | None = None
+        self.taken: dict[int, bytes] = {}
+        """The last index entry :meth:`due` returned, by partition (each later index
+        entry comes due after it: nothing is indexed in the past)."""
 
     def _open(self, partition: int) -> Any:
         return self.store._db_for_partition(partition)
@@ -337,12 +362,15 @@ class RocksTableStore(TableStore):
 
     def write(self, partition: int, changes: Iterable[tuple[Any, Any]], offset: int | None) -> None:
         batch = self.rocksdict.WriteBatch(raw_mode=True)
-        dump_key, dump_value = self.dump_key, self.dump_value
+        dump_key, dump_value, coming_due = self.dump_key, self.dump_value, self.coming_due
         for key, value in changes:
+            raw_key = dump_key(key)
             if value is None:
-                batch.delete(dump_key(key))
-            else:
-                batch.put(dump_key(key), dump_value(value))
+                batch.delete(raw_key)  # its index entry goes when it comes due
+                continue
+            batch.put(raw_key, dump_value(value))
+            if coming_due is not None and (at := coming_due(key, value)) is not None:
+                batch.put(_index_key(at, raw_key), b"")
         if offset is not None:
             batch.put(self.offset_key, str(offset).encode())
         # Its owner writes it, so it is current now.
@@ -376,6 +404,47 @@ class RocksTableStore(TableStore):
         for db in self._held(partition):
             db.put(FRESH_KEY, repr(now).encode())
 
+    @property
+    def indexed(self) -> bool:  # type: ignore[override]
+        return self.coming_due is not None
+
+    def index_by(self, due: Callable[[Any, Any], float | None]) -> None:
+        self.coming_due = due
+
+    def due(self, partition: int, now: float, limit: int) -> list[tuple[bytes, Any]]:
+        found: list[tuple[bytes, Any]] = []
+        until = int(now * 1000)
+        for db in self._held(partition):
+            it = db.iter()
+            # From the last index entry taken: those before it are deleted, and reading
+            # past deletions RocksDB has not compacted away yet costs as much as reading
+            # entries (a queue's head is all deletions).
+            it.seek(self.taken.get(partition, INDEX_PREFIX))
+            while it.valid() and len(found) < limit:
+                raw = it.key()
+                if raw[:1] != INDEX_PREFIX or int.from_bytes(raw[1:9], "big") > until:
+                    break
+                found.append((raw, self.load_key(raw[9:])))
+                it.next()
+            del it
+        if found:
+            self.taken[partition] = found[-1][0]
+        return found
+
+    def rewind(self, partition: int) -> None:
+        self.taken.pop(partition, None)
+
+    def reindex(
+        self, partition: int, done: Iterable[bytes], again: Iterable[tuple[Any, float]]
+    ) -> None:
+        batch = self.rocksdict.WriteBatch(raw_mode=True)
+        for raw in done:
+            batch.delete(raw)
+        for key, at in again:
+            batch.put(_index_key(at, self.dump_key(key)), b"")
+        for db in self._held(partition):
+            db.write(batch)
+
     def fresh(self, max_age: float) -> None:
         self.max_age = max_age
 
@@ -401,6 +470,16 @@ class RocksTableStore(TableStore):
             batch.delete(raw_key)
         db.write(batch)
         return None
+
+
+INDEX_PREFIX = b"\xfe"
+"""Index keys of a RocksDB partition: this byte, when the entry comes due (milliseconds
+since the epoch, 8 bytes big-endian) and the entry's key; they sort after every table key
+(JSON text) and Faust's and rflow's own keys."""
+
+
+def _index_key(at: float, raw_key: bytes) -> bytes:
+    return INDEX_PREFIX + max(0, int(at * 1000)).to_bytes(8, "big") + raw_key
 
 
 def table_store(table: Any) -> TableStore:

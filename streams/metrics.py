@@ -152,7 +152,7 @@ class Metrics:
         self.remembered = self._gauge(
             "rflow_remembered",
             "Entries this worker's tables hold for its partitions, by table, as counted by "
-            "the last sweep",
+            "the last full sweep of each (when the worker opened it, then daily)",
             "table",
         )
         self.changelog_read = self._gauge(

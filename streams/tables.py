@@ -60,6 +60,7 @@ class Staged:
         decode: Callable[[Any], Any] = lambda value: value,
         *,
         memo: bool = False,
+        memo_missing: Callable[[Any], bool] | None = None,
         store: TableStore | None = None,
     ) -> None:
         self.table = table
@@ -73,7 +74,10 @@ class Staged:
         self.memo: dict[Any, Any] | None = {} if memo else None
         """With ``memo``: the decoded value of each key read or written since the worker
         last gave partitions up (:meth:`forget`), so a value is decoded once, not at
-        every read (a lane with a long queue, say)."""
+        every read (a lane with a long queue, say); ``None`` for a key found missing
+        that ``memo_missing`` says to remember so (a key asked for often and rarely
+        there, of which there are few)."""
+        self.memo_missing = memo_missing
 
     def get(self, key: Any, default: Any = None) -> Any:
         found = self.changed.get(key) or self.writing.get(key)
@@ -81,10 +85,13 @@ class Staged:
             return default if found[1] is _DELETED else found[1]
         memo = self.memo
         if memo is not None and key in memo:
-            return memo[key]
+            found = memo[key]
+            return default if found is None else found
         stored = self.store.get(deciding(), key)
         value = None if stored is None else self.decode(stored)
-        if memo is not None and value is not None:
+        if memo is not None and (
+            value is not None or (self.memo_missing is not None and self.memo_missing(key))
+        ):
             memo[key] = value
         return default if value is None else value
 
@@ -190,10 +197,12 @@ class Staged:
             memo = self.memo
             for key, entry in taken.items():
                 if memo is not None:
-                    if entry[1] is _DELETED:
-                        memo.pop(key, None)
-                    else:
+                    if entry[1] is not _DELETED:
                         memo[key] = entry[1]
+                    elif self.memo_missing is not None and self.memo_missing(key):
+                        memo[key] = None
+                    else:
+                        memo.pop(key, None)
                 if self.writing.get(key) is entry:
                     del self.writing[key]
 
@@ -373,5 +382,8 @@ def _create(app: RflowApp) -> Tables:
             encode=write_lane_entry,
             decode=read_lane_entry,
             memo=True,
+            # Every firing asks whether its workflow has firings held on each partition
+            # owned here (one key per workflow and partition, seldom there).
+            memo_missing=lambda key: key.startswith("~"),
         ),
     )

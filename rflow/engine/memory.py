@@ -27,12 +27,12 @@ The rules, one function each:
 - :func:`settled_marker`: the entry of a run that settled.
 - :func:`sweep`: which entries of a partition are forgotten now, and which are stamped
   with a time first (entries written before the window existed have none).
+- :func:`comes_due`: when an entry is next looked at by a sweep.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -58,9 +58,10 @@ def gate_workflow(gate: str) -> str:
 def digest(record: Mapping[str, Any]) -> str:
     """The digest of a firing's record as accepted (JSON): equal for every delivery of the
     same firing, whatever time each copy was made."""
+    from rflow.codecs import json  # the one JSON writer (keys sorted); imported late
+
     content = {k: v for k, v in record.items() if k not in RECEIVED_FIELDS}
-    text = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return hashlib.sha256(json.dumps(content)).hexdigest()[:32]
 
 
 def is_remembered(entry: Mapping[str, Any]) -> bool:
@@ -223,6 +224,19 @@ def _legacy_run(key: str, entry: Any, at: float) -> list[SweepDecision] | None:
     ]
 
 
+def comes_due(
+    table: Table, key: str, entry: Any, window: Callable[[str | None], timedelta]
+) -> float | None:
+    """When ``entry`` of ``table`` comes due for the sweep (seconds since the epoch), as
+    the windows are now; ``None``: it has no time yet (a sweep gives it one)."""
+    if table == "triggers":
+        at = entry.get("at")
+        return None if at is None else at + window(gate_workflow(key)).total_seconds()
+    if table == "settled":
+        return None if entry.at is None else entry.at + window(entry.workflow).total_seconds()
+    return None
+
+
 def _due(at: float, window: timedelta, now: datetime) -> bool:
     return at + window.total_seconds() <= now.timestamp()
 
@@ -235,9 +249,10 @@ def _shown(window: timedelta) -> str:
     return f"{seconds:g}s"
 
 
-def sweep_interval(windows: Iterable[timedelta]) -> float:
+def sweep_interval(windows: Iterable[timedelta], *, indexed: bool = True) -> float:
     """Seconds between two sweeps of a worker's partitions: a tenth of the shortest
-    window, from 1 s to an hour. An entry is forgotten at most that long after its
-    window ends."""
+    window, from 1 s to a minute when the tables know when each entry comes due (on
+    disk), to an hour when every entry is read (in memory). An entry is forgotten at
+    most that long after its window ends."""
     shortest = min(windows, default=timedelta(days=7)).total_seconds()
-    return min(3600.0, max(1.0, shortest / 10))
+    return min(60.0 if indexed else 3600.0, max(1.0, shortest / 10))

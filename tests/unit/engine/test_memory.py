@@ -151,6 +151,23 @@ def test_entries_written_before_the_window_get_a_time_and_old_run_markers_move()
 
 
 def test_the_sweep_comes_a_tenth_of_the_shortest_window_apart_within_bounds():
-    assert memory.sweep_interval([WEEK]) == 3600.0
-    assert memory.sweep_interval([WEEK, timedelta(minutes=10)]) == 60.0
+    # On disk, a sweep reads only what is due: it may come often.
+    assert memory.sweep_interval([WEEK]) == 60.0
+    assert memory.sweep_interval([WEEK, timedelta(minutes=5)]) == 30.0
     assert memory.sweep_interval([timedelta(seconds=2)]) == 1.0
+    # In memory, every entry is read each time.
+    assert memory.sweep_interval([WEEK], indexed=False) == 3600.0
+    assert memory.sweep_interval([WEEK, timedelta(minutes=10)], indexed=False) == 60.0
+
+
+def test_an_entry_comes_due_a_window_after_its_time():
+    windows = {"order-paid": timedelta(hours=1)}.get
+    gate = {"runs": ["r1"], "at": 1000.0}
+    assert memory.comes_due("triggers", "order-paid:k", gate, lambda w: windows(w, WEEK)) == 4600.0
+    assert (
+        memory.comes_due("triggers", "other:k", gate, lambda w: windows(w, WEEK))
+        == 1000.0 + 7 * DAY
+    )
+    marker = Settled("succeeded", 1000.0, "order-paid")
+    assert memory.comes_due("settled", "r1", marker, lambda w: windows(w, WEEK)) == 4600.0
+    assert memory.comes_due("settled", "r1", Settled("failed", None), lambda w: WEEK) is None

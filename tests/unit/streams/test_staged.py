@@ -237,3 +237,24 @@ async def test_a_scan_reads_a_partition_in_key_order_with_the_newest_values():
         del gates["c"]
     assert gates.scan(0, None, 2) == [("a", {"n": 1}), ("b", {"n": 20})]
     assert gates.scan(0, "b", 2) == [("c", None)]
+
+
+async def test_a_memo_remembers_a_missing_key_it_is_told_to_until_it_is_written():
+    table = Table()
+    reads = []
+    store = table.store
+    original = store.get
+    store.get = lambda partition, key: reads.append(key) or original(partition, key)
+    lanes = Staged(table, store=store, memo=True, memo_missing=lambda key: key.startswith("~"))
+    assert lanes.get("~held:wf:1") is None and lanes.get("~held:wf:1") is None
+    assert lanes.get("wf:group") is None and lanes.get("wf:group") is None
+    assert reads == ["~held:wf:1", "wf:group", "wf:group"]  # only "~" misses are kept
+    with writing_to(1):
+        lanes["~held:wf:1"] = {"held": ["g"]}
+    await lanes.flush()()
+    assert lanes.get("~held:wf:1") == {"held": ["g"]}
+    with writing_to(1):
+        del lanes["~held:wf:1"]
+    await lanes.flush()()
+    # Read again only by the checkpoint that deleted it (was there anything to delete?).
+    assert lanes.get("~held:wf:1") is None and reads.count("~held:wf:1") == 2

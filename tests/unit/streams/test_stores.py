@@ -91,3 +91,38 @@ def test_the_memory_store_forgets_the_partitions_it_gave_up(tmp_path):
     assert store.get(0, "wf:a") is None
     assert store.get(6, "wf:b") == {"n": 1}
     assert store.partitions() == [6]
+
+
+def test_rocksdb_finds_the_entries_due_without_reading_the_others(tmp_path):
+    store = table_store(faust_table(tmp_path, "rocksdb"))
+    store.index_by(lambda key, value: value["at"] + 10.0)
+    assert store.indexed
+    store.write(0, [(f"wf:{i}", {"at": 100.0 + i}) for i in range(5)], 1)
+    store.write(0, [("wf:late", {"at": 500.0})], 2)
+    # Due at 112.5: the entries of 100, 101 and 102 (due 110, 111, 112), earliest first.
+    assert [key for _, key in store.due(0, 112.5, 2)] == ["wf:0", "wf:1"]
+    store.rewind(0)
+    due = store.due(0, 112.5, 10)
+    assert [key for _, key in due] == ["wf:0", "wf:1", "wf:2"]
+    # The index is no entry of the table.
+    assert [key for key, _ in store.scan(0, None, 10)] == [
+        "wf:0", "wf:1", "wf:2", "wf:3", "wf:4", "wf:late",
+    ]  # fmt: skip
+    # Done with; one of them kept and looked at again later.
+    store.reindex(0, [raw for raw, _ in due], [("wf:2", 200.0)])
+    assert [key for _, key in store.due(0, 150.0, 10)] == ["wf:3", "wf:4"]
+    store.rewind(0)
+    assert [key for _, key in store.due(0, 600.0, 10)] == ["wf:3", "wf:4", "wf:2", "wf:late"]
+    assert table_store(faust_table(tmp_path / "m", "memory")).indexed is False
+
+
+def test_the_index_is_read_on_from_the_last_entry_taken(tmp_path):
+    store = table_store(faust_table(tmp_path, "rocksdb"))
+    store.index_by(lambda key, value: value["at"])
+    store.write(0, [("wf:a", {"at": 10.0}), ("wf:b", {"at": 20.0})], 1)
+    first = store.due(0, 15.0, 10)
+    store.reindex(0, [raw for raw, _ in first], ())
+    store.write(0, [("wf:c", {"at": 30.0})], 2)
+    assert [key for _, key in store.due(0, 40.0, 10)] == ["wf:b", "wf:c"]
+    store.rewind(0)
+    assert [key for _, key in store.due(0, 40.0, 10)] == ["wf:b", "wf:c"]
