@@ -59,6 +59,8 @@ class Sweeper:
         """Owned partitions -> when (monotonic) they were last swept in full."""
         self.counts: dict[tuple[str, int], int] = {}
         """(table, partition) -> the entries it held after its last full sweep."""
+        self.opened_here: set[int] = set()
+        """The partitions opened since every partition was last closed."""
         for name in SWEPT:
             table: Staged = getattr(self.tables, name)
             table.store.index_by(self._coming_due(name, table))
@@ -94,8 +96,15 @@ class Sweeper:
         for partition in partitions:
             self.tables.stamp(partition, now)
             self.full.pop(partition, None)
+        self.opened_here |= partitions
 
     def closed(self) -> None:
+        """Every partition was closed, after its last checkpoint: their tables are current
+        now (a restart soon after reads only what it has not seen)."""
+        now = time.time()
+        for partition in sorted(self.opened_here):
+            self.tables.closed(partition, now)
+        self.opened_here.clear()
         self.full.clear()
         self.counts.clear()
 

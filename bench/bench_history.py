@@ -7,20 +7,21 @@ Needs the local stack (`scripts/stack up`). One real `rflow worker` runs the REA
 `order-paid` workflow (three payload fields, 64 concurrency groups, one inline `log`
 step) with its de-duplication window shortened (`config.dedup_window`, 60 s by default)
 so that firings are forgotten while the run goes on. The state changelogs' compaction
-timings are shortened in proportion (a copy of topics.yaml with `segment.ms` 10 s,
-`delete.retention.ms` 60 s and `min.cleanable.dirty.ratio` 0.01 on them), as a day's
-settings are to a week's window.
+timings are shortened in proportion (a copy of topics.yaml with `segment.ms` 5 s,
+`delete.retention.ms` 30 s and `min.cleanable.dirty.ratio` 0.01 on them), as an hour's
+segments and a day's tombstones are to a week's window.
 
 The benchmark fills settled firings up to each level in turn (each firing a new trigger
 key, produced with aiokafka as the README documents) and at each level reads:
 
-- the worker's VmRSS after 5 s idle;
+- the worker's VmRSS after 5 s idle, and the size of its data directory;
 - every record of the state changelogs (what a worker on a new host reads): how many,
   and their bytes (keys and values);
-- runs/s: a burst of firings produced at once, over the time until every one settled;
 - restart-to-ready on the same host (stopped, started again with its data directory)
   and on a new host (an empty data directory): the time from starting the process until
-  it answers /rflow/ready/. The filling goes on with the new-host worker.
+  it answers /rflow/ready/. The new-host worker goes on;
+- runs/s and the worker's CPU per run: a burst of firings produced at once, over the
+  time until every one settled (once the new-host worker has swept its partitions).
 
 Every figure is printed beside the 0 level measured in the same run. Targets (issue 33):
 VmRSS at the last level within 1.2x of the level after the first window's expiry (the
@@ -98,8 +99,8 @@ CHANGELOGS = (
     "rflow.state.lanes",
 )
 COMPACTION = {
-    "segment.ms": "10000",
-    "delete.retention.ms": "60000",
+    "segment.ms": "5000",
+    "delete.retention.ms": "30000",
     "min.cleanable.dirty.ratio": "0.01",
 }
 AHEAD = 20_000
@@ -117,6 +118,8 @@ class Level:
 
     settled: int
     rss: float = 0.0
+    disk: float = 0.0
+    """MiB in the worker's data directory (its tables' RocksDB databases)."""
     records: int = 0
     bytes: int = 0
     rate: float = 0.0
@@ -296,6 +299,22 @@ async def restart(rig: Rig, data_dir: Path) -> tuple[float, int | None]:
     return took, int(sum(read))
 
 
+async def first_sweep(rig: Rig) -> None:
+    """Until a worker just started has swept its partitions once (in full: it indexes
+    what it recovered), so that the burst after it measures the steady state. A version
+    without the sweep goes on at once."""
+    worker = rig.worker
+    assert worker is not None
+
+    async def swept() -> bool | None:
+        found = await metrics(worker)
+        if not any(k.startswith("rflow_") for k in found):
+            return None
+        return found.get("rflow_sweeps_total", 1.0) >= 1.0
+
+    await wait_for(swept, timeout=600, what="the first sweep", interval=0.5)
+
+
 async def burst(rig: Rig, producer, count: int) -> tuple[float, float]:
     """Runs/s of ``count`` firings produced at once, and the worker's CPU ms per run."""
     assert rig.worker is not None
@@ -316,18 +335,26 @@ async def measure(rig: Rig, producer, level: int, burst_size: int) -> Level:
     found = Level(settled=level)
     await asyncio.sleep(5.0)
     found.rss = memory_of(worker.pid)["VmRSS"]
+    found.disk = directory_size(worker.settings.data_dir) / 2**20
     found.records, found.bytes = await read_changelogs(rig.settings)
-    found.rate, found.cpu_per_run = await burst(rig, producer, burst_size)
     found.same_host, found.read_same = await restart(rig, worker.settings.data_dir)
     found.new_host, found.read_new = await restart(rig, rig.new_host())
+    await first_sweep(rig)
+    found.rate, found.cpu_per_run = await burst(rig, producer, burst_size)
     print(
-        f"  {level:>9,} settled: VmRSS {found.rss:7.1f} MB | changelogs {found.records:,} "
+        f"  {level:>9,} settled: VmRSS {found.rss:7.1f} MB, data directory {found.disk:.0f} MiB "
+        f"| changelogs {found.records:,} "
         f"records, {found.bytes / 2**20:.1f} MiB | {found.rate:,.0f} "
         f"runs/s, {found.cpu_per_run:.2f} ms CPU/run | ready after restart {found.same_host:.1f} s (same host, read "
         f"{found.read_same}), {found.new_host:.1f} s (new host, read {found.read_new})",
         flush=True,
     )
     return found
+
+
+def directory_size(path: Path) -> int:
+    """Bytes of the files under ``path``."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def topics_variant(settings: Settings, path: Path) -> Path:
@@ -403,6 +430,10 @@ def report(levels: list[Level], args: argparse.Namespace) -> None:
         f"{last.rss:.0f} MB", f"{first.rss:.0f} MB", ratio(last.rss, first.rss),
         f"<= {RSS_TARGET}x", verdict(last.rss <= RSS_TARGET * first.rss),
     ))  # fmt: skip
+    for level in levels[1:]:
+        n = f"{level.settled:,}"
+        rows.append((f"data directory, {n} settled", f"{level.disk:.0f} MiB",
+                     f"{zero.disk:.0f} MiB (0)", ratio(level.disk, zero.disk), "-", "-"))  # fmt: skip
     for level in levels:
         n = f"{level.settled:,}"
         rows.append((f"restart to ready, same host, {n} settled", f"{level.same_host:.1f} s",

@@ -32,10 +32,16 @@ on every flow resume, and commits the first consecutive run of acknowledged offs
 records of rflow's topics are therefore read without Faust's acknowledgements (their
 topics are declared with ``acks=False``) and committed here.
 
+The tables' stores (Faust's memory store, or its RocksDB store with one database per
+partition) are read and written one partition at a time through :class:`TableStore`
+(:func:`table_store`), which also keeps, on disk, when each partition was last known
+current and an index of when entries come due; ``streams/tables.py`` writes a store
+only once the broker has the changelog records, with the offset they reached.
+
 What relies on names faust, aiokafka and mode keep private is in this module and nowhere
 else, listed in :data:`INTERNALS` and checked against the installed versions when a worker
 starts (:func:`check_internals`); ``tests/unit/streams/test_consumption.py`` has a test for
-each behaviour relied on.
+each behaviour relied on (``tests/unit/streams/test_stores.py`` for the stores).
 """
 
 from __future__ import annotations
@@ -254,6 +260,10 @@ class TableStore:
     def stamp(self, partition: int, now: float) -> None:
         """Note that ``partition`` is current at wall time ``now`` (kept on disk only)."""
 
+    def flush(self, partition: int) -> None:
+        """Write what ``partition`` holds in memory to disk (on disk only): a database
+        opened again then has no log of writes to replay."""
+
     indexed = False
     """Whether the store keeps an index of when its entries come due (:meth:`index_by`)."""
 
@@ -403,6 +413,10 @@ class RocksTableStore(TableStore):
     def stamp(self, partition: int, now: float) -> None:
         for db in self._held(partition):
             db.put(FRESH_KEY, repr(now).encode())
+
+    def flush(self, partition: int) -> None:
+        for db in self._held(partition):
+            db.flush(True)
 
     @property
     def indexed(self) -> bool:  # type: ignore[override]

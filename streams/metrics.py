@@ -347,7 +347,7 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
     metrics.backlog_seen |= counts.keys()
 
     waiting: dict[str, int] = {name: 0 for name in (project.workflows if project else {})}
-    for key, lane in list(runtime.tables.lanes.items()):
+    for key, lane in list(runtime.tables.lanes.items(runtime.consumption.owned())):
         if key.startswith("~"):
             continue  # firings held while a workflow is paused: counted from the read model
         workflow = key.split(":", 1)[0]
