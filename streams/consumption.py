@@ -47,6 +47,7 @@ each behaviour relied on (``tests/unit/streams/test_stores.py`` for the stores).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextvars
 import logging
 import time
@@ -235,7 +236,12 @@ class TableStore:
         def counted(batch: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
             batch = list(batch)
             self.read += len(batch)
-            return apply(batch, *args, **kwargs)
+            applied = apply(batch, *args, **kwargs)
+            # What follows its changelog (recovering, or as a standby) is current.
+            now = time.time()
+            for partition in {event.message.partition for event in batch}:
+                self.stamp(partition, now)
+            return applied
 
         store.apply_changelog_batch = counted
 
@@ -298,6 +304,7 @@ class MemoryTableStore(TableStore):
         store = table.data
         self.data: dict[Any, Any] = store.data
         self.partition_of: dict[Any, int] = store._key_partition
+        self._sorted: dict[int, list[Any]] = {}
         self._count_reads(store)
 
     def get(self, partition: int | None, key: Any) -> Any:
@@ -315,13 +322,16 @@ class MemoryTableStore(TableStore):
                 partition_of[key] = partition
 
     def scan(self, partition: int, after: Any, limit: int) -> list[tuple[Any, Any]]:
-        keys = sorted(
-            key
-            for key, held in list(self.partition_of.items())
-            if held == partition and (after is None or key > after)
-        )[:limit]
+        # The partition's keys are sorted once for a scan from its start; a scan that goes
+        # on after a key reads on in that list (keys added since are in the next one).
+        if after is None or partition not in self._sorted:
+            self._sorted[partition] = sorted(
+                key for key, held in list(self.partition_of.items()) if held == partition
+            )
+        keys = self._sorted[partition]
+        start = 0 if after is None else bisect.bisect_right(keys, after)
         data = self.data
-        return [(key, data[key]) for key in keys if key in data]
+        return [(key, data[key]) for key in keys[start : start + limit] if key in data]
 
     def partitions(self) -> list[int]:
         return sorted(set(self.partition_of.values()))
