@@ -20,8 +20,9 @@ key, produced with aiokafka as the README documents) and at each level reads:
 - restart-to-ready on the same host (stopped, started again with its data directory)
   and on a new host (an empty data directory): the time from starting the process until
   it answers /rflow/ready/. The new-host worker goes on;
-- runs/s and the worker's CPU per run: a burst of firings produced at once, over the
-  time until every one settled (once the new-host worker has swept its partitions).
+- runs/s and the worker's CPU per run: the best of two bursts of firings produced at
+  once, over the time until every one settled (once the new-host worker has swept its
+  partitions).
 
 Every figure is printed beside the 0 level measured in the same run. Targets (issue 33):
 VmRSS at the last level within 1.2x of the level after the first window's expiry (the
@@ -103,6 +104,8 @@ COMPACTION = {
     "delete.retention.ms": "30000",
     "min.cleanable.dirty.ratio": "0.01",
 }
+BURSTS = 2
+"""Bursts at each level: runs/s is the best of them, CPU per run the least."""
 AHEAD = 20_000
 """Firings produced ahead of the ones settled while filling."""
 CHUNK = 5_000
@@ -340,7 +343,10 @@ async def measure(rig: Rig, producer, level: int, burst_size: int) -> Level:
     found.same_host, found.read_same = await restart(rig, worker.settings.data_dir)
     found.new_host, found.read_new = await restart(rig, rig.new_host())
     await first_sweep(rig)
-    found.rate, found.cpu_per_run = await burst(rig, producer, burst_size)
+    # The best of two bursts: the machine is shared, and what others do only slows a burst.
+    bursts = [await burst(rig, producer, burst_size) for _ in range(BURSTS)]
+    found.rate = max(rate for rate, _ in bursts)
+    found.cpu_per_run = min(cpu for _, cpu in bursts)
     print(
         f"  {level:>9,} settled: VmRSS {found.rss:7.1f} MB, data directory {found.disk:.0f} MiB "
         f"| changelogs {found.records:,} "

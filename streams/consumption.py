@@ -155,6 +155,14 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
             and _assigns(rocksdb_store.Store.__init__, "_dbs")
         ),
     ),
+    "faust rocksdb Store.rocksdb_options, RocksDBOptions.as_options (how a database opens)": (
+        "faust-streaming",
+        lambda: (
+            _assigns(rocksdb_store.Store.__init__, "rocksdb_options")
+            and _defines(rocksdb_store.RocksDBOptions, "as_options")
+            and _assigns(rocksdb_store.RocksDBOptions.open, "as_options")
+        ),
+    ),
 }
 """Each private name this module uses: the distribution it belongs to, and how to tell it
 is still there."""
@@ -337,15 +345,73 @@ class MemoryTableStore(TableStore):
         return sorted(set(self.partition_of.values()))
 
 
+ROCKSDB_CACHE = 16 * 1024 * 1024
+"""Bytes of RocksDB's block cache, shared by every database of a worker (index and
+filter blocks included)."""
+ROCKSDB_MEMTABLES = 32 * 1024 * 1024
+"""Bytes of RocksDB's memtables across every database of a worker: past it, the fullest
+are written to disk."""
+
+
+class _Budget:
+    """The one block cache and write-buffer budget every database of a worker shares."""
+
+    cache: Any = None
+    buffers: Any = None
+
+    @classmethod
+    def get(cls, rocksdict: Any) -> type[_Budget]:
+        if cls.cache is None:
+            cls.cache = rocksdict.Cache(ROCKSDB_CACHE)
+            cls.buffers = rocksdict.WriteBufferManager(ROCKSDB_MEMTABLES, False)
+        return cls
+
+
+class SharedBudgetOptions(rocksdb_store.RocksDBOptions):
+    """Faust's RocksDB options, with every database of the worker sharing one block
+    cache and one memtable budget (Faust gives each database a cache of its own: with
+    one database per table partition, a worker's memory would grow with the partitions
+    it holds and the blocks each has read)."""
+
+    def as_options(self) -> Any:
+        import rocksdict
+
+        budget = _Budget.get(rocksdict)
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        if self.max_open_files is not None:
+            options.set_max_open_files(self.max_open_files)
+        options.set_write_buffer_size(self.write_buffer_size)
+        options.set_target_file_size_base(self.target_file_size_base)
+        options.set_max_write_buffer_number(self.max_write_buffer_number)
+        options.set_write_buffer_manager(budget.buffers)
+        table = rocksdict.BlockBasedOptions()
+        table.set_bloom_filter(self.bloom_filter_size, True)
+        table.set_block_cache(budget.cache)
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        table.set_index_type(rocksdict.BlockBasedIndexType.binary_search())
+        options.set_block_based_table_factory(table)
+        return options
+
+
 class RocksTableStore(TableStore):
     """Faust's RocksDB store (rocksdict): one database per partition, holding each
-    changelog record's bytes and the offset of the last one applied."""
+    changelog record's bytes and the offset of the last one applied; the databases of
+    a worker share one memory budget (:class:`SharedBudgetOptions`)."""
 
     def __init__(self, table: Any) -> None:
         import rocksdict
 
         self.rocksdict = rocksdict
         self.store = table.data
+        # Before any database opens (they open as partitions are assigned).
+        current = self.store.rocksdb_options
+        self.store.rocksdb_options = shared = SharedBudgetOptions(use_rocksdict=True)
+        for name in ("max_open_files", "write_buffer_size", "max_write_buffer_number"):
+            setattr(shared, name, getattr(current, name))
+        shared.target_file_size_base = current.target_file_size_base
+        shared.bloom_filter_size = current.bloom_filter_size
         self._count_reads(self.store)
         self.dump_key = faust_codecs.get_codec(table.key_serializer).dumps
         self.dump_value = faust_codecs.get_codec(table.value_serializer).dumps

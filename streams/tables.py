@@ -260,13 +260,12 @@ ROCKSDB_OPTIONS = {
     "write_buffer_size": 4 * 1024 * 1024,
     "max_write_buffer_number": 2,
     "target_file_size_base": 16 * 1024 * 1024,
-    "block_cache_size": 4 * 1024 * 1024,
-    "block_cache_compressed_size": 0,
 }
-"""Each table partition's RocksDB database: Faust's defaults (a 2 GiB block cache and
-three 64 MiB write buffers for every one of the 32 databases of a worker owning every
-partition) would let memory grow to tens of GiB; these bound a database at about 12 MiB.
-"""
+"""Each table partition's RocksDB database: Faust's defaults (three 64 MiB write buffers
+for every one of the 32 databases of a worker owning every partition, and a block cache
+of 2 GiB each) would let memory grow to tens of GiB. The databases of a worker share one
+block cache and one memtable budget besides (``streams/consumption.py``,
+``ROCKSDB_CACHE`` and ``ROCKSDB_MEMTABLES``)."""
 
 
 def _table(

@@ -126,3 +126,16 @@ def test_the_index_is_read_on_from_the_last_entry_taken(tmp_path):
     assert [key for _, key in store.due(0, 40.0, 10)] == ["wf:b", "wf:c"]
     store.rewind(0)
     assert [key for _, key in store.due(0, 40.0, 10)] == ["wf:b", "wf:c"]
+
+
+def test_every_database_of_a_worker_shares_one_memory_budget(tmp_path):
+    from rflow.streams.consumption import ROCKSDB_MEMTABLES, SharedBudgetOptions, _Budget
+
+    gates = table_store(faust_table(tmp_path, "rocksdb"))
+    assert isinstance(gates.store.rocksdb_options, SharedBudgetOptions)
+    before = _Budget.get(gates.rocksdict).buffers.get_usage()
+    for partition in (0, 1, 2):
+        gates.write(partition, [(f"wf:{partition}:{i}", {"n": i}) for i in range(2000)], 1)
+    budget = _Budget.get(gates.rocksdict)
+    assert budget.buffers.get_buffer_size() == ROCKSDB_MEMTABLES
+    assert budget.buffers.get_usage() > before  # the three databases' memtables count there
