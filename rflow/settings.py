@@ -25,6 +25,7 @@ _VARIABLES = {
     "TOPICS_FILE": "topics_file",
     "PROJECT": "project_path",
     "DATA_DIR": "data_dir",
+    "TABLE_STORE": "table_store",
     "WEB_PORT": "web_port",
     "BROKER_SESSION_TIMEOUT": "broker_session_timeout",
     "BROKER_HEARTBEAT_INTERVAL": "broker_heartbeat_interval",
@@ -99,7 +100,18 @@ class Settings(BaseModel):
     project_path: Path | None = Field(
         None, description="the workflow files a worker runs (a file or a folder)"
     )
-    data_dir: Path = Field(Path(".rflow"), description="Faust table state (RocksDB or memory)")
+    data_dir: Path = Field(
+        Path(".rflow"),
+        description="the worker's local state: its tables' RocksDB databases (one data "
+        "directory per worker; a worker restarted with its own reads only the changelog "
+        "records it has not seen)",
+    )
+    table_store: Literal["auto", "rocksdb", "memory"] = Field(
+        "auto",
+        description="where a worker keeps its tables: rocksdb (on disk, in the data "
+        "directory), memory (rebuilt from the changelogs at every start), or auto "
+        "(rocksdb where the rocksdict package imports, else memory)",
+    )
     web_port: int = Field(6066, description="Faust web server port of a worker")
     api_token: SecretStr | None = Field(
         None,

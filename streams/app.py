@@ -62,6 +62,8 @@ class Runtime:
     tables: tables.Tables | None = None
     database: Database | None = None
     runner: Any = None
+    sweeper: Any = None
+    """The :class:`~rflow.agents.expiry.Sweeper` that forgets what the window no longer covers."""
     metrics: Any = None
     deployments: Any = None
     """The :class:`~rflow.streams.deployments.Deployments` that publishes and follows."""
@@ -186,6 +188,23 @@ class RflowApp(consumption.ConsumingApp):
         )
 
 
+def store_url(settings: Settings) -> str:
+    """The Faust store of the tables that ``settings.table_store`` asks for."""
+    choice = settings.table_store
+    if choice == "auto":
+        try:
+            import rocksdict  # noqa: F401
+        except ImportError:
+            log.warning(
+                "RFLOW_TABLE_STORE=auto: rocksdict does not import here, so the tables are kept "
+                "in memory and rebuilt from their changelogs at every start"
+            )
+            choice = "memory"
+        else:
+            choice = "rocksdb"
+    return f"{choice}://"
+
+
 def create_app(
     settings: Settings | None = None, project: Project | None = None, *, rollback: bool = False
 ) -> RflowApp:
@@ -246,7 +265,7 @@ def create_app(
         **kafka.faust_options(settings),
         # Kafka's tools list the group's members by client id: it names host and port.
         broker_client_id=workers.client_id(socket.gethostname(), settings.web_port),
-        store="memory://",
+        store=store_url(settings),
         autodiscover=False,
         topic_partitions=partitions,
         topic_replication_factor=catalog.spec("rflow.triggers").replication_factor,

@@ -13,6 +13,7 @@ from rflow.authz import ACTION_NAMES, DEFAULT_ROLE, ROLES
 from rflow.lang.model.common import (
     Address,
     Amount,
+    DedupWindow,
     Duration,
     EnvVar,
     Model,
@@ -331,3 +332,8 @@ class Config(Model):
     """Runs executing at once across all concurrency groups."""
     approval_timeout: Duration = timedelta(hours=24)
     """Default timeout of a human approval wait that sets none."""
+    dedup_window: DedupWindow = timedelta(days=7)
+    """How long a worker remembers a firing's trigger key (a repeat inside it starts
+    nothing; one after it is admitted again) and a settled run (an event for it after
+    that is dropped). A workflow may set its own (`dedup_window`). A run that has not
+    settled is remembered however long it takes."""
