@@ -34,6 +34,7 @@ from rflow.engine import (
     StepResult,
     Unpark,
     WaitResolved,
+    provenance,
 )
 from rflow.engine.children import answer
 from rflow.engine.effects import CancelChild, CancelTimer, StartChild, Withdraw
@@ -364,8 +365,13 @@ class EffectRunner:
             await self.child_refused(effect, parent_key, exc.as_data())
             return
         await self._produce(
-            self.runtime.topics.triggers, record.partition_key, encode(record), effect.run_id
+            self.runtime.topics.triggers, record.partition_key, self.vouched(record), effect.run_id
         )
+
+    def vouched(self, record: Any) -> bytes:
+        """``record`` encoded with the proof of this worker's ingress key: a child run's
+        firing and its retraction are believed only with it."""
+        return encode(provenance.vouch(record, self.runtime.settings.ingress_keyring))
 
     def child_group(self, name: str, inputs: dict[str, Any]) -> str | None:
         """The concurrency group of a firing of workflow ``name`` with ``inputs``, as the
@@ -415,7 +421,7 @@ class EffectRunner:
             retracted_at=datetime.now(UTC),
         )
         await self._produce(
-            self.runtime.topics.triggers, record.partition_key, encode(record), effect.run_id
+            self.runtime.topics.triggers, record.partition_key, self.vouched(record), effect.run_id
         )
 
     # --- rows ---------------------------------------------------------------------------

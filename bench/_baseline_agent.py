@@ -2,7 +2,7 @@
 
 Started by the benchmark as its own process, configured by environment variables:
 
-    BENCH_BROKERS     bootstrap servers (host:port)
+    RFLOW_KAFKA_*     the Kafka connection, as rflow's settings read it (brokers, TLS, SASL)
     BENCH_APP_ID      the Faust app id (consumer group)
     BENCH_TOPIC       the source topic (created beforehand, like rflow's)
     BENCH_CHANGELOG   the table's changelog topic (created beforehand, compacted)
@@ -34,13 +34,16 @@ import faust
 import orjson
 from faust.worker import Worker
 
+from rflow.settings import Settings
+from rflow.streams import kafka
+
 
 def main() -> None:
     env = os.environ
     partitions = int(env["BENCH_PARTITIONS"])
     app = faust.App(
         env["BENCH_APP_ID"],
-        broker=[f"kafka://{host}" for host in env["BENCH_BROKERS"].split(",")],
+        **kafka.faust_options(Settings.from_env()),
         store="memory://",
         autodiscover=False,
         topic_partitions=partitions,

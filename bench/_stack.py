@@ -30,12 +30,11 @@ from _profile import die_with_parent, start_profiler, stop_profiler  # noqa: E40
 from _report import print_table  # noqa: E402, F401 (shared by the benchmarks)
 from aiohttp import web  # noqa: E402
 from aiokafka import AIOKafkaProducer  # noqa: E402
-from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from rflow import storage  # noqa: E402
 from rflow.settings import Settings  # noqa: E402
-from rflow.streams import topics  # noqa: E402
+from rflow.streams import kafka, topics  # noqa: E402
 from tests.integration.harness import WorkerProcess, free_port  # noqa: E402
 
 T = TypeVar("T")
@@ -97,10 +96,10 @@ async def drop_schema(settings: Settings) -> None:
         )
 
 
-async def delete_topics(brokers: str, prefixes: Iterable[str]) -> list[str]:
+async def delete_topics(settings: Settings, prefixes: Iterable[str]) -> list[str]:
     """Delete every topic whose name starts with one of ``prefixes``."""
     prefixes = tuple(p for p in prefixes if p)
-    admin = AIOKafkaAdminClient(bootstrap_servers=brokers, request_timeout_ms=15000)
+    admin = kafka.admin(settings, request_timeout_ms=15000)
     await admin.start()
     try:
         mine = [name for name in await admin.list_topics() if name.startswith(prefixes)]
@@ -117,7 +116,7 @@ async def cleanup(settings: Settings) -> None:
         ("schema", drop_schema(settings)),
         (
             "topics",
-            delete_topics(settings.kafka_brokers, (settings.topic_prefix, settings.app_id + "-")),
+            delete_topics(settings, (settings.topic_prefix, settings.app_id + "-")),
         ),
     ):
         try:
@@ -323,9 +322,9 @@ class TimingSink:
 # --- producing ------------------------------------------------------------------------
 
 
-async def start_producer(brokers: str, linger_ms: int = 5) -> AIOKafkaProducer:
-    producer = AIOKafkaProducer(
-        bootstrap_servers=brokers,
+async def start_producer(settings: Settings, linger_ms: int = 5) -> AIOKafkaProducer:
+    producer = kafka.producer(
+        settings,
         acks="all",
         linger_ms=linger_ms,
         max_batch_size=1 << 20,
@@ -448,9 +447,9 @@ def _short(frame: str) -> str:
     return f"{name} ({where})"
 
 
-async def group_state(brokers: str, group: str) -> tuple[str, int]:
+async def group_state(settings: Settings, group: str) -> tuple[str, int]:
     """(state, member count) of consumer group ``group``."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=brokers, request_timeout_ms=15000)
+    admin = kafka.admin(settings, request_timeout_ms=15000)
     await admin.start()
     try:
         response = await admin.describe_consumer_groups([group])
@@ -470,7 +469,7 @@ async def wait_stable(workers: list[Worker], timeout: float = 120.0) -> None:
     while streak < 2:
         for worker in workers:
             worker.check_alive()
-        state, members = await group_state(settings.kafka_brokers, settings.app_id)
+        state, members = await group_state(settings, settings.app_id)
         ready = [(await w.get("/rflow/ready/"))[0] == 200 for w in workers]
         streak = streak + 1 if state == "Stable" and members == len(workers) and all(ready) else 0
         if time.monotonic() > deadline:

@@ -1,6 +1,6 @@
 """Memory of one worker holding K runs parked in a one-hour `delay`.
 
-    python bench/bench_parked.py [--runs K] [--quick] [--store rocksdb://]
+    python bench/bench_parked.py [--runs K] [--quick] [--store memory]
 
 Needs the local stack (`scripts/stack up`). One real `rflow worker` runs a project whose
 workflow is `delay: { duration: 1h }` then a `notify` to a log channel. The benchmark
@@ -10,9 +10,8 @@ and waits until Postgres holds K timers and the read model K runs, and reads VmR
 VmHWM, the peak) again. Target (issue 4): under 400 MB with 100,000 parked runs.
 Everything the run creates (the process, schema, topics) is removed at the end.
 
---store rocksdb:// runs the worker through bench/_instrumented_worker.py with its tables
-in Faust's RocksDB store instead of memory:// (rocksdict must be importable, e.g.
-`pip install --target DIR rocksdict` and PYTHONPATH=DIR), to compare.
+--store memory keeps the worker's tables in memory (RFLOW_TABLE_STORE=memory) instead of
+RocksDB, the default, to compare.
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ from _stack import (
 
 from rflow import storage
 from rflow.codecs import encode
+from rflow.engine import provenance
 from rflow.lang import load_project
 from rflow.settings import Settings
 from rflow.triggering import trigger_record
@@ -89,7 +89,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
     workflow = load_project(path, {}).workflows[WORKFLOW]
     topic = settings.topic_prefix + "rflow.triggers"
     k = args.runs
-    store = args.store or "memory:// (the app's)"
+    store = args.store or "rocksdb (the default)"
+    if args.store:
+        settings = settings.model_copy(update={"table_store": args.store})
     print(
         f"bench_parked: {k} runs parked in a 1h delay on one worker, table store {store}; "
         f"logs in {workdir}"
@@ -104,7 +106,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             payload={"seq": i},
             received_at=datetime.now(UTC),
         )
-        return rec.partition_key.encode(), encode(rec)
+        # As rflow's manual ingress produces it: vouched for with the workers' keys.
+        return rec.partition_key.encode(), encode(provenance.vouch(rec, settings.ingress_keyring))
 
     worker: Worker | None = None
     producer = None
@@ -115,15 +118,13 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         worker = Worker(
             settings,
             workdir / "worker.log",
-            instrumented=bool(args.store),
-            extra_env={"BENCH_STORE": args.store} if args.store else None,
         ).start()
         try:
             await worker.wait_ready(timeout=120)
         except AssertionError as exc:
             raise BenchError(str(exc)) from None
         await wait_stable([worker])
-        producer = await start_producer(settings.kafka_brokers)
+        producer = await start_producer(settings)
 
         # Baseline: the same worker, idle, after a few runs (imports, pools, caches warm).
         warm = 50
@@ -225,8 +226,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--store",
-        help="for comparison: a Faust store URL replacing the app's memory:// store, e.g. "
-        "rocksdb:// (needs rocksdict importable; runs bench/_instrumented_worker.py)",
+        choices=["rocksdb", "memory"],
+        help="where the worker keeps its tables (RFLOW_TABLE_STORE; default rocksdb)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = parser.parse_args()

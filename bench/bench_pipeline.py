@@ -87,12 +87,14 @@ from _stack import (
     wait_stable,
     written_profile,
 )
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 
 from rflow import storage
 from rflow.codecs import encode
+from rflow.engine import provenance
 from rflow.lang import load_project
 from rflow.settings import Settings
+from rflow.streams import kafka
 from rflow.streams.topics import Catalog
 from rflow.triggering import trigger_record
 from tests.integration.harness import free_port
@@ -204,7 +206,9 @@ class RflowRig:
             payload=payload,
             received_at=datetime.now(UTC),
         )
-        return record.partition_key.encode(), encode(record)
+        # As rflow's manual ingress produces it: vouched for with the workers' keys.
+        vouched = provenance.vouch(record, self.settings.ingress_keyring)
+        return record.partition_key.encode(), encode(vouched)
 
     @staticmethod
     def notify_key(trigger_key: str) -> str:
@@ -436,11 +440,12 @@ class BaselineRig:
     """The bare Faust agent in its own process, on its own topics and consumer group."""
 
     def __init__(
-        self, workdir: Path, brokers: str, partitions: int, *, run_shaped: bool = False
+        self, workdir: Path, settings: Settings, partitions: int, *, run_shaped: bool = False
     ) -> None:
         unique = uuid.uuid4().hex[:8]
         self.run_shaped = run_shaped
-        self.brokers = brokers
+        self.settings = settings
+        """The Kafka connection (the benchmark's settings)."""
         self.partitions = partitions
         self.prefix = f"benchbase{unique}."
         self.app_id = f"bench-baseline-{unique}"
@@ -456,7 +461,7 @@ class BaselineRig:
         self._offset = 0
 
     async def start(self) -> BaselineRig:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.brokers, request_timeout_ms=15000)
+        admin = kafka.admin(self.settings, request_timeout_ms=15000)
         await admin.start()
         try:
             topics = [
@@ -485,7 +490,7 @@ class BaselineRig:
         self.out.touch()
         env = {
             **os.environ,
-            "BENCH_BROKERS": self.brokers,
+            **kafka.environment(self.settings),
             "BENCH_APP_ID": self.app_id,
             "BENCH_TOPIC": self.topic,
             "BENCH_CHANGELOG": self.changelog,
@@ -528,7 +533,7 @@ class BaselineRig:
             self._log.close()
         try:
             await asyncio.wait_for(
-                delete_topics(self.brokers, (self.prefix, self.app_id + "-")), 60
+                delete_topics(self.settings, (self.prefix, self.app_id + "-")), 60
             )
         except Exception as exc:
             print(f"  cleanup of baseline topics failed: {exc!r}", file=sys.stderr)
@@ -608,7 +613,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
     )
 
     sink = await TimingSink().start()
-    producer = await start_producer(probe.kafka_brokers, linger_ms=args.linger_ms)
+    producer = await start_producer(probe, linger_ms=args.linger_ms)
     opened: list = []
     results: dict = {}
     try:
@@ -669,7 +674,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
 
         # 3: the baseline, same records, same pacing.
         print("[3/4] baseline (bare Faust agent): starting ...", flush=True)
-        base = BaselineRig(workdir, probe.kafka_brokers, partitions)
+        base = BaselineRig(workdir, probe, partitions)
         opened.append(base)
         await base.start()
         await baseline_peak(base, one, producer, Phase("bwarm", warm))
@@ -689,7 +694,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         )
         opened.remove(base)
         await base.stop()
-        shaped = BaselineRig(workdir, probe.kafka_brokers, partitions, run_shaped=True)
+        shaped = BaselineRig(workdir, probe, partitions, run_shaped=True)
         opened.append(shaped)
         await shaped.start()
         await baseline_peak(shaped, one, producer, Phase("swarm", warm))

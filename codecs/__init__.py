@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rflow.codecs.backtests import BacktestReport, decode_report
     from rflow.codecs.envelope import (
         MAX_RECORD_BYTES,
         DecodeError,
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     )
 
 _HOMES = {
+    "BacktestReport": "backtests",
+    "decode_report": "backtests",
     "MAX_RECORD_BYTES": "envelope",
     "DecodeError": "envelope",
     "decode": "envelope",
@@ -69,6 +72,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEAD_LETTER_RAW_LIMIT",
     "MAX_RECORD_BYTES",
+    "BacktestReport",
     "CallRecord",
     "DeadLetter",
     "DecodeError",
@@ -82,6 +86,7 @@ __all__ = [
     "TriggerRecord",
     "TriggerRetracted",
     "decode",
+    "decode_report",
     "encode",
     "encode_journal",
 ]

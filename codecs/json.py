@@ -93,9 +93,10 @@ def _exact(value: Any) -> Any:
 
 
 def pretty(value: Any) -> str:
-    """``value`` as indented JSON text with sorted keys, for people to read (the console)."""
+    """``value`` as indented JSON text with sorted keys, for people to read (the console):
+    an integer beyond 64 bits is written as the number it is, not as a string."""
     return orjson.dumps(
-        _widen(value), default=_default, option=_OPTIONS | orjson.OPT_INDENT_2
+        _exact(value), default=_default, option=_OPTIONS | orjson.OPT_INDENT_2
     ).decode()
 
 

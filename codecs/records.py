@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rflow.codecs import json
 from rflow.engine.effects import Execute, Journal, Settle
 from rflow.engine.events import Event
 from rflow.engine.state import ParentLink
@@ -23,22 +24,51 @@ class Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class TriggerRecord(Record):
+PROOF = Field(
+    None,
+    max_length=200,
+    description="set by rflow's own producers: `v1:<key id>:<HMAC-SHA256>` of the record's "
+    "other fields, under RFLOW_INGRESS_KEYS (see rflow.engine.provenance); an outside "
+    "producer leaves it out",
+)
+
+
+class Vouched(Record):
+    """A record that rflow's producers sign (:mod:`rflow.engine.provenance`). Version 2
+    carries the ``proof``; version 1 (still read, and what an outside producer may write)
+    had none."""
+
+    @model_validator(mode="after")
+    def _proof_from_version_2(self) -> Vouched:
+        if self.v == 1 and self.proof is not None:  # type: ignore[attr-defined]
+            raise ValueError("a version 1 record carries no proof: it is new in version 2")
+        return self
+
+
+def signed_content(record: Record) -> bytes:
+    """What a record's proof signs: every field but the proof, as compact JSON with
+    sorted keys (the same bytes for the record as produced and as decoded)."""
+    return json.dumps(record.model_dump(mode="json", exclude={"proof"}))
+
+
+class TriggerRecord(Vouched):
     """One firing of a workflow's trigger, as produced to the triggers topic.
 
     The Kafka key is ``group`` when the workflow declares a concurrency group, else
     ``trigger_key``; ``trigger_key`` is the firing's idempotency key, so a repeated
-    delivery of the same firing starts no second run.
+    delivery of the same firing starts no second run. A firing from rflow's chain,
+    webhook or schedule ingress carries a ``proof`` (version 2).
     """
 
     kind: Literal["trigger"] = "trigger"
-    v: Literal[1] = 1
+    v: Literal[1, 2] = 1
     workflow: str = Field(min_length=1, max_length=200)
     trigger_key: str = Field(min_length=1, max_length=512)
     group: str | None = Field(None, max_length=512)
     source: Literal["event", "webhook", "schedule", "manual"]
     payload: dict[str, Any] = Field(default_factory=dict)
     received_at: datetime
+    proof: str | None = PROOF
 
     @property
     def partition_key(self) -> str:
@@ -60,7 +90,7 @@ class CallRecord(TriggerRecord):
     parent: ParentLink
 
 
-class TriggerRetracted(Record):
+class TriggerRetracted(Vouched):
     """A firing withdrawn by its source (a chain reorg removed the event's block).
 
     Keyed like the firing it retracts; its run is cancelled if it has sent nothing, and
@@ -68,12 +98,13 @@ class TriggerRetracted(Record):
     """
 
     kind: Literal["trigger_retracted"] = "trigger_retracted"
-    v: Literal[1] = 1
+    v: Literal[1, 2] = 1
     workflow: str = Field(min_length=1, max_length=200)
     trigger_key: str = Field(min_length=1, max_length=512)
     group: str | None = Field(None, max_length=512)
     reason: str
     retracted_at: datetime
+    proof: str | None = PROOF
 
     @property
     def partition_key(self) -> str:
@@ -96,7 +127,7 @@ class PauseChanged(Record):
     at: datetime
 
 
-class RetryRecord(Record):
+class RetryRecord(Vouched):
     """``rflow runs retry``: continue a failed run as a new run (on the triggers topic,
     keyed like the failed run's firing, so it is admitted where that run's group lives:
     behind the group's lane, held while the workflow is paused).
@@ -106,7 +137,7 @@ class RetryRecord(Record):
     """
 
     kind: Literal["retry"] = "retry"
-    v: Literal[1] = 1
+    v: Literal[1, 2] = 1
     workflow: str = Field(min_length=1, max_length=200)
     run_id: str = Field(min_length=1, max_length=64)
     retry_of: str = Field(min_length=1, max_length=64)
@@ -116,6 +147,7 @@ class RetryRecord(Record):
     previous: dict[str, Any]
     state: dict[str, Any] = Field(default_factory=dict)
     requested_at: datetime
+    proof: str | None = PROOF
 
     @property
     def partition_key(self) -> str:
@@ -252,11 +284,11 @@ AnyRecord = Annotated[
 ]
 
 KNOWN_VERSIONS: dict[str, frozenset[int]] = {
-    "trigger": frozenset({1}),
-    "call": frozenset({1}),
-    "trigger_retracted": frozenset({1}),
+    "trigger": frozenset({1, 2}),
+    "call": frozenset({1, 2}),
+    "trigger_retracted": frozenset({1, 2}),
     "pause_changed": frozenset({1}),
-    "retry": frozenset({1}),
+    "retry": frozenset({1, 2}),
     "run_event": frozenset({1}),
     "run_journal": frozenset({1, 2}),
     "send": frozenset({1, 2}),

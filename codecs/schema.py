@@ -31,18 +31,23 @@ DESCRIPTION = (
 # docstrings speak to rflow's code.
 _FIELDS: dict[str, str] = {
     "kind": 'Which record this is: always "trigger".',
-    "v": "The version of the record's shape. Workers read version 1.",
+    "v": "The version of the record's shape: 1 (version 2 adds the proof rflow's own "
+    "ingresses sign their firings with).",
     "workflow": "The name of the workflow to fire, as declared in the worker's project.",
     "trigger_key": "The firing's idempotency key, unique per firing and stable across "
-    "retries of it (e.g. orders:4711). Deliveries with the same workflow and trigger_key "
+    "retries of it (e.g. orders:4711), not starting with one of rflow's own namespaces "
+    "(event:, webhook:, schedule:, manual:, their <kind>@ forms, retry-of:). Deliveries with the same workflow and trigger_key "
     "start one run, whose id is 'r' + the first 24 hex digits of "
     "sha256('<workflow>:<trigger_key>'). Re-send a firing unchanged: its payload decides "
     "its concurrency group, hence its partition.",
     "group": "The workflow's concurrency group, exactly as its concurrency.group "
     "expression computes it from payload; null or absent when the workflow declares "
     "none. The Kafka key must equal it (or trigger_key when it is null).",
-    "source": "Where the firing comes from. Producers outside rflow usually say "
-    '"manual"; the run does not depend on it.',
+    "source": 'Where the firing comes from: "manual" for a producer outside rflow. '
+    '"event", "webhook" and "schedule" are believed only of records rflow\'s own '
+    "ingresses produce and prove; claimed by anyone else, the record is dead-lettered "
+    "(unauthenticated_source). A manual firing starts a workflow with a manual trigger, "
+    "with exactly the inputs it declares.",
     "payload": "The trigger data: ${{ trigger }} (and ${{ inputs }}) in the workflow. "
     "Integers beyond 64 bits lose no digits, as JSON numbers or as decimal strings.",
     "received_at": "When the producer received the event: an RFC 3339 date-time with a "
@@ -54,12 +59,15 @@ def trigger_record_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a version-1 trigger record on the wire."""
     schema = TriggerRecord.model_json_schema()
     properties = schema["properties"]
+    # What an outside producer writes: version 1, without the proof of rflow's ingress.
+    del properties["proof"]
+    properties["v"] = {"const": 1, "title": "V", "type": "integer"}
     for name, description in _FIELDS.items():
         properties[name]["description"] = description
     # The model fills `kind` and `v` in by default, but a record on the wire must carry
     # both: they are how a reader knows what it holds before validating anything else.
     for name in ("kind", "v"):
-        del properties[name]["default"]
+        properties[name].pop("default", None)
     schema["required"] = ["kind", "v", *schema["required"]]
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

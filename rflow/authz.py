@@ -55,6 +55,7 @@ ACTIONS: dict[str, Action] = {
         Action("metrics.read", "viewer", "scrape the worker's Prometheus metrics (`/metrics`)", audited=False),
         Action("runs.read", "viewer", "read runs, approvals, workflows, schedules, budgets, sends, dead letters and deployments", audited=False),
         Action("audit.read", "viewer", "read the audit trail", audited=False),
+        Action("state.read", "viewer", "read a workflow's durable state (`rflow state`, `GET /api/workflows/{name}/state`)", audited=False),
         Action("approvals.answer", "approver", "approve or reject an approval (one whose `approvers` list the principal, or that lists none); see the resume URLs of webhook waits", ("step", "choice")),
         Action("runs.run", "operator", "start a run: a manual trigger, `rflow run`, `rflow trigger`", ("workflow", "key")),
         Action("runs.retry", "operator", "continue a failed run as a new run (settled steps keep their results)", ("from", "yes")),
@@ -66,7 +67,10 @@ ACTIONS: dict[str, Action] = {
         Action("workflows.pause", "operator", "pause and resume a workflow", ("reason",)),
         Action("schedules.toggle", "operator", "disable and enable a schedule", ("reason",)),
         Action("dead_letters.replay", "operator", "produce a dead-lettered record back to its topic"),
+        Action("backtests.read", "viewer", "read the reports of past backtests (the console's Backtests)", audited=False),
+        Action("backtests.run", "operator", "replay retained firings through a candidate project in a sandbox (`rflow backtest`)", ("since", "limit")),
         Action("deploy", "operator", "publish a project as the new deployment (`rflow deploy`)"),
+        Action("deploy.rollback", "operator", "publish a project older than the newest deployment, going back (`rflow deploy --rollback`, `rflow worker --rollback`)"),
     )
 }
 # fmt: on

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from rflow.engine.keys import workflow_version
 from rflow.lang import ConfigError, Project, ProjectSource
@@ -156,3 +156,18 @@ def resource_changes(before: Project | None, after: Project) -> list[str]:
     if before is not None and before.config != after.config:
         lines.append("config: changed")
     return lines
+
+
+def older_message(path: object, older: Any, then: str = "it is not deployed") -> str:
+    """What to say of the project at ``path`` when it is an older deployment's
+    (``older``: :class:`rflow.storage.deployments.Older`): which is newer, what happens
+    now (``then``), how to run the newest, and how to go back on purpose."""
+    newest_at = older.newest_at.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    return (
+        f"{path} is deployment {older.project}, older than deployment {older.newest} (the "
+        f"newest, deployed {newest_at}): deploying it would roll every worker back, so {then}. "
+        "To run the newest, start workers without a project (they follow the newest "
+        f"deployment) or with the files deployment {older.newest} was deployed from; to go "
+        f"back to {path} on purpose, an operator's action recorded as deploy.rollback: "
+        f"rflow deploy --rollback {path} (or rflow worker --rollback)"
+    )

@@ -1,10 +1,11 @@
 """``rflow doctor``: check the live world a project depends on, one finding per check.
 
 Static validation first; then Kafka (reachable, every declared topic present with its
-declared partition count), Postgres (reachable, migrated), each network's RPC (answers,
-with the declared chain id), each relayer (its signer answers: a key set and valid, an
-HSM or KMS that gives its public key; the address it signs for, the declared one; its
-balance on each of its networks) and each contract (code at its address on each network).
+declared partition count), Postgres (reachable, migrated), the ingress keys (set and
+well formed), each network's RPC (answers, with the declared chain id), each relayer (its
+signer answers: a key set and valid, an HSM or KMS that gives its public key; the address
+it signs for, the declared one; its balance on each of its networks) and each contract
+(code at its address on each network).
 """
 
 from __future__ import annotations
@@ -68,11 +69,28 @@ async def check_kafka(settings: Settings) -> Finding:
         parts = (
             [f"missing: {', '.join(missing)} (run rflow topics apply)"] if missing else []
         ) + wrong
-        return Finding("kafka", "fail", f"{settings.kafka_brokers}: " + "; ".join(parts))
+        return Finding("kafka", "fail", f"{settings.kafka_display}: " + "; ".join(parts))
     return Finding(
         "kafka",
         "pass",
-        f"{settings.kafka_brokers}: {len(names)} topics with their declared partitions",
+        f"{settings.kafka_display}: {len(names)} topics with their declared partitions",
+    )
+
+
+async def check_ingress_keys(settings: Settings) -> Finding:
+    """Whether this process holds the keys rflow's ingresses vouch for firings with."""
+    from rflow.settings import SettingsError
+
+    try:
+        settings.require_ingress_keys()
+    except SettingsError as exc:
+        return Finding("ingress keys", "fail", str(exc))
+    ids = settings.ingress_keyring.ids
+    return Finding(
+        "ingress keys",
+        "pass",
+        f"{len(ids)} key(s): {ids[0]!r} signs, {', '.join(map(repr, ids))} verify "
+        "(the same on every worker)",
     )
 
 
@@ -180,6 +198,7 @@ async def live_checks(
     checks: list[tuple[str, Awaitable[Finding]]] = [
         ("kafka", check_kafka(settings)),
         ("postgres", check_postgres(settings)),
+        ("ingress keys", check_ingress_keys(settings)),
     ]
     if project is not None:
         urls = _rpc_urls(project, env)

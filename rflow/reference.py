@@ -334,7 +334,15 @@ def render_settings() -> str:
             _setting_default(Settings.model_fields[field]),
             Settings.model_fields[field].description or "",
         ]
-        for variable, field in Settings.variables().items()
+        if not variable.endswith("_FILE") or variable.removesuffix("_FILE") not in variables
+        else [
+            _code(variable),
+            "-",
+            f"a file holding the value of `{variable.removesuffix('_FILE')}` instead (a "
+            "mounted secret; read at start, without its trailing newline)",
+        ]
+        for variables in [Settings.variables()]
+        for variable, field in variables.items()
     ]
     return _table(["variable", "default", "what it sets"], rows)
 
@@ -412,6 +420,30 @@ def render_cli_actions() -> str:
     return _table(["command", "action"], rows)
 
 
+def render_kafka_acls() -> str:
+    """The ACLs of rflow's principal and of an outside producer, with the commands that
+    grant them (for the default topic prefix and app id)."""
+    from rflow.settings import Settings
+    from rflow.streams import kafka
+
+    settings = Settings.from_env({})
+    grants = [("User:rflow", acl) for acl in kafka.worker_acls(settings)]
+    grants += [("User:orders", acl) for acl in kafka.producer_acls(settings)]
+    rows = [
+        [
+            _code(who),
+            acl.resource,
+            _code(acl.name) + (" (prefixed)" if acl.pattern == "prefixed" else ""),
+            ", ".join(acl.operations),
+            acl.why,
+        ]
+        for who, acl in grants
+    ]
+    table = _table(["principal", "resource", "name", "operations", "why"], rows)
+    commands = "\n".join(acl.command(who, "BROKERS", "admin.properties") for who, acl in grants)
+    return f"{table.rstrip()}\n\n```sh\n{commands}\n```"
+
+
 # --- the CLI ------------------------------------------------------------------------
 
 
@@ -486,6 +518,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "console-actions": render_console_actions,
     "cli-actions": render_cli_actions,
     "consumption": render_consumption,
+    "kafka-acls": render_kafka_acls,
 }
 """Block name -> what renders it; ``model:NAME`` renders one model."""
 

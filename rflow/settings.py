@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 _PREFIX = "RFLOW_"
 _RPC_PREFIX = "RFLOW_RPC_URL_"
@@ -25,6 +25,7 @@ _VARIABLES = {
     "TOPICS_FILE": "topics_file",
     "PROJECT": "project_path",
     "DATA_DIR": "data_dir",
+    "TABLE_STORE": "table_store",
     "WEB_PORT": "web_port",
     "BROKER_SESSION_TIMEOUT": "broker_session_timeout",
     "BROKER_HEARTBEAT_INTERVAL": "broker_heartbeat_interval",
@@ -39,8 +40,29 @@ _VARIABLES = {
     "TRUST_PROXY": "trust_proxy",
     "CONSOLE_SESSION_TTL": "console_session_ttl",
     "CONSOLE_IDLE_TIMEOUT": "console_idle_timeout",
+    "KAFKA_SECURITY_PROTOCOL": "kafka_security_protocol",
+    "KAFKA_SASL_MECHANISM": "kafka_sasl_mechanism",
+    "KAFKA_SASL_USERNAME": "kafka_sasl_username",
+    "KAFKA_SASL_PASSWORD": "kafka_sasl_password",
+    "KAFKA_SASL_OAUTH_TOKEN_FILE": "kafka_sasl_oauth_token_file",
+    "KAFKA_SSL_CAFILE": "kafka_ssl_cafile",
+    "KAFKA_SSL_CERTFILE": "kafka_ssl_certfile",
+    "KAFKA_SSL_KEYFILE": "kafka_ssl_keyfile",
+    "KAFKA_SSL_KEY_PASSWORD": "kafka_ssl_key_password",
+    "KAFKA_SSL_CHECK_HOSTNAME": "kafka_ssl_check_hostname",
+    "INGRESS_KEYS": "ingress_keys",
+    "METRICS_TARGETS_DIR": "metrics_targets_dir",
 }
+_FILE_SUFFIX = "_FILE"
+# Secrets that may instead be read from a file named by RFLOW_<SUFFIX>_FILE (a mounted
+# secret): the file's content, without a trailing newline, is the value.
+_FROM_FILES = ("KAFKA_SASL_PASSWORD", "KAFKA_SSL_KEY_PASSWORD", "INGRESS_KEYS")
 _REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class SettingsError(ValueError):
+    """The ``RFLOW_*`` variables do not make valid settings: the message names each
+    variable and why, never a secret's value."""
 
 
 def environ() -> dict[str, str]:
@@ -79,7 +101,18 @@ class Settings(BaseModel):
     project_path: Path | None = Field(
         None, description="the workflow files a worker runs (a file or a folder)"
     )
-    data_dir: Path = Field(Path(".rflow"), description="Faust table state (RocksDB or memory)")
+    data_dir: Path = Field(
+        Path(".rflow"),
+        description="the worker's local state: its tables' RocksDB databases (one data "
+        "directory per worker; a worker restarted with its own reads only the changelog "
+        "records it has not seen)",
+    )
+    table_store: Literal["auto", "rocksdb", "memory"] = Field(
+        "auto",
+        description="where a worker keeps its tables: rocksdb (on disk, in the data "
+        "directory), memory (rebuilt from the changelogs at every start), or auto "
+        "(rocksdb where the rocksdict package imports, else memory)",
+    )
     web_port: int = Field(6066, description="Faust web server port of a worker")
     api_token: SecretStr | None = Field(
         None,
@@ -115,6 +148,12 @@ class Settings(BaseModel):
         description="seconds without a page asked for (live refreshes do not count) after "
         "which a console session ends",
     )
+    metrics_targets_dir: Path | None = Field(
+        None,
+        description="where a worker writes its Prometheus file-SD target while it runs "
+        "(scripts/stack env: .stack/prometheus/targets, which the shipped prometheus.yml "
+        "reads); unset: none is written",
+    )
     broker_session_timeout: float = Field(
         30.0,
         gt=0,
@@ -145,12 +184,67 @@ class Settings(BaseModel):
     send_poll_interval: float = Field(
         0.05, gt=0, description="seconds between receipt checks of pending transactions"
     )
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT",
+        description="how every Kafka client of this process connects: PLAINTEXT, SSL (TLS), "
+        "SASL_PLAINTEXT or SASL_SSL (SASL over TLS)",
+    )
+    kafka_sasl_mechanism: (
+        Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None
+    ) = Field(None, description="the SASL mechanism, with SASL_PLAINTEXT or SASL_SSL")
+    kafka_sasl_username: str | None = Field(
+        None, description="the SASL user (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+    )
+    kafka_sasl_password: SecretStr | None = Field(
+        None,
+        description="the SASL user's password (or RFLOW_KAFKA_SASL_PASSWORD_FILE: a file "
+        "holding it)",
+    )
+    kafka_sasl_oauth_token_file: Path | None = Field(
+        None,
+        description="OAUTHBEARER: a file holding the bearer token, read again each time a "
+        "client authenticates (so whatever renews the token can rewrite the file)",
+    )
+    kafka_ssl_cafile: Path | None = Field(
+        None,
+        description="PEM file of the certificate authorities that sign the brokers' "
+        "certificates (default: the system's)",
+    )
+    kafka_ssl_certfile: Path | None = Field(
+        None, description="PEM file of this process's client certificate (mutual TLS)"
+    )
+    kafka_ssl_keyfile: Path | None = Field(
+        None, description="PEM file of the client certificate's private key"
+    )
+    kafka_ssl_key_password: SecretStr | None = Field(
+        None,
+        description="the client key's password, if it is encrypted (or "
+        "RFLOW_KAFKA_SSL_KEY_PASSWORD_FILE)",
+    )
+    kafka_ssl_check_hostname: bool = Field(
+        True, description="whether a broker's certificate must name the host connected to"
+    )
+    ingress_keys: SecretStr | None = Field(
+        None,
+        description="the keys rflow's ingresses vouch for their firings with: "
+        "`id:secret[,id:secret...]`, the first signs and all verify, the same on every "
+        "worker (or RFLOW_INGRESS_KEYS_FILE: a file holding them, one per line)",
+    )
+
+    @model_validator(mode="after")
+    def _kafka_security_fits(self) -> Settings:
+        problems = kafka_security_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @classmethod
     def variables(cls) -> dict[str, str]:
         """Each setting's environment variable -> the field it sets (``rpc_urls`` is set
         by ``RFLOW_RPC_URL_<NETWORK>``, one variable per network)."""
         found = {_PREFIX + suffix: field for suffix, field in _VARIABLES.items()}
+        for suffix in _FROM_FILES:
+            found[_PREFIX + suffix + _FILE_SUFFIX] = _VARIABLES[suffix]
         found[_RPC_PREFIX + "<NETWORK>"] = "rpc_urls"
         return found
 
@@ -162,6 +256,14 @@ class Settings(BaseModel):
         for suffix, field in _VARIABLES.items():
             if value := env.get(_PREFIX + suffix):  # an empty variable counts as unset
                 values[field] = value
+        for suffix in _FROM_FILES:
+            if path := env.get(_PREFIX + suffix + _FILE_SUFFIX):
+                if _PREFIX + suffix in env and env[_PREFIX + suffix]:
+                    raise SettingsError(
+                        f"{_PREFIX}{suffix} and {_PREFIX}{suffix}{_FILE_SUFFIX} are both set: "
+                        "give the value or the file, not both"
+                    )
+                values[_VARIABLES[suffix]] = _read_secret(_PREFIX + suffix + _FILE_SUFFIX, path)
         rpc = {
             key[len(_RPC_PREFIX) :].lower(): value
             for key, value in env.items()
@@ -170,7 +272,10 @@ class Settings(BaseModel):
         if rpc:
             values["rpc_urls"] = {"local": "http://127.0.0.1:8545", **rpc}
         values.update(overrides)
-        return cls(**values)
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise SettingsError(_described(exc)) from None
 
     def to_env(self) -> dict[str, str]:
         """The ``RFLOW_*`` variables that rebuild these settings in another process."""
@@ -182,6 +287,9 @@ class Settings(BaseModel):
             env[_PREFIX + suffix] = (
                 value.get_secret_value() if isinstance(value, SecretStr) else str(value)
             )
+        for suffix in _FROM_FILES:
+            if _PREFIX + suffix in env:  # the value itself: a file variable must not contend
+                env[_PREFIX + suffix + _FILE_SUFFIX] = ""
         for network, url in self.rpc_urls.items():
             env[_RPC_PREFIX + network.upper()] = url
         return env
@@ -202,6 +310,44 @@ class Settings(BaseModel):
         return f"http://127.0.0.1:{self.web_port}"
 
     @property
+    def kafka_display(self) -> str:
+        """How messages name the Kafka cluster: the brokers, the protocol and the SASL
+        user, never a secret."""
+        shown = self.kafka_brokers
+        if self.kafka_security_protocol != "PLAINTEXT":
+            shown += f" ({self.kafka_security_protocol}"
+            if self.kafka_sasl_mechanism is not None:
+                who = f" as {self.kafka_sasl_username}" if self.kafka_sasl_username else ""
+                shown += f" {self.kafka_sasl_mechanism}{who}"
+            shown += ")"
+        return shown
+
+    @property
+    def ingress_keyring(self) -> Any:
+        """The parsed :attr:`ingress_keys` (a :class:`~rflow.engine.provenance.Keyring`,
+        empty when unset); :class:`SettingsError` names a malformed entry."""
+        from rflow.engine.provenance import Keyring, KeyringError
+
+        if self.ingress_keys is None:
+            return Keyring()
+        try:
+            return Keyring.parse(self.ingress_keys.get_secret_value())
+        except KeyringError as exc:
+            raise SettingsError(str(exc)) from None
+
+    def require_ingress_keys(self) -> None:
+        """:class:`SettingsError` unless ingress keys are set: a worker needs them."""
+        if not self.ingress_keyring.keys:
+            raise SettingsError(
+                "RFLOW_INGRESS_KEYS is not set: rflow's ingresses (chain events, webhooks, "
+                "schedules, manual runs, retries) vouch for their firings with it, and a "
+                "worker believes nothing they claim without it. Give every worker (and every "
+                "host that runs rflow run or rflow runs retry) the same keys, e.g. "
+                "RFLOW_INGRESS_KEYS=k1:$(openssl rand -hex 32), or a file of them in "
+                "RFLOW_INGRESS_KEYS_FILE"
+            )
+
+    @property
     def acting_token(self) -> SecretStr | None:
         """The token the CLI presents: ``RFLOW_CLI_TOKEN``, else ``RFLOW_API_TOKEN``."""
         return self.cli_token or self.api_token
@@ -214,3 +360,73 @@ class Settings(BaseModel):
             raise LookupError(
                 f"no RPC URL for network {network!r}: set {_RPC_PREFIX}{network.upper()}"
             ) from None
+
+
+def _described(exc: ValidationError) -> str:
+    """A validation error as lines naming the variables (the input is left out: it may
+    be a secret)."""
+    by_field = {field: variable for variable, field in Settings.variables().items()}
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        where = by_field.get(field, field or "settings")
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{where} ({field}): {message}" if field else message)
+    return "; ".join(lines)
+
+
+def _read_secret(variable: str, path: str) -> str:
+    """The content of the secret file ``path`` that ``variable`` names, without its
+    trailing newline; the error names the variable and the file, never the content."""
+    try:
+        return Path(path).read_text().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(
+            f"{variable}={path}: cannot read it ({exc.__class__.__name__})"
+        ) from None
+
+
+def kafka_security_problems(settings: Settings) -> list[str]:
+    """Why the Kafka security settings do not fit together (empty when they do), each
+    naming the variables to set."""
+    protocol = settings.kafka_security_protocol
+    mechanism = settings.kafka_sasl_mechanism
+    problems = []
+    sasl = protocol.startswith("SASL_")
+    if sasl and mechanism is None:
+        problems.append(
+            f"RFLOW_KAFKA_SECURITY_PROTOCOL={protocol} needs RFLOW_KAFKA_SASL_MECHANISM "
+            "(PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER)"
+        )
+    if not sasl and mechanism is not None:
+        problems.append(
+            f"RFLOW_KAFKA_SASL_MECHANISM={mechanism} needs RFLOW_KAFKA_SECURITY_PROTOCOL="
+            f"SASL_SSL or SASL_PLAINTEXT (it is {protocol})"
+        )
+    if sasl and mechanism == "OAUTHBEARER":
+        if settings.kafka_sasl_oauth_token_file is None:
+            problems.append("OAUTHBEARER needs RFLOW_KAFKA_SASL_OAUTH_TOKEN_FILE")
+    elif sasl and mechanism is not None:
+        if not settings.kafka_sasl_username:
+            problems.append(f"{mechanism} needs RFLOW_KAFKA_SASL_USERNAME")
+        if settings.kafka_sasl_password is None:
+            problems.append(
+                f"{mechanism} needs RFLOW_KAFKA_SASL_PASSWORD (or RFLOW_KAFKA_SASL_PASSWORD_FILE)"
+            )
+    tls = protocol in ("SSL", "SASL_SSL")
+    tls_files = {
+        "RFLOW_KAFKA_SSL_CAFILE": settings.kafka_ssl_cafile,
+        "RFLOW_KAFKA_SSL_CERTFILE": settings.kafka_ssl_certfile,
+        "RFLOW_KAFKA_SSL_KEYFILE": settings.kafka_ssl_keyfile,
+    }
+    given = [name for name, value in tls_files.items() if value is not None]
+    if given and not tls:
+        problems.append(
+            f"{', '.join(given)} set, but RFLOW_KAFKA_SECURITY_PROTOCOL={protocol} does not "
+            "use TLS (SSL or SASL_SSL)"
+        )
+    if (settings.kafka_ssl_certfile is None) != (settings.kafka_ssl_keyfile is None):
+        problems.append(
+            "a client certificate needs both RFLOW_KAFKA_SSL_CERTFILE and RFLOW_KAFKA_SSL_KEYFILE"
+        )
+    return problems

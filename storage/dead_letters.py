@@ -71,14 +71,12 @@ class LetterRow:
     raw: str | None
     """The stored record (``None`` in listings, which leave it out)."""
 
-    def document(self, prefix: str = "") -> dict[str, Any]:
-        """The dead letter as JSON-ready data, its topic without ``prefix``."""
-        topic = (
-            self.topic[len(prefix) :] if prefix and self.topic.startswith(prefix) else self.topic
-        )
+    def document(self) -> dict[str, Any]:
+        """The dead letter as JSON-ready data, its topic named as the workers name it (the
+        prefix included)."""
         document: dict[str, Any] = {
             "id": self.id,
-            "topic": topic,
+            "topic": self.topic,
             "partition": self.partition,
             "offset": self.offset,
             "key": self.key,

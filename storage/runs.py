@@ -78,8 +78,8 @@ WHERE runs.run_id = x.run_id
 _STEP_STARTED = f"""
 INSERT INTO step_logs (run_id, path, visit, kind, status, attempt, started_at, seq, parent,
                        role, detail)
-SELECT r->>0, r->>1, (r->>2)::integer, r->>3, 'running', 1, (r->>4)::timestamptz,
-       (r->>5)::bigint, r->>6, r->>7, r->8
+SELECT r->>0, r->>1, (r->>2)::integer, r->>3, coalesce(r->>9, 'running'), 1,
+       (r->>4)::timestamptz, (r->>5)::bigint, r->>6, r->>7, r->8
 {_ROWS}
 ON CONFLICT (run_id, path, visit) DO NOTHING
 """
@@ -271,6 +271,7 @@ def _row(entry: Journal) -> tuple[Any, ...] | None:
             data.get("parent"),
             data.get("role"),
             data.get("detail"),
+            entry.status,
         )
     if entry.event == "step_retrying":
         kind, message = _error(data)

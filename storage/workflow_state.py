@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -31,6 +33,7 @@ WITH claimed AS (
 SELECT result FROM state_ops WHERE op_key = %(op_key)s
 """
 _READ = "SELECT key, value FROM workflow_state WHERE workflow = %s"
+_ENTRIES = "SELECT key, value, updated_at FROM workflow_state WHERE workflow = %s ORDER BY key"
 # Lists change in one statement each, under the row's own lock: racing runs of the
 # workflow never lose an element, and no workflow-wide lock serializes them.
 _ADD = """
@@ -53,6 +56,22 @@ ON CONFLICT (workflow, key) DO UPDATE SET
     updated_at = now()
 RETURNING value
 """
+
+
+@dataclass(frozen=True)
+class StateEntry:
+    """One key of a workflow's durable state, and when a step last wrote it."""
+
+    key: str
+    value: Any
+    updated_at: datetime
+
+
+async def entries(conn: psycopg.AsyncConnection, workflow: str) -> list[StateEntry]:
+    """Every key of ``workflow``'s state with when it was last written, by name."""
+    with translated():
+        cur = await conn.execute(_ENTRIES, (workflow,))
+        return [StateEntry(*row) for row in await cur.fetchall()]
 
 
 async def load(conn: psycopg.AsyncConnection, workflow: str) -> dict[str, Any]:

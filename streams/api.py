@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from faust.web import Request, Response, View
 
-from rflow import approvals, authz
+from rflow import approvals, authz, durable_state, workers
 from rflow import schedules as schedule_view
 from rflow.audit import document as audit_document
 from rflow.audit import since_of
 from rflow.authz import Principal
 from rflow.codecs import json
 from rflow.codecs.json import JSONDecodeError
-from rflow.codecs.tables import write_run_entry
+from rflow.codecs.tables import write_run_entry, write_settled_entry
 from rflow.engine import RunStatus
 from rflow.engine.keys import workflow_version
 from rflow.lang.units import UnitError, parse_amount
@@ -42,6 +42,7 @@ from rflow.storage import (
     audit,
     budgets,
     controls,
+    deployments,
     runs,
     sends,
     versions,
@@ -81,6 +82,7 @@ ROUTES: dict[str, dict[str, str]] = {
     "/api/approvals": {"GET": "runs.read"},
     "/api/workflows": {"GET": "runs.read"},
     "/api/workflows/{name}/runs": {"POST": "runs.run"},
+    "/api/workflows/{name}/state": {"GET": "state.read"},
     "/api/workflows/{workflow}/pause": {"POST": "workflows.pause"},
     "/api/workflows/{workflow}/resume": {"POST": "workflows.pause"},
     "/api/schedules": {"GET": "runs.read"},
@@ -336,16 +338,38 @@ def attach(app: RflowApp, control: Control) -> None:
             run = await db(load, "run")
             stored = runtime.tables.runs.get(run_id)
             live = json.loads(write_run_entry(stored)) if stored is not None else None
+            if live is None and (settled := runtime.tables.settled.get(run_id)) is not None:
+                live = write_settled_entry(settled)
             if run is None and live is None:
                 raise ControlError(f"no run {run_id}", 404)
+            found = {**(run or {"run_id": run_id}), "live": live}
+            if live is None and run is not None and run.get("settled_at") is None:
+                found["owner"] = await owner_of(run)  # another worker holds it
             # A resume URL answers a wait: shown to whoever may answer.
             if authz.decide(request[PRINCIPAL], "approvals.answer"):
-                resume = await control.resume_urls(run_id, runtime.settings.base_url)
+                found["webhook_waits"] = await control.resume_urls(
+                    run_id, runtime.settings.base_url
+                )
             else:
-                resume = None
-            return {**(run or {"run_id": run_id}), "live": live, "webhook_waits": resume}
+                found["webhook_waits"] = None
+            return found
 
         return await answer(work)
+
+    async def owner_of(run: dict[str, Any]) -> dict[str, Any]:
+        """The worker that owns the run's partition of ``rflow.runs``, as the workers
+        report it (``worker`` is ``None`` when none has reported owning it)."""
+        topic = runtime.catalog.full_name("rflow.runs")
+        count = runtime.catalog.spec("rflow.runs").partitions
+        partition = workers.partition_of(workers.run_key(run), count)
+        reports = await db(deployments.workers, "workers")
+        owner = workers.owner(reports, runtime.settings.app_id, topic, partition)
+        return {
+            "topic": topic,
+            "partition": partition,
+            "worker": owner.worker if owner else None,
+            "client_id": owner.client_id if owner else None,
+        }
 
     def limit_of(query: Any, default: int = 50) -> int:
         try:
@@ -489,6 +513,20 @@ def attach(app: RflowApp, control: Control) -> None:
                     }
                 )
             return {"workflows": found, "deployment": deployment()}
+
+        return await answer(work)
+
+    @app.page("/api/workflows/{name}/state", name="rflow.api.workflow.state")
+    async def workflow_state(self: View, request: Request, name: str) -> Response:
+        """The workflow's durable state, as its steps left it: every key with its value and
+        when it was last written, or ``?key=K`` alone. Read only."""
+
+        async def work() -> dict[str, Any]:
+            key = request.query.get("key")
+            try:
+                return await db(lambda conn: durable_state.read(conn, name, key), "state")
+            except durable_state.StateError as exc:
+                raise ControlError(str(exc), exc.status) from None
 
         return await answer(work)
 

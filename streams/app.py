@@ -10,19 +10,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import socket
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import faust
 
+from rflow import workers
 from rflow.codecs import tables as table_codec
 from rflow.deployment import Deployment
 from rflow.lang import ConfigError, Project, read_source
 from rflow.principals import Principals, TokenConflict
 from rflow.secrets import process_secrets, scrub_logs
 from rflow.settings import Settings, environ
-from rflow.streams import consumption, tables, views
+from rflow.streams import consumption, kafka, tables, views
 from rflow.streams.control import Control
 from rflow.streams.database import Database
 from rflow.streams.topics import Catalog
@@ -61,6 +63,8 @@ class Runtime:
     tables: tables.Tables | None = None
     database: Database | None = None
     runner: Any = None
+    sweeper: Any = None
+    """The :class:`~rflow.agents.expiry.Sweeper` that forgets what the window no longer covers."""
     metrics: Any = None
     deployments: Any = None
     """The :class:`~rflow.streams.deployments.Deployments` that publishes and follows."""
@@ -112,6 +116,17 @@ class Runtime:
             "permissions, budgets and breakers (see rflow deployments)"
         )
 
+    async def start(self) -> None:
+        """What a worker settles before it takes a record: that it can check the proofs of
+        rflow's ingress (``RFLOW_INGRESS_KEYS``), and which deployment it runs
+        (:meth:`Deployments.start`: its own project, or the newest when its own is older).
+        Raises :class:`~rflow.settings.SettingsError` with the reason: the worker stops."""
+        self.settings.require_ingress_keys()
+        if self.database is not None:
+            await self.database.maybe_start()  # before the app's services, which need it too
+        if self.deployments is not None:
+            await self.deployments.start()
+
     async def catch_up(self) -> None:
         """Take up a newer deployment now, if there is one (a workflow was not found):
         another worker may have taken it up first and let a firing of it through. Gives
@@ -145,6 +160,13 @@ class RflowApp(consumption.ConsumingApp):
 
     rflow: Runtime
 
+    async def on_start(self) -> None:
+        await super().on_start()
+        if not (self.producer_only or self.client_only):
+            # Before any consumer or agent starts: nothing is decided with a project this
+            # worker will not run.
+            await self.rflow.start()
+
     def declared_topic(self, name: str, **kwargs) -> faust.TopicT:
         """A handle on topic ``name`` of ``topics.yaml`` (prefix applied); raw bytes by default."""
         catalog = self.rflow.catalog
@@ -167,12 +189,33 @@ class RflowApp(consumption.ConsumingApp):
         )
 
 
-def create_app(settings: Settings | None = None, project: Project | None = None) -> RflowApp:
+def store_url(settings: Settings) -> str:
+    """The Faust store of the tables that ``settings.table_store`` asks for."""
+    choice = settings.table_store
+    if choice == "auto":
+        try:
+            import rocksdict  # noqa: F401
+        except ImportError:
+            log.warning(
+                "RFLOW_TABLE_STORE=auto: rocksdict does not import here, so the tables are kept "
+                "in memory and rebuilt from their changelogs at every start"
+            )
+            choice = "memory"
+        else:
+            choice = "rocksdb"
+    return f"{choice}://"
+
+
+def create_app(
+    settings: Settings | None = None, project: Project | None = None, *, rollback: bool = False
+) -> RflowApp:
     """Build the app with every agent, table and page attached.
 
     The workflows come from ``project``, else from ``settings.project_path`` (whose
-    source the worker deploys as it starts); then the worker follows the newest
-    deployment (:mod:`rflow.streams.deployments`). A worker without workflows still runs
+    source the worker deploys as it starts, unless it is an older deployment's: then it
+    runs the newest, or with ``rollback`` deploys it as the operator's action
+    ``deploy.rollback``); then the worker follows the newest deployment
+    (:mod:`rflow.streams.deployments`). A worker without workflows still runs
     the pipeline (records for workflows it does not run are dead-lettered). Two
     principals with the same token raise :class:`~rflow.principals.TokenConflict`; the
     API authenticates the principals of the current deployment.
@@ -220,8 +263,10 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
 
     app = RflowApp(
         settings.app_id,
-        broker=[f"kafka://{host}" for host in settings.kafka_brokers.split(",")],
-        store="memory://",
+        **kafka.faust_options(settings),
+        # Kafka's tools list the group's members by client id: it names host and port.
+        broker_client_id=workers.client_id(socket.gethostname(), settings.web_port),
+        store=store_url(settings),
         autodiscover=False,
         topic_partitions=partitions,
         topic_replication_factor=catalog.spec("rflow.triggers").replication_factor,
@@ -277,12 +322,15 @@ def create_app(settings: Settings | None = None, project: Project | None = None)
     from rflow.ingress.chain_service import ChainIngressService
 
     app.add_dependency(ChainIngressService(app))
+    from rflow.streams.scrape_targets import ScrapeTarget
+
+    app.add_dependency(ScrapeTarget(settings))
 
     from rflow import agents
     from rflow.streams import deployments, metrics
     from rflow.streams.nodes import Nodes
 
-    runtime.deployments = deployments.Deployments(runtime, source)
+    runtime.deployments = deployments.Deployments(runtime, source, rollback=rollback)
     deployments.attach(app, runtime.deployments)
     runtime.metrics = metrics.attach(app)
     runtime.rpc = app.add_dependency(Nodes(runtime)).pools

@@ -73,7 +73,7 @@ class DeadLetterActions:
                     ) from None
             return {
                 "id": letter_id,
-                "topic": planned.topic[len(prefix) :],
+                "topic": planned.topic,
                 "key": row.key,
                 "partition": partition,
                 "offset": offset,
@@ -91,7 +91,7 @@ async def describe(
     row = await store.get(conn, letter_id)
     if row is None:
         return None
-    document = row.document(prefix)
+    document = row.document()
     try:
         replay.plan(row, prefix, await _deployed(conn))
     except replay.Refused as exc:

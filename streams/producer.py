@@ -17,7 +17,9 @@ from aiokafka.errors import (
 )
 
 from rflow.codecs import PauseChanged, Record, TriggerRecord, TriggerRetracted, encode
+from rflow.engine import provenance
 from rflow.settings import Settings
+from rflow.streams import kafka
 from rflow.streams.topics import Catalog
 
 
@@ -36,25 +38,37 @@ POISONED = (
 restart can leave it behind): every later record would be refused the same way."""
 
 
+VOUCHED_KINDS = frozenset({"trigger", "trigger_retracted", "retry"})
+"""The records rflow's producers sign (:func:`rflow.engine.provenance.vouch`)."""
+
+
 class Producer:
     """A started Kafka producer for declared topics; use ``async with Producer(settings)``.
 
     Idempotent and ``acks=all``: a record counts as delivered only once every in-sync
     replica has it, which is when an ingress may acknowledge its caller.
+
+    Firings, retractions and retries go out with the proof of rflow's ingress, made with
+    ``RFLOW_INGRESS_KEYS`` (the workers believe nothing else of a chain event, a webhook,
+    a schedule, a retraction or a retry); without the keys they are refused here, before
+    anything is produced. ``vouching=False`` produces firings as an outside producer
+    would (``rflow trigger``).
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, vouching: bool = True) -> None:
         self.settings = settings
+        self.vouching = vouching
+        self.keyring = settings.ingress_keyring if vouching else None
         self.catalog = Catalog.from_settings(settings)
-        self._producer = self._new()
+        try:
+            self._producer = self._new()
+        except kafka.KafkaSettingsError as exc:
+            raise ProduceError(str(exc)) from None
         self._poisoned = False
 
     def _new(self) -> AIOKafkaProducer:
-        return AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_brokers,
-            acks="all",
-            enable_idempotence=True,
-            request_timeout_ms=15000,
+        return kafka.producer(
+            self.settings, acks="all", enable_idempotence=True, request_timeout_ms=15000
         )
 
     async def _renew(self) -> None:
@@ -71,26 +85,38 @@ class Producer:
         except KafkaError as exc:
             await self._producer.stop()
             raise ProduceError(
-                f"cannot reach Kafka at {self.settings.kafka_brokers}: {exc}"
+                f"cannot reach Kafka at {self.settings.kafka_display}: {exc}"
             ) from None
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self._producer.stop()
 
+    def vouched(self, record: Record) -> Record:
+        """``record`` as it goes out: a firing, retraction or retry with its proof."""
+        if self.keyring is None or record.kind not in VOUCHED_KINDS:
+            return record
+        try:
+            return provenance.vouch(record, self.keyring)  # type: ignore[arg-type]
+        except provenance.KeyringError as exc:
+            raise ProduceError(
+                f"{exc}: a {record.kind} record of rflow's is believed only with its proof"
+            ) from None
+
     async def send(self, topic: str, key: str, record: Record) -> tuple[int, int]:
         """Produce ``record`` to declared topic ``topic``; returns (partition, offset)."""
+        value = encode(self.vouched(record))
         try:
             if self._poisoned:
                 await self._renew()
             meta = await self._producer.send_and_wait(
-                self.catalog.full_name(topic), value=encode(record), key=key.encode()
+                self.catalog.full_name(topic), value=value, key=key.encode()
             )
         except KafkaError as exc:
             # Refused, so not written: the next record goes out on a fresh producer.
             self._poisoned = self._poisoned or isinstance(exc, POISONED)
             raise ProduceError(
-                f"Kafka at {self.settings.kafka_brokers} did not accept the record: {exc}"
+                f"Kafka at {self.settings.kafka_display} did not accept the record: {exc}"
             ) from None
         return meta.partition, meta.offset
 
@@ -109,7 +135,7 @@ class Producer:
         except KafkaError as exc:
             self._poisoned = self._poisoned or isinstance(exc, POISONED)
             raise ProduceError(
-                f"Kafka at {self.settings.kafka_brokers} did not accept the record: {exc}"
+                f"Kafka at {self.settings.kafka_display} did not accept the record: {exc}"
             ) from None
         return meta.partition, meta.offset
 
@@ -135,7 +161,7 @@ class Producer:
         except KafkaError as exc:
             self._poisoned = self._poisoned or isinstance(exc, POISONED)
             raise ProduceError(
-                f"Kafka at {self.settings.kafka_brokers} did not accept the record: {exc}"
+                f"Kafka at {self.settings.kafka_display} did not accept the record: {exc}"
             ) from None
         return count
 
@@ -203,7 +229,10 @@ class LazyProducer:
                 self._producer = None
 
 
-async def produce_trigger(settings: Settings, record: TriggerRecord) -> tuple[int, int]:
-    """Produce one firing with a short-lived producer (the CLI's case)."""
-    async with Producer(settings) as producer:
+async def produce_trigger(
+    settings: Settings, record: TriggerRecord, *, vouching: bool = True
+) -> tuple[int, int]:
+    """Produce one firing with a short-lived producer (the CLI's case); ``vouching=False``
+    as an outside producer would."""
+    async with Producer(settings, vouching=vouching) as producer:
         return await producer.trigger(record)

@@ -106,6 +106,21 @@ class Catalog:
                 return spec
         raise TopicsError(f"topic {name!r} is not declared in topics.yaml")
 
+    def declared(self, name: str) -> str:
+        """The declared name of topic ``name``, given as the workers name it (with the
+        prefix, as in their logs and the broker) or as ``topics.yaml`` declares it."""
+        if self.prefix and name.startswith(self.prefix):
+            unprefixed = name[len(self.prefix) :]
+            if any(spec.name == unprefixed for spec in self.specs):
+                return unprefixed
+        if any(spec.name == name for spec in self.specs):
+            return name
+        known = ", ".join(self.prefix + spec.name for spec in self.specs)
+        raise TopicsError(
+            f"topic {name!r} is not one of the workers' topics under "
+            f"RFLOW_TOPIC_PREFIX={self.prefix!r} (topics.yaml declares: {known})"
+        )
+
     def __iter__(self):
         return iter(self.specs)
 
@@ -194,11 +209,17 @@ async def _verify(admin: AIOKafkaAdminClient, catalog: Catalog, timeout: float =
 
 @asynccontextmanager
 async def _admin(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers, request_timeout_ms=15000)
+    from rflow.streams import kafka
+
+    try:
+        admin = kafka.admin(settings, request_timeout_ms=15000)
+    except kafka.KafkaSettingsError as exc:
+        raise TopicsError(str(exc)) from None
     try:
         await admin.start()
     except KafkaError as exc:
-        raise TopicsError(f"cannot reach Kafka at {settings.kafka_brokers}: {exc}") from None
+        await admin.close()
+        raise TopicsError(f"cannot reach Kafka at {settings.kafka_display}: {exc}") from None
     try:
         yield admin
     finally:
@@ -212,3 +233,18 @@ async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dic
         return {}
     described = await admin.describe_topics(wanted)
     return {t["topic"]: len(t["partitions"]) for t in described}
+
+
+async def group_members(settings: Settings, group: str) -> list[dict[str, str]]:
+    """The members of consumer group ``group`` as Kafka lists them: each one's
+    ``client_id``, ``client_host`` and ``member_id`` (none while the group is empty)."""
+    async with _admin(settings) as admin:
+        try:
+            [response] = await admin.describe_consumer_groups([group])
+        except KafkaError as exc:
+            raise TopicsError(f"cannot describe consumer group {group!r}: {exc}") from None
+    found = []
+    for described in response.to_object()["groups"]:
+        for member in described["members"]:
+            found.append({key: member[key] for key in ("client_id", "client_host", "member_id")})
+    return found

@@ -31,6 +31,10 @@ def settings(unique: str, tmp_path: Path) -> Settings:
         broker_session_timeout=6.0,
         broker_heartbeat_interval=0.5,
         api_token=f"token-{unique}",
+        # The keys rflow's ingresses vouch for their firings with (RFLOW_INGRESS_KEYS).
+        ingress_keys=f"t{unique}:{unique * 4}",
+        # Not the stack's: Prometheus there would scrape this test's workers.
+        metrics_targets_dir=tmp_path / "prometheus-targets",
     )
 
 

@@ -98,6 +98,14 @@ class Stack:
     def from_env(cls) -> Stack:
         brokers = os.environ.get("RFLOW_KAFKA_BROKERS")
         url = os.environ.get("RFLOW_DATABASE_URL")
+        protocol = os.environ.get("RFLOW_KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT"
+        if protocol != "PLAINTEXT":
+            # This driver runs in the peers' own virtualenv, without rflow and the one
+            # place that builds rflow's Kafka clients (rflow.streams.kafka).
+            raise BenchError(
+                f"RFLOW_KAFKA_SECURITY_PROTOCOL={protocol}: the peers benchmark runs on a "
+                "plaintext stack only (`scripts/stack up`, not --secure)"
+            )
         if not brokers or not url:
             raise BenchError(
                 "RFLOW_KAFKA_BROKERS and RFLOW_DATABASE_URL are not set: start the stack "
@@ -216,7 +224,9 @@ channels:
   hook: {{ type: webhook, url: "{sink}/notify" }}
 workflows:
   bench:
-    trigger: {{ manual: {{}} }}
+    # The driver is an outside producer (no proof of rflow's ingress): the manual trigger
+    # takes its firings, with exactly these inputs.
+    trigger: {{ manual: {{ inputs: [seq, priority, group, trigger_key] }} }}
     concurrency:
       group: "${{{{ trigger.group }}}}"
     steps:
@@ -281,6 +291,12 @@ class Rflow(Engine):
             "RFLOW_WEB_PORT": str(web_port),
             "RFLOW_DATA_DIR": str(self.workdir / f"rflow-data-{n}"),
             "RFLOW_PROJECT": str(project),
+            # A worker needs the keys rflow's ingresses vouch with (scripts/stack env).
+            **{
+                name: os.environ[name]
+                for name in ("RFLOW_INGRESS_KEYS", "RFLOW_INGRESS_KEYS_FILE")
+                if os.environ.get(name)
+            },
         }
         log = self.workdir / ("rflow-worker.log" if n == 1 else f"rflow-worker-{n}.log")
         worker = Process("rflow worker", [str(rflow), "worker"], env, log)

@@ -17,12 +17,18 @@ from rflow import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "approvals": ("approvals", "Approvals: the inbox of pending decisions, and answering them."),
     "audit": ("audit", "The audit trail: operator actions taken and attempts refused."),
+    "backtest": (
+        "backtest",
+        "Replay retained firings through a candidate project beside the deployed one.",
+    ),
     "budgets": ("budgets", "Durable spend budgets: their caps and what the window has used."),
     "dead-letters": ("dead_letters", "Dead-lettered records: list them, show one, replay one."),
     "deploy": ("deploy", "Validate the project at PATH, then publish it as the new deployment."),
     "deployments": ("deploy", "The newest deployments, and which one each worker runs."),
+    "dev": ("dev", "Helpers for the local chain: rflow dev emit asks the example contract to pay."),
     "doctor": ("doctor", "Validate PATH, then check Kafka, Postgres, RPCs, relayer and more."),
     "keys": ("keys", "Relayer keys: make one inside a PKCS#11 token, ask a signer its address."),
+    "kafka": ("ops", "Kafka security: the ACLs rflow's principals need."),
     "migrate": ("ops", "Apply the database migrations (idempotent)."),
     "run": ("run", "Start a run of WORKFLOW through its manual trigger."),
     "runs": ("runs", "Runs: their status, journals, approvals and cancellation."),
@@ -30,10 +36,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("validate", "Print the JSON Schema of workflow files (for editor completion)."),
     "sends": ("sends", "Pending transactions: list them, speed one up, cancel one."),
     "spend": ("budgets", "Gas paid and native value moved by rflow's sends, per workflow."),
+    "state": ("state", "A workflow's durable state, as its steps left it (read only)."),
     "topics": ("ops", "Kafka topics declared in topics.yaml."),
     "trigger": ("trigger", "Produce a trigger record for WORKFLOW with --input as its payload."),
     "validate": ("validate", "Check the workflow files at PATH (a file or a folder)."),
     "worker": ("ops", "Run a worker for the workflows in PROJECT."),
+    "workers": ("workers", "Each worker, the partitions it owns and the standby copies it keeps."),
     "workflow": ("workflows", "Workflows: list them, pause and resume them."),
 }
 """Each top-level command: the module under ``rflow.cli`` that defines it, its short help."""
@@ -61,6 +69,16 @@ class LazyGroup(click.Group):
             hint = f"; did you mean '{near[0]}'?" if near else ""
             ctx.fail(f"no such command '{name}'{hint}")
         return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> object:
+        from rflow.settings import SettingsError
+
+        try:
+            return super().invoke(ctx)
+        except SettingsError as exc:
+            # Exit 2 like any bad input to a command, with the variables to fix.
+            click.echo(f"error: the environment's settings: {exc}", err=True)
+            ctx.exit(2)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]

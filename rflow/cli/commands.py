@@ -5,9 +5,11 @@ from __future__ import annotations
 from rflow.cli import (  # noqa: F401  (each module registers its commands on import)
     approvals,
     audit,
+    backtest,
     budgets,
     dead_letters,
     deploy,
+    dev,
     doctor,
     keys,
     ops,
@@ -15,7 +17,9 @@ from rflow.cli import (  # noqa: F401  (each module registers its commands on im
     runs,
     schedules,
     sends,
+    state,
     trigger,
     validate,
+    workers,
     workflows,
 )

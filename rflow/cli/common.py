@@ -40,12 +40,15 @@ INFRASTRUCTURE = frozenset(
         "rflow worker",
         "rflow keys generate",
         "rflow keys address",
+        "rflow kafka acls",
+        "rflow dev emit",
     }
 )
 """The commands that name no action: they read local files and check the services
 (validate, schema, doctor), set up the database, Kafka and a worker with the
-credentials those take (migrate, topics apply, worker), or work on a relayer's HSM with
-the token PIN they are given (keys)."""
+credentials those take (migrate, topics apply, worker), work on a relayer's HSM with
+the token PIN they are given (keys), print what an administrator grants (kafka acls),
+or act on the local development chain with its own keys (dev emit)."""
 
 PRINCIPAL_KEY = "rflow.principal"
 """Where :func:`needs` leaves the command's principal (``click`` context's ``meta``)."""
@@ -257,24 +260,33 @@ def record(
 
 
 def needs(
-    action: str, target: tuple[str, str] | None = None, *, late: bool = False
+    action: str,
+    target: tuple[str, str] | None = None,
+    *,
+    late: bool = False,
+    when: Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., T]], Callable[..., T]]:
     """Declare the action a command needs (on the ``target`` kind its argument names:
     ``("run", "run_id")``): before the command runs, the CLI's principal must be allowed
     it; the outcome goes to the audit trail. Apply it right above ``def``.
 
     ``late``: the command checks its input first (no service needed) and calls
-    :func:`authorized` itself before it changes anything."""
+    :func:`authorized` itself before it changes anything. ``when``: a flag of the
+    command that makes it another action (``{"rollback": "deploy.rollback"}``)."""
     from rflow.authz import ACTIONS
 
-    if action not in ACTIONS:
-        raise ValueError(f"{action!r} is not an action")
+    for name in (action, *(when or {}).values()):
+        if name not in ACTIONS:
+            raise ValueError(f"{name!r} is not an action")
 
     def wrap(command: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(command)
         def run(*args: Any, **params: Any) -> T:
             from rflow.authz import Target
 
+            taken = next(
+                (other for flag, other in (when or {}).items() if params.get(flag)), action
+            )
             named = None
             if target is not None and params.get(target[1]) is not None:
                 named = Target(target[0], str(params[target[1]]))
@@ -283,7 +295,7 @@ def needs(
             def now() -> Principal:
                 if PRINCIPAL_KEY not in meta:
                     project = params.get("project")
-                    meta[PRINCIPAL_KEY] = authorize(action, named, args=params, project=project)
+                    meta[PRINCIPAL_KEY] = authorize(taken, named, args=params, project=project)
                 return meta[PRINCIPAL_KEY]
 
             meta[AUTHORIZE_KEY] = now
@@ -293,16 +305,16 @@ def needs(
                 result = command(*args, **params)
             except Failed as exc:
                 if PRINCIPAL_KEY in meta and exc.code not in (0, None) and not exc.recorded:
-                    record(meta[PRINCIPAL_KEY], action, named, args=params, error=exc.message)
+                    record(meta[PRINCIPAL_KEY], taken, named, args=params, error=exc.message)
                 raise
             except Exception as exc:
                 if PRINCIPAL_KEY in meta:
                     error = f"{type(exc).__name__}: {exc}"
-                    record(meta[PRINCIPAL_KEY], action, named, args=params, error=error)
+                    record(meta[PRINCIPAL_KEY], taken, named, args=params, error=error)
                 raise
             if PRINCIPAL_KEY not in meta:  # a late command that changed nothing
                 now()
-            record(meta[PRINCIPAL_KEY], action, named, args=params)
+            record(meta[PRINCIPAL_KEY], taken, named, args=params)
             return result
 
         run.rflow_action = action  # type: ignore[attr-defined]

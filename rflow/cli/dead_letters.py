@@ -37,7 +37,12 @@ def dead_letters() -> None:
 
 
 @dead_letters.command("ls")
-@click.option("--topic", default=None, help="Only records from this topic (e.g. rflow.triggers).")
+@click.option(
+    "--topic",
+    default=None,
+    help="Only records from this topic, named as the workers name it ($RFLOW_TOPIC_PREFIX"
+    "rflow.triggers) or as topics.yaml declares it (rflow.triggers).",
+)
 @click.option("--replayed/--not-replayed", default=None, help="Only those replayed, or not.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--json", "as_json", is_flag=True)
@@ -47,20 +52,19 @@ def list_letters(topic: str | None, replayed: bool | None, limit: int, as_json: 
     from rflow.storage import dead_letters as store
 
     settings = Settings.from_env()
+    full = None
     if topic is not None:
         from rflow.streams.topics import Catalog, TopicsError
 
+        catalog = Catalog.from_settings(settings)
         try:
-            Catalog.from_settings(settings).spec(topic)
+            full = catalog.full_name(catalog.declared(topic))
         except TopicsError as exc:
             fail(str(exc))
-    prefix = settings.topic_prefix
 
     async def work(conn: Any) -> list[dict[str, Any]]:
-        rows = await store.listing(
-            conn, topic=prefix + topic if topic else None, replayed=replayed, limit=limit
-        )
-        return [row.document(prefix) for row in rows]
+        rows = await store.listing(conn, topic=full, replayed=replayed, limit=limit)
+        return [row.document() for row in rows]
 
     rows = asyncio.run(with_database(work, settings))
     if as_json:

@@ -11,27 +11,65 @@ from typing import Any
 import click
 
 from rflow.cli import main
-from rflow.cli.common import needs, table, with_database
+from rflow.cli.common import fail, needs, table, with_database
 from rflow.settings import environ
 
 STALE_AFTER = 30.0
 """Seconds without a report after which a worker is shown as gone."""
 
 
+def actor() -> str:
+    """Who publishes from this process, as the deployment records it."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        user = "unknown"
+    return f"rflow deploy ({user}@{socket.gethostname()})"
+
+
 @main.command()
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--rollback",
+    is_flag=True,
+    help="Publish PATH even though it is an older deployment's project: going back, "
+    "recorded as the action deploy.rollback.",
+)
+@click.option(
+    "--backtest",
+    "backtest_since",
+    default=None,
+    metavar="DURATION",
+    help="First replay the firings of this long back (7d) through PATH beside the deployed "
+    "version (rflow backtest), and ask before deploying when money would move differently.",
+)
+@click.option(
+    "--yes", is_flag=True, help="Deploy without asking, whatever the backtest found (scripts)."
+)
 @click.option("--json", "as_json", is_flag=True)
-@needs("deploy")
-def deploy(path: Path, as_json: bool) -> None:
+@needs("deploy", when={"rollback": "deploy.rollback"})
+def deploy(
+    path: Path, rollback: bool, backtest_since: str | None, yes: bool, as_json: bool
+) -> None:
     """Validate the project at PATH, then publish it as the new deployment.
 
     Every worker takes it up within seconds, without a restart: new workflows start
     firing, removed ones stop (their firings are refused), changed ones start new runs
     with their new version while a run in flight keeps its own; every send is checked
     against the new permissions, budgets and breakers. Publishing the deployed project
-    again changes nothing. Exits 1, publishing nothing, when PATH has errors.
+    again changes nothing. Deployments move forward: a project that is an older
+    deployment's (by its content, against the order of deployments) is published only
+    with --rollback. Exits 1, publishing nothing, when PATH has errors or is older.
+
+    With --backtest, the report of the backtest comes first; when the new version would
+    move money differently (a send added, removed or changed, or another total spent)
+    the deploy asks before publishing, and publishes nothing unless told yes (exit 1).
+    A backtest that cannot run publishes nothing (exit 2).
     """
-    from rflow.deployment import Changes, resource_changes
+    from rflow.deployment import Changes, older_message, resource_changes
     from rflow.engine.keys import deployable
     from rflow.lang import ProjectSource, read_source
     from rflow.storage import deployments
@@ -42,13 +80,23 @@ def deploy(path: Path, as_json: bool) -> None:
             click.echo(str(diagnostic), err=True)
         raise SystemExit(1)
     definitions = deployable(report.project.workflows)
+    if backtest_since is not None:
+        _backtest_first(path, backtest_since, yes=yes, as_json=as_json)
 
     async def publish(conn: Any) -> tuple[Any, Any]:
         latest = await deployments.latest_id(conn)
         stored = await deployments.get(conn, latest) if latest is not None else None
-        published = await deployments.publish(
-            conn, digest=source.digest, source=source.document(), definitions=definitions
-        )
+        try:
+            published = await deployments.publish(
+                conn,
+                digest=source.digest,
+                source=source.document(),
+                definitions=definitions,
+                rollback=rollback,
+                actor=actor(),
+            )
+        except deployments.Older as older:
+            fail(older_message(path, older), 1)
         return published, stored
 
     published, stored = asyncio.run(with_database(publish))
@@ -79,6 +127,8 @@ def deploy(path: Path, as_json: bool) -> None:
         if published.created
         else f"deployment {published.id} is this project already: nothing new to take up"
     )
+    if published.action == deployments.ROLLBACK:
+        summary = f"rolled back: {summary} (deploy.rollback from deployment {stored.id})"
     check = (
         "workers take it up within seconds; see which deployment each one runs with "
         "`rflow deployments` (or GET /healthz on a worker)"
@@ -94,6 +144,38 @@ def deploy(path: Path, as_json: bool) -> None:
     click.echo(f"\n{summary}")
     if published.created:
         click.echo(check[0].upper() + check[1:] + ".")
+
+
+def _backtest_first(path: Path, since: str, *, yes: bool, as_json: bool) -> None:
+    """Backtest PATH over ``since`` and stop the deploy unless it may go on."""
+    from rflow.backtest.report import text
+    from rflow.cli.backtest import perform
+    from rflow.cli.common import fail
+
+    found, stored = perform(path, since=since)
+    click.echo(text(found), err=as_json)
+    if stored is not None:
+        click.echo(
+            f"(kept as backtest {stored}: the console's Backtests page shows it)", err=as_json
+        )
+    click.echo("", err=as_json)
+    if found.outcome == "failed":
+        fail(
+            "nothing deployed: the backtest could not run (deploy without --backtest to skip it)",
+            2,
+        )
+    if not found.money_moves or yes:
+        return
+    try:
+        go = click.confirm(
+            "Money would move differently with this version (see above). Deploy it anyway?",
+            default=False,
+            err=True,
+        )
+    except click.Abort:
+        go = False
+    if not go:
+        fail("nothing deployed", 1)
 
 
 def _deployed(row: dict[str, Any]) -> str:
@@ -128,6 +210,9 @@ def list_deployments(limit: int, as_json: bool) -> None:
                             "deployed_at": d.deployed_at.isoformat(),
                             "digest": d.digest,
                             "workflows": d.versions,
+                            "action": d.action,
+                            "replaced": d.replaced,
+                            "actor": d.actor,
                         }
                         for d in recent
                     ],
@@ -155,10 +240,15 @@ def list_deployments(limit: int, as_json: bool) -> None:
         )
     else:
         lines = [
-            [d.id, d.deployed_at.strftime("%Y-%m-%d %H:%M:%S"), ", ".join(sorted(d.versions))]
+            [
+                d.id,
+                d.deployed_at.strftime("%Y-%m-%d %H:%M:%S"),
+                f"rollback from {d.replaced}" if d.action == deployments.ROLLBACK else "deploy",
+                ", ".join(sorted(d.versions)),
+            ]
             for d in recent
         ]
-        click.echo(table(lines, ["DEPLOYMENT", "DEPLOYED", "WORKFLOWS"]))
+        click.echo(table(lines, ["DEPLOYMENT", "DEPLOYED", "ACTION", "WORKFLOWS"]))
     if not workers:
         click.echo("\nno worker has reported yet")
         return

@@ -46,6 +46,73 @@ def topics_apply(dry_run: bool, as_json: bool) -> None:
     click.echo(f"{len(result.created)} {verb}, {len(result.unchanged)} unchanged")
 
 
+@main.group()
+def kafka() -> None:
+    """Kafka security: the ACLs rflow's principals need."""
+
+
+@kafka.command("acls")
+@click.option(
+    "--principal",
+    default="User:rflow",
+    show_default=True,
+    help="The principal rflow's workers (and CLI) connect as.",
+)
+@click.option(
+    "--producer",
+    "producers",
+    multiple=True,
+    metavar="PRINCIPAL",
+    help="An outside producer's principal, allowed to write trigger records (repeatable).",
+)
+@click.option(
+    "--bootstrap-server",
+    default=None,
+    help="The brokers kafka-acls connects to (default: $RFLOW_KAFKA_BROKERS).",
+)
+@click.option(
+    "--command-config",
+    default="admin.properties",
+    show_default=True,
+    help="kafka-acls' client config: an administrator's connection (SASL_SSL, its password).",
+)
+@click.option("--json", "as_json", is_flag=True)
+def kafka_acls(
+    principal: str,
+    producers: tuple[str, ...],
+    bootstrap_server: str | None,
+    command_config: str,
+    as_json: bool,
+) -> None:
+    """Print the kafka-acls commands that give rflow's PRINCIPAL exactly what it needs
+    (its topics under $RFLOW_TOPIC_PREFIX, its consumer group and transactional ids,
+    both $RFLOW_APP_ID), and each --producer only writing to the triggers topic."""
+    from rflow.streams import kafka as client
+
+    settings = Settings.from_env()
+    bootstrap = bootstrap_server or settings.kafka_brokers
+    grants = [(principal, acl) for acl in client.worker_acls(settings)]
+    grants += [(who, acl) for who in producers for acl in client.producer_acls(settings)]
+    if as_json:
+        rows = [
+            {
+                "principal": who,
+                "resource": acl.resource,
+                "name": acl.name,
+                "pattern": acl.pattern,
+                "operations": list(acl.operations),
+                "why": acl.why,
+                "command": acl.command(who, bootstrap, command_config),
+            }
+            for who, acl in grants
+        ]
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for who, acl in grants:
+        click.echo(f"# {who}: {acl.why}")
+        click.echo(acl.command(who, bootstrap, command_config))
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True)
 def migrate(as_json: bool) -> None:
@@ -75,13 +142,22 @@ async def _migrate(settings: Settings) -> list[str]:
 @main.command()
 @click.argument("project", required=False, type=click.Path(exists=True, path_type=Path))
 @click.option("--setup/--no-setup", default=True, help="Apply topics and migrations first.")
+@click.option(
+    "--rollback",
+    is_flag=True,
+    help="Deploy PROJECT even if it is an older deployment's project (an operator's "
+    "action, recorded as deploy.rollback); without it such a worker runs the newest.",
+)
 @click.option("-l", "--loglevel", default="info", show_default=True)
-def worker(project: Path | None, setup: bool, loglevel: str) -> None:
+def worker(project: Path | None, setup: bool, rollback: bool, loglevel: str) -> None:
     """Run a worker for the workflows in PROJECT (default: $RFLOW_PROJECT), as one member
-    of the consumer group."""
+    of the consumer group. A PROJECT that is an older deployment's is not deployed (that
+    would roll every worker back): the worker runs the newest deployment, unless told
+    --rollback."""
     settings = Settings.from_env()
     if project is not None:
         settings = settings.model_copy(update={"project_path": project})
+    settings.require_ingress_keys()
     if settings.project_path is not None:
         from rflow.lang import validate_path
         from rflow.settings import environ
@@ -101,10 +177,13 @@ def worker(project: Path | None, setup: bool, loglevel: str) -> None:
         asyncio.run(_migrate(settings))
     use_event_loop(settings.event_loop)
     from rflow.principals import TokenConflict
-    from rflow.streams.app import create_app, tune_gc
+    from rflow.streams.app import create_app, store_url, tune_gc
+
+    if store_url(settings).startswith("rocksdb"):
+        _hold_data_dir(settings)
 
     try:
-        app = create_app(settings)
+        app = create_app(settings, rollback=rollback)
     except TokenConflict as exc:
         fail(f"{exc}; the worker does not start")
     tune_gc()
@@ -112,6 +191,30 @@ def worker(project: Path | None, setup: bool, loglevel: str) -> None:
     from faust.worker import Worker
 
     Worker(app, loglevel=loglevel).execute_from_commandline()
+
+
+_HELD: list[object] = []
+
+
+def _hold_data_dir(settings: Settings) -> None:
+    """Hold the data directory for this process (until it exits): a second worker on the
+    same directory would wait on its RocksDB databases' locks, then crash."""
+    import fcntl
+
+    directory = settings.data_dir.resolve()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = (directory / f"{settings.app_id}.lock").open("a")
+    except OSError as exc:
+        fail(f"RFLOW_DATA_DIR {directory} cannot hold the worker's tables: {exc}")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fail(
+            f"RFLOW_DATA_DIR {directory} is in use by another worker of {settings.app_id} on "
+            "this host: give each worker a data directory of its own"
+        )
+    _HELD.append(lock)
 
 
 def use_event_loop(choice: str) -> None:

@@ -157,8 +157,8 @@ def _pending_note(run: dict[str, Any]) -> str:
 @click.option(
     "--live",
     is_flag=True,
-    help="Also the run's state in the table of the worker at $RFLOW_WEB_PORT (the one "
-    "holding the run's partition knows it).",
+    help="Also the run's state in the table of the worker that owns its partition (found "
+    "from the workers' reports, else the one at $RFLOW_WEB_PORT).",
 )
 @click.option(
     "--full", is_flag=True, help="Print outputs and errors whole (default: wrapped, 4 lines)."
@@ -174,13 +174,15 @@ def show(run_id: str, live: bool, full: bool, as_json: bool) -> None:
     if run is None and not live:
         fail(f"no run {run_id}")
     if live:
-        state = _live_state(run_id)
+        state, source, note = _live(run_id, run)
         if run is None and state is None:
             fail(f"no run {run_id}")
-        run = {**(run or {"run_id": run_id}), "live": state}
+        run = {**(run or {"run_id": run_id}), "live": state, "live_from": source}
         if not as_json:
-            shown = json.dumps(state, indent=2, default=str) if state else "(not on this worker)"
-            click.echo(f"live state:\n{shown}\n")
+            if state is not None:
+                click.echo(f"live state ({note}):\n{json.dumps(state, indent=2, default=str)}\n")
+            else:
+                click.echo(f"live state: {note}\n")
         if "steps" not in run:
             click.echo(_json(run))
             return
@@ -294,14 +296,76 @@ def _side_by_side(fork: Any) -> str:
     return "\n".join(lines)
 
 
-def _live_state(run_id: str) -> dict[str, Any] | None:
-    """The run's state as the worker at ``$RFLOW_WEB_PORT`` holds it (``None`` if it does
-    not hold the run's partition)."""
+def _live(
+    run_id: str, run: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, str]:
+    """The run's live state, from the worker that owns its partition of ``rflow.runs``
+    (as the workers report it) when that worker is on this host, else from the one at
+    ``$RFLOW_WEB_PORT``; which worker answered (or owns it); and a note saying so."""
+    import socket
+
+    from rflow import workers
+    from rflow.storage import deployments
+    from rflow.streams.topics import Catalog
+
+    settings = Settings.from_env()
+    owner = where = None
+    if run is not None:
+        topic = settings.topic_prefix + "rflow.runs"
+        count = Catalog.from_settings(settings).spec("rflow.runs").partitions
+        partition = workers.partition_of(workers.run_key(run), count)
+        reports = asyncio.run(with_database(deployments.workers, settings))
+        owner = workers.owner(reports, settings.app_id, topic, partition)
+        where = f"partition {partition} of {topic}"
+    if owner is None:
+        state = _live_state(run_id, settings.web_port)
+        asked = {"worker": f"127.0.0.1:{settings.web_port}", "owner": None}
+        if state is not None:
+            return state, asked, f"from the worker at port {settings.web_port}"
+        why = (
+            f"no worker of group {settings.app_id!r} has reported owning {where}"
+            if where
+            else ("the read model has no row of it yet")
+        )
+        return None, asked, f"not on the worker at port {settings.web_port}; {why} (rflow workers)"
+    host, _, port = owner.worker.rpartition(":")
+    source = {
+        "worker": owner.worker,
+        "client_id": getattr(owner, "client_id", None),
+        "owner": True,
+        "partition": where,
+    }
+    if host != socket.gethostname():
+        return (
+            None,
+            source,
+            (
+                f"{where} is owned by worker {owner.worker} (Kafka client "
+                f"{source['client_id']}), on another host: its API answers on that host only; "
+                f"ask it there with RFLOW_WEB_PORT={port} rflow runs show {run_id} --live"
+            ),
+        )
+    state = _live_state(run_id, int(port))
+    if state is None:
+        return (
+            None,
+            source,
+            (
+                f"worker {owner.worker}, which owns {where}, holds no live state of it (the run "
+                "has settled, or has not started)"
+            ),
+        )
+    return state, source, f"from worker {owner.worker}, which owns {where}"
+
+
+def _live_state(run_id: str, port: int) -> dict[str, Any] | None:
+    """The run's state as the worker at ``port`` holds it (``None`` if it does not hold
+    the run's partition)."""
     import urllib.error
     import urllib.request
 
     settings = Settings.from_env()
-    request = urllib.request.Request(f"http://127.0.0.1:{settings.web_port}/api/runs/{run_id}")
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/runs/{run_id}")
     if settings.acting_token is not None:
         request.add_header("Authorization", f"Bearer {settings.acting_token.get_secret_value()}")
     try:
@@ -310,9 +374,9 @@ def _live_state(run_id: str) -> dict[str, Any] | None:
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None
-        fail(f"the worker at port {settings.web_port} answered {exc.code}: {exc.read()[:200]!r}")
+        fail(f"the worker at port {port} answered {exc.code}: {exc.read()[:200]!r}")
     except (urllib.error.URLError, OSError) as exc:
-        fail(f"no worker answers on port {settings.web_port}: {exc}")
+        fail(f"no worker answers on port {port}: {exc}")
 
 
 async def _run_with_charges(

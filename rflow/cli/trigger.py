@@ -1,9 +1,12 @@
 """``rflow trigger``: produce one trigger record, as any Kafka producer would.
 
-Where ``rflow run`` goes through a workflow's manual trigger and checks its inputs, this
-command writes the raw record of ``schemas/trigger-record.schema.json``: any payload,
-the trigger key as given, for any workflow. With a project at hand it still keys the record
-by the workflow's concurrency group, exactly as a worker will check it.
+Where ``rflow run`` is rflow's own manual ingress (it vouches for the firing with
+``RFLOW_INGRESS_KEYS``), this command writes the raw record of
+``schemas/trigger-record.schema.json`` as an outside producer does: source ``manual``, no
+proof, the trigger key as given (outside rflow's own key namespaces). With a project at
+hand it keys the record by the workflow's concurrency group and refuses, with the reason,
+what a worker would refuse (a workflow without a manual trigger, inputs other than the
+declared ones).
 """
 
 from __future__ import annotations
@@ -59,7 +62,8 @@ def _project(path: Path | None):
     "--key",
     default=None,
     help="The trigger key, the firing's idempotency key: the same key starts one run only "
-    "(default: manual:WORKFLOW:<new id>).",
+    "(default: trigger:WORKFLOW:<new id>; event:, webhook:, schedule:, manual:, their "
+    "<kind>@ forms and retry-of: are rflow's own).",
 )
 @click.option(
     "--group",
@@ -89,6 +93,7 @@ def trigger(
     payload. Prints the run id(s) once Kafka has acknowledged the record.
     """
     from rflow.codecs import TriggerRecord
+    from rflow.engine import provenance
     from rflow.engine.keys import firing_runs
     from rflow.failures import RflowError
     from rflow.streams.producer import ProduceError, produce_trigger
@@ -97,7 +102,7 @@ def trigger(
     payload = _payload(input_json)
     settings = Settings.from_env()
     loaded = _project(project or settings.project_path)
-    trigger_key = key or f"manual:{workflow}:{uuid.uuid4().hex}"
+    trigger_key = key or f"trigger:{workflow}:{uuid.uuid4().hex}"
     received_at = datetime.now(UTC)
     definition = None
     if loaded is None:
@@ -133,9 +138,13 @@ def trigger(
                 f"--group {group!r} disagrees with the concurrency group {record.group!r} "
                 f"that workflow {workflow} computes from --input"
             )
+    accepts = provenance.Accepts.of(workflow, definition) if definition is not None else None
+    verdict = provenance.judge(record, provenance.Keyring(), accepts)
+    if isinstance(verdict, provenance.Refused):
+        _fail(f"a worker would refuse this record: {verdict.reason}")
     authorized()
     try:
-        partition, offset = asyncio.run(produce_trigger(settings, record))
+        partition, offset = asyncio.run(produce_trigger(settings, record, vouching=False))
     except ProduceError as exc:
         _fail(str(exc), code=1)
     strategy = definition.strategy if definition is not None else None
@@ -150,6 +159,7 @@ def trigger(
         "trigger_key": record.trigger_key,
         "run_ids": run_ids,
         "group": record.group,
+        "topic": settings.topic_prefix + "rflow.triggers",
         "key": record.partition_key,
         "partition": partition,
         "offset": offset,
@@ -159,5 +169,6 @@ def trigger(
     else:
         click.echo(
             f"{record.trigger_key} -> run {', '.join(run_ids)} "
-            f"(key {record.partition_key!r}, partition {partition}, offset {offset})"
+            f"({result['topic']} key {record.partition_key!r}, partition {partition}, "
+            f"offset {offset})"
         )

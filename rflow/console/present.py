@@ -252,10 +252,25 @@ def fields(value: Any, prefix: str = "", depth: int = 0) -> list[Field]:
     elif isinstance(value, bool):
         text = "yes" if value else "no"
     elif isinstance(value, int):
-        text = grouped(value) if abs(value) >= 10_000 else str(value)
+        text = grouped(value) if abs(value) >= 10_000 and not _plain(prefix) else str(value)
     else:
         text = json.pretty(value) if isinstance(value, (dict, list)) else str(value)
     return [Field(prefix or "value", text, long=len(text) > 120)]
+
+
+_PLAIN_NAMES = frozenset(
+    {"number", "block", "timestamp", "chain_id", "chainid", "nonce", "index", "offset"}
+    | {"partition", "id", "attempt", "port", "time", "height", "head", "year"}
+)
+_PLAIN_ENDINGS = ("_id", "_index", "_number", "_block", "_timestamp", "_time", "_nonce", "_at")
+
+
+def _plain(label: str) -> bool:
+    """Whether the integer at ``label`` (``block.timestamp``, ``chain_id``) is a number
+    people read whole, as chain explorers print it: block numbers, timestamps, chain
+    ids, nonces, positions. Amounts and counts get thousands separators."""
+    name = label.rsplit(".", 1)[-1].split("[", 1)[0].lower()
+    return name in _PLAIN_NAMES or name.endswith(_PLAIN_ENDINGS)
 
 
 @dataclass

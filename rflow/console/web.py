@@ -62,6 +62,7 @@ NAV = (
     ("budgets", "Budgets", "runs.read"),
     ("sends", "Sends", "runs.read"),
     ("dead-letters", "Dead letters", "runs.read"),
+    ("backtests", "Backtests", "backtests.read"),
     ("audit", "Audit", "audit.read"),
 )
 """The navigation: each page's path, title, and the action it needs (a link the
@@ -353,7 +354,7 @@ class Console:
 
 def attach(app: RflowApp, control: Control, principals: Callable[[], Principals]) -> Console:
     """Mount the console on ``app``'s web server under ``/console/``."""
-    from rflow.console import approvals, budgets, runs, sends, workflows
+    from rflow.console import approvals, backtests, budgets, runs, sends, workflows
     from rflow.console import audit as audit_page
 
     console = Console(app, control, principals)
@@ -365,7 +366,7 @@ def attach(app: RflowApp, control: Control, principals: Callable[[], Principals]
             ", ".join(missing),
         )
     _attach_sign_in(console)
-    for module in (runs, approvals, workflows, budgets, sends):
+    for module in (runs, approvals, workflows, budgets, sends, backtests):
         module.attach(console)
     audit_page.attach(console)
     return console

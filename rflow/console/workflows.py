@@ -1,14 +1,15 @@
-"""Workflows: paused or active, the circuit breaker, versions with a diff between two,
-pause and resume."""
+"""Workflows: paused or active, the circuit breaker, the durable state (read only),
+versions with a diff between two, pause and resume."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rflow import durable_state
 from rflow.console import present
 from rflow.console.auth import PREFIX
 from rflow.engine.keys import workflow_version
-from rflow.storage import circuits, controls, runs, versions
+from rflow.storage import circuits, controls, runs, versions, workflow_state
 
 if TYPE_CHECKING:
     from rflow.console.web import Console, Visit
@@ -68,9 +69,10 @@ def attach(console: Console) -> None:
 
         async def load(conn: Any) -> tuple[Any, ...]:
             history = await versions.history(conn, name)
-            return (*await overview(conn), history)
+            state = await workflow_state.entries(conn, name)
+            return (*await overview(conn), history, state)
 
-        paused, found, backlog, history = await console.db(load, "workflow")
+        paused, found, backlog, history, state = await console.db(load, "workflow")
         if definition is None and not history:
             return console.render(
                 visit,
@@ -107,6 +109,15 @@ def attach(console: Console) -> None:
             new=new,
             diff=lines,
             problems=problems,
+            state=[
+                {
+                    "key": entry.key,
+                    "type": durable_state.describe(entry.value),
+                    "value": present.pretty(present.redact(entry.value, entry.key)),
+                    "updated_at": entry.updated_at,
+                }
+                for entry in state
+            ],
             waiting=await console.approvals_waiting(),
         )
 

@@ -666,7 +666,10 @@ class _Run(Blocks):
         key = keys.idempotency_key(self.key, path, visit)
         if attempt == 1:
             extra = {"detail": self.child_of(step, path, visit)} if kind == "call_workflow" else {}
-            self.journal("step_started", path, "running", kind=kind, **extra)
+            # A delay or a wait parks at once: the read model says so, as the run does.
+            parks = kind in ("delay", "wait_for")
+            status = "waiting" if parks else "running"
+            self.journal("step_started", path, status, kind=kind, **extra)
         if kind == "choose":
             self.settle(record, StepStatus.SUCCEEDED, output=self.choose(step, context))
             return

@@ -23,6 +23,7 @@ _DIGITS = frozenset("0123456789")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _NAME_CHARS = _NAME_START | _DIGITS
+_STEP_ID_CHARS = _NAME_CHARS | {"-"}
 _SPACE = frozenset(" \t\r\n")
 _STRING_SPECIALS = {"'": re.compile(r"['\\]"), '"': re.compile(r'["\\]')}
 
@@ -70,8 +71,9 @@ def tokenize(source: str, base: int = 0) -> list[Token]:
         if char in _DIGITS:
             token, pos = _number(source, pos, base)
         elif char in _NAME_START:
+            chars = _STEP_ID_CHARS if _after_steps(tokens) else _NAME_CHARS
             end = pos + 1
-            while end < length and source[end] in _NAME_CHARS:
+            while end < length and source[end] in chars:
                 end += 1
             token, pos = Token("name", source[pos:end], base + pos), end
         elif char in "'\"":
@@ -84,6 +86,25 @@ def tokenize(source: str, base: int = 0) -> list[Token]:
         else:
             raise syntax_error(_unexpected(char), base + pos)
         tokens.append(token)
+
+
+def _after_steps(tokens: list[Token]) -> bool:
+    """Whether the next name is a step id: it follows ``steps.``, ``steps`` being the root
+    (not a member named so, as in ``trigger.steps.x``).
+
+    A step id may hold ``-`` (``first-step``), as GitHub Actions reads ``steps.<id>``:
+    there the name runs on through hyphens, so ``steps.x-y`` is the step ``x-y``, and a
+    subtraction is written with spaces, ``steps.x - y``. Everywhere else ``-`` is an
+    operator, spaces or not.
+    """
+    return (
+        len(tokens) >= 2
+        and tokens[-1].kind == "op"
+        and tokens[-1].value == "."
+        and tokens[-2].kind == "name"
+        and tokens[-2].value == "steps"
+        and not (len(tokens) >= 3 and tokens[-3].kind == "op" and tokens[-3].value == ".")
+    )
 
 
 def _unexpected(char: str) -> str:

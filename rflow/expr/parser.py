@@ -229,7 +229,28 @@ class _Parser:
             raise syntax_error(f"expected an expression, found '{name}'", token.offset)
         if name in FUNCTIONS:
             raise syntax_error(f"'{name}' is a function; call it as {name}(...)", token.offset)
-        raise syntax_error(f"unknown name '{name}'{_nearest(name, ROOTS)}", token.offset)
+        hint = self._spaced_step_id(token) or _nearest(name, ROOTS)
+        raise syntax_error(f"unknown name '{name}'{hint}", token.offset)
+
+    def _spaced_step_id(self, token: Token) -> str | None:
+        """A hint for ``steps.first - step``: a step id holding ``-`` written with spaces,
+        which reads as a subtraction (``token`` is the name after the ``-``)."""
+        at = self._pos - 1
+        if at < 4:
+            return None
+        steps, dot, head, minus = self._tokens[at - 4 : at]
+        if (steps.kind, steps.value, dot.value, head.kind, minus.value) != (
+            "name",
+            "steps",
+            ".",
+            "name",
+            "-",
+        ):
+            return None
+        return (
+            f" — a step id with '-' is written without spaces: steps.{head.value}-{token.value}"
+            f" (with spaces, '-' subtracts)"
+        )
 
     def _call(self, token: Token) -> Expr:
         name = str(token.value)

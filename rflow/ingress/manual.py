@@ -19,6 +19,7 @@ from typing import Any
 
 from rflow.codecs import TriggerRecord
 from rflow.deployment import ProjectAt, project_reader
+from rflow.engine import provenance
 from rflow.engine.keys import firing_runs
 from rflow.failures import RflowError
 from rflow.ingress.request import (
@@ -68,20 +69,12 @@ def manual_workflow(project: Project | None, name: str) -> Workflow:
 
 
 def check_inputs(name: str, workflow: Workflow, inputs: Mapping[str, Any]) -> None:
-    """:class:`ManualRunError` (422) unless ``inputs`` are exactly the declared ones."""
+    """:class:`ManualRunError` (422) unless ``inputs`` are exactly the declared ones (the
+    rule a worker applies to an outside producer's firing too)."""
     assert workflow.manual is not None
-    declared = workflow.manual.manual.inputs
-    takes = f"it takes: {', '.join(declared)}" if declared else "it takes no inputs"
-    unknown = sorted(set(inputs) - set(declared))
-    if unknown:
-        raise ManualRunError(
-            422, f"unknown input(s) {', '.join(map(repr, unknown))} for {name!r}; {takes}"
-        )
-    missing = [item for item in declared if item not in inputs]
-    if missing:
-        raise ManualRunError(
-            422, f"missing input(s) {', '.join(map(repr, missing))} for {name!r}; {takes}"
-        )
+    problem = provenance.input_problem(name, workflow.manual.manual.inputs, inputs)
+    if problem is not None:
+        raise ManualRunError(422, problem)
 
 
 def manual_record(

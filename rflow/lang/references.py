@@ -1,4 +1,5 @@
-"""Rules about step ids, jumps and expressions, checked on the loaded data.
+"""Rules about step ids, jumps and expressions (and amounts written without a unit),
+checked on the loaded data.
 
 These rules work on the plain data rather than the validated model so that they still
 run, and still report, when some other part of a workflow failed validation.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from rflow.expr import Expr, ExpressionError, Name, parse_template
@@ -598,7 +600,7 @@ class ReferenceChecker:
         target = str(ref[1])
         info = self.steps.get(target)
         if info is None:
-            return f"reference to unknown step {target!r}{did_you_mean(target, context.earlier)}"
+            return f"reference to unknown step {target!r}{_unknown_step_hint(target, self.steps, context.earlier)}"
         if target == context.current:
             return f"a step cannot read its own result (steps.{target})"
         if target not in context.earlier:
@@ -636,12 +638,34 @@ class ReferenceChecker:
     def _siblings(self, place: _StepInfo) -> set[str]:
         return {i for i, s in self.steps.items() if s.list_path == place.list_path}
 
+    def _check_bare_values(self) -> None:
+        """A send's ``value`` written as a bare integer is wei: ``value: 1`` sends one wei,
+        which is rarely what was meant. It is taken, with a warning that says so; a unit
+        (``1 ether``, ``1 wei``) says which was meant."""
+        for block, index, step in self._blocks():
+            send = step.get("send_transaction")
+            if not isinstance(send, dict):
+                continue
+            path = (*self.base, block, index, "send_transaction")
+            found = [(("value",), send.get("value"))]
+            calls = send.get("calls")
+            for i, call in enumerate(calls if isinstance(calls, list) else []):
+                if isinstance(call, dict):
+                    found.append((("calls", i, "value"), call.get("value")))
+            for where, value in found:
+                if _bare_integer(value):
+                    location = self.source.value((*path, *where))
+                    self.diagnostics.append(
+                        Diagnostic.at(location, _bare_wei(value), (*path, *where), "warning")
+                    )
+
     def run(self) -> list[Diagnostic]:
         """Apply every rule; the diagnostics found."""
         self._collect_ids()
         self._check_jumps()
         self._check_structure()
         self._check_expressions()
+        self._check_bare_values()
         return self.diagnostics
 
 
@@ -649,6 +673,48 @@ def _kind(step: Mapping[str, Any]) -> str | None:
     """The action a raw step holds (``None``: none, or several)."""
     found = [action for action in ACTIONS if action in step]
     return found[0] if len(found) == 1 else None
+
+
+def _bare_integer(value: Any) -> bool:
+    """A positive whole number written without a unit (``1``, ``"1000"``)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value > 0
+    text = value.strip().replace("_", "") if isinstance(value, str) else ""
+    return text.isdigit() and text.isascii() and int(text) > 0
+
+
+def _bare_wei(value: Any) -> str:
+    written = str(value).strip()
+    wei = int(written.replace("_", ""))
+    ether = format(Decimal(wei).scaleb(-18).normalize(), "f")
+    fix = (
+        f"'{written} ether' if you meant ether, or '{written} wei' to keep this amount"
+        if wei < 10**9
+        else f"'{ether} ether' or '{written} wei' for this amount"
+    )
+    return (
+        f"value {written} has no unit, so it is {wei} wei ({ether} ether): write the unit, "
+        f"e.g. {fix} (units: wei, gwei, ether, eth)"
+    )
+
+
+def _unknown_step_hint(target: str, steps: Mapping[str, Any], earlier: frozenset[str]) -> str:
+    """What to say after "unknown step": the nearest earlier id, or, for ``steps.x-y``
+    where ``x`` is a step and no id is nearer, how to subtract. After ``steps.`` a ``-``
+    is part of the id (as in GitHub Actions), so a subtraction needs spaces."""
+    near = did_you_mean(target, earlier)
+    head, sep, _ = target.rpartition("-")
+    while sep and head not in steps:
+        head, sep, _ = head.rpartition("-")
+    if not sep or (near and near != did_you_mean(head, earlier)):
+        return near
+    rest = target[len(head) + 1 :]
+    return (
+        f": steps.{target} names the step {target!r}; to subtract, put spaces around "
+        f"'-' (steps.{head} - {rest})"
+    )
 
 
 def _no_field(owner: str, field: str, fields: tuple[str, ...]) -> str:

@@ -7,12 +7,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 from psycopg import sql
 
 from rflow import storage
 from rflow.settings import Settings
-from rflow.streams import topics
+from rflow.streams import kafka, topics
 from tests.integration.harness import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -66,7 +65,7 @@ async def applied_topics(settings: Settings) -> AsyncIterator[topics.ApplyResult
 
 async def delete_test_topics(settings: Settings) -> None:
     """Delete the topics of this test: its prefix, and Faust's own under its app id."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
+    admin = kafka.admin(settings)
     await admin.start()
     try:
         mine = [
@@ -90,6 +89,10 @@ def worker_factory(settings: Settings, tmp_path: Path) -> Iterator:
         env: dict[str, str] | None = None,
         **overrides,
     ) -> WorkerProcess:
+        if started and "data_dir" not in overrides:
+            # A data directory of its own, as every worker on one host has: a later worker
+            # is a new host unless the test gives it an earlier one's directory.
+            overrides["data_dir"] = tmp_path / f"data-{len(started)}"
         worker = WorkerProcess(
             settings.model_copy(update=overrides),
             tmp_path / f"worker-{len(started)}.log",

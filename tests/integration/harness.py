@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import TopicPartition
 
 from rflow.settings import Settings
+from rflow.streams import kafka
 
 T = TypeVar("T")
 
@@ -156,7 +156,7 @@ class WorkerProcess:
 async def topic_messages(settings: Settings, name: str | None = None) -> list[Any]:
     """Every record on this test's topics, or on its topic ``name`` (catalog name, as
     ``rflow.runs``), read from the beginning to the end offsets of now."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers, enable_auto_commit=False)
+    consumer = kafka.consumer(settings, enable_auto_commit=False)
     await consumer.start()
     found: list[Any] = []
     try:
@@ -188,7 +188,7 @@ async def topic_messages(settings: Settings, name: str | None = None) -> list[An
 
 async def produce(settings: Settings, topic: str, key: bytes | None, value: bytes | None) -> None:
     """Produce one record to declared topic ``topic`` (prefix applied), acknowledged by all."""
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_brokers, acks="all")
+    producer = kafka.producer(settings, acks="all")
     await producer.start()
     try:
         await producer.send_and_wait(settings.topic_prefix + topic, value=value, key=key)
@@ -198,8 +198,8 @@ async def produce(settings: Settings, topic: str, key: bytes | None, value: byte
 
 async def consumer_lag(settings: Settings) -> int:
     """Records of rflow's stream topics not yet committed by the worker's group."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers)
+    admin = kafka.admin(settings)
+    consumer = kafka.consumer(settings)
     await admin.start()
     await consumer.start()
     try:
@@ -220,15 +220,21 @@ async def consumer_lag(settings: Settings) -> int:
         await admin.close()
 
 
-TRACED = ("rflow.triggers", "rflow.state.triggers", "rflow.state.runs", "rflow.events")
+TRACED = (
+    "rflow.triggers",
+    "rflow.state.triggers",
+    "rflow.state.runs",
+    "rflow.state.settled",
+    "rflow.events",
+)
 
 
 async def trace(settings: Settings, keys: set[str]) -> list[str]:
     """Where each of ``keys`` (trigger keys, gate keys, run ids) appears on the triggers
     topic, the changelogs and the events topic, with the group's committed offsets there,
     and its row in the read model: for the report of a firing that never settled."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_brokers, enable_auto_commit=False)
+    admin = kafka.admin(settings)
+    consumer = kafka.consumer(settings, enable_auto_commit=False)
     await admin.start()
     await consumer.start()
     found: list[str] = []

@@ -105,6 +105,7 @@ async def test_every_route_but_health_and_webhooks_needs_the_token(worker):
         ("POST", "/api/workflows/gated/pause"),
         ("POST", "/api/workflows/gated/resume"),
         ("POST", "/api/workflows/gated/runs"),
+        ("GET", "/api/workflows/gated/state"),
         ("GET", "/api/budgets"),
         ("GET", "/api/openapi.json"),
         ("GET", "/metrics"),

@@ -37,8 +37,8 @@ relayers:
 channels:
   audit-log: {{ type: webhook, url: "{url}/notify" }}
 principals:
-  treasury-ops: {{ token_env: TREASURY_OPS_TOKEN }}
-  treasury-lead: {{ token_env: TREASURY_LEAD_TOKEN }}
+  treasury-ops: {{ token_env: TREASURY_OPS_TOKEN, role: approver }}
+  treasury-lead: {{ token_env: TREASURY_LEAD_TOKEN, role: approver }}
 budgets:
   demo-payouts:
     window: 1h

@@ -104,6 +104,8 @@ PAGES = [
     "/console/budgets",
     "/console/sends",
     "/console/dead-letters",
+    "/console/backtests",
+    "/console/backtests/1",
 ]
 FORMS = [
     "/console/runs/r0000/retry",

@@ -110,8 +110,21 @@ async def test_a_replayed_firing_starts_one_run_however_often_it_is_produced(
 
     listed = await asyncio.to_thread(cli, settings, "dead-letters", "ls")
     assert listed.returncode == 0, listed.stderr
-    assert ident in listed.stdout and "rflow.triggers" in listed.stdout
+    full = settings.topic_prefix + "rflow.triggers"
+    assert ident in listed.stdout and f" {full} " in listed.stdout
     assert "order:4711" in listed.stdout
+    # The topic is named as the workers name it, and taken either way.
+    for name in (full, "rflow.triggers"):
+        only = await asyncio.to_thread(
+            cli, settings, "dead-letters", "ls", "--topic", name, "--json"
+        )
+        assert only.returncode == 0, only.stderr
+        assert [(r["id"], r["topic"]) for r in json.loads(only.stdout)] == [(letter["id"], full)]
+    stranger = await asyncio.to_thread(cli, settings, "dead-letters", "ls", "--topic", "x.y")
+    assert stranger.returncode == 1
+    assert "topic 'x.y' is not one of the workers' topics under RFLOW_TOPIC_PREFIX=" in (
+        stranger.stderr
+    )
 
     # Not deployed yet: replaying would only dead-letter it again.
     shown = await asyncio.to_thread(cli, settings, "dead-letters", "show", ident)
@@ -192,4 +205,4 @@ async def test_what_cannot_be_replayed_is_refused_with_the_reason(
     )
     unknown = await asyncio.to_thread(cli, settings, "dead-letters", "ls", "--topic", "nosuch")
     assert unknown.returncode == 1
-    assert "topic 'nosuch' is not declared in topics.yaml" in unknown.stderr
+    assert "topic 'nosuch' is not one of the workers' topics" in unknown.stderr

@@ -87,6 +87,7 @@ async def test_every_check_passes_on_a_healthy_stack(tmp_path, settings, deploye
         "validate": "pass",
         "kafka": "pass",
         "postgres": "pass",
+        "ingress keys": "pass",
         "network local": "pass",
         "relayer ops": "pass",
         "contract Thing on local": "pass",
@@ -94,11 +95,19 @@ async def test_every_check_passes_on_a_healthy_stack(tmp_path, settings, deploye
     assert code == 0
     assert Account.from_key(DEV_KEY).address in findings["relayer ops"]["detail"]
     assert DEV_KEY.removeprefix("0x") not in json.dumps(findings)
+    key = settings.ingress_keyring.signer
+    assert findings["ingress keys"]["detail"].startswith(f"1 key(s): {key.id!r} signs")
+    assert key.secret.decode() not in json.dumps(findings)
 
 
 async def test_each_failure_is_reported_with_its_reason(tmp_path, settings):
-    # No topics applied, no schema migrated, wrong chain id, no key, no code.
-    code, findings = doctor(project(tmp_path, chain_id=1, contract=EMPTY_ADDRESS), settings)
+    # No topics applied, no schema migrated, no ingress keys, wrong chain id, no key, no code.
+    code, findings = doctor(
+        project(tmp_path, chain_id=1, contract=EMPTY_ADDRESS),
+        settings,
+        RFLOW_INGRESS_KEYS="",
+        RFLOW_INGRESS_KEYS_FILE="",
+    )
     assert code == 1
     assert findings["validate"]["status"] == "pass"
     assert (
@@ -106,6 +115,7 @@ async def test_each_failure_is_reported_with_its_reason(tmp_path, settings):
         and "run rflow topics apply" in findings["kafka"]["detail"]
     )
     assert "not migrated" in findings["postgres"]["detail"]
+    assert findings["ingress keys"]["detail"].startswith("RFLOW_INGRESS_KEYS is not set")
     assert "answers chain id 31337, the project declares 1" in findings["network local"]["detail"]
     assert findings["relayer ops"]["detail"] == (
         "environment variable DOCTOR_TEST_KEY (a relayer key) is not set"

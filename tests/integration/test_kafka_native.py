@@ -6,18 +6,19 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
 from rflow import storage
 from rflow.engine.keys import run_id
 from rflow.settings import Settings
 from rflow.storage import dead_letters, runs
+from rflow.streams import kafka
 from rflow.streams.app import create_app
 from tests.integration.harness import wait_until
 from tests.integration.test_runs import settled_run
@@ -84,14 +85,30 @@ async def run_command(args: list[str], env: dict[str, str], stdin: bytes | None 
     return result
 
 
+def kcat_connection(settings: Settings) -> list[str]:
+    """The connection (TLS, SASL) as the settings say, as a producer configures kcat.
+
+    librdkafka before 2.6.1 (Debian 12's kcat links 2.0.2) answers Kafka 4's SCRAM with a
+    proof the broker refuses; it authenticates with PLAIN over TLS instead, which the
+    secured stack offers for the same users.
+    """
+    config = kafka.librdkafka_config(settings)
+    if config.get("sasl.mechanisms", "").startswith("SCRAM"):
+        version = subprocess.run(["kcat", "-V"], capture_output=True, text=True).stdout
+        found = re.search(r"librdkafka (\d+)\.(\d+)\.(\d+)", version)
+        if found and tuple(map(int, found.groups())) < (2, 6, 1):
+            config["sasl.mechanisms"] = "PLAIN"
+    return [arg for name, setting in config.items() for arg in ("-X", f"{name}={setting}")]
+
+
 async def kcat(settings: Settings, key: str, value: dict[str, Any]) -> None:
     """Produce with kcat exactly as the README shows (murmur2, one record per line)."""
+    connection = kcat_connection(settings)
     await run_command(
         [
             "kcat",
             "-P",
-            "-b",
-            settings.kafka_brokers,
+            *connection,
             "-t",
             settings.topic_prefix + "rflow.triggers",
             "-k",
@@ -108,9 +125,7 @@ async def aiokafka_send(
     settings: Settings, key: str | None, value: bytes, partition: int | None = None
 ) -> None:
     """Produce with aiokafka as the README shows (idempotent, acknowledged by all)."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_brokers, acks="all", enable_idempotence=True
-    )
+    producer = kafka.producer(settings, acks="all", enable_idempotence=True)
     await producer.start()
     try:
         await producer.send_and_wait(
@@ -222,7 +237,7 @@ async def test_refused_records_are_dead_lettered_with_the_reason_and_the_worker_
             "acct-1",
             record(101, "acct-1", source="fax"),
             None,
-            "invalid 'trigger' record: source: Input should be 'event', 'webhook', "
+            "invalid 'trigger' record: \"source\" is 'fax': expected 'event', 'webhook', "
             "'schedule' or 'manual'",
         ),
         "orders:102": (
@@ -253,8 +268,21 @@ async def test_refused_records_are_dead_lettered_with_the_reason_and_the_worker_
             "acct-4",
             record(106, "acct-4", payload={"order": 106}),
             None,
-            "cannot compute the concurrency group of workflow order-paid: concurrency group "
-            "'${{ trigger.account }}' is empty for this trigger",
+            "invalid_input: payload: missing input(s) 'account', 'amount' for 'order-paid'; "
+            "it takes: account, order, amount",
+        ),
+        "orders:108": (
+            "acct-5",
+            record(108, "acct-5", source="event"),
+            None,
+            "unauthenticated_source: a record claiming source 'event' is believed only with "
+            "the proof of rflow's ingress, and it carries no proof",
+        ),
+        "event:31337:0xab:1": (
+            "acct-6",
+            record(109, "acct-6", trigger_key="event:31337:0xab:1"),
+            None,
+            "reserved_key: trigger_key 'event:31337:0xab:1' starts with 'event:'",
         ),
     }
     for key, value, partition, _ in refused.values():

@@ -1,5 +1,7 @@
-"""Metrics and dashboards: Prometheus scrapes a worker under load, and every PromQL
-expression of the shipped Grafana dashboards is valid and returns series."""
+"""Metrics and dashboards: Prometheus, run with the shipped ``scripts/compose/prometheus.yml``
+unchanged, finds the workers by the targets they leave and scrapes them with the token
+file, and every PromQL expression of the shipped Grafana dashboards is valid and returns
+series from a worker under load."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import asyncio
 import json
 import re
 import shutil
+import socket
 import subprocess
 import urllib.error
 import urllib.parse
@@ -15,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from rflow import workers
 from tests.integration import chain
 from tests.integration.harness import free_port, wait_until
 from tests.integration.test_runs import fire, settled_run
@@ -104,8 +108,21 @@ async def test_every_dashboard_query_is_valid_and_returns_series_from_a_loaded_w
         await w3.provider.disconnect()
     project = tmp_path / "project.yaml"
     project.write_text(chain_resources(token) + PROJECT.format(url=sink.url, closed=free_port()))
-    worker = worker_factory(project_path=project, env={"PAYOUT_KEY": relayer.key.hex()})
+    # The shipped configuration, byte for byte, in a tree of the test's own: what it finds
+    # at ../../.stack/prometheus is this test's targets and token, not the stack's.
+    shipped = ROOT / "scripts" / "compose" / "prometheus.yml"
+    config = tmp_path / "checkout" / "scripts" / "compose" / "prometheus.yml"
+    config.parent.mkdir(parents=True)
+    config.write_bytes(shipped.read_bytes())
+    stack = tmp_path / "checkout" / ".stack" / "prometheus"
+    stack.mkdir(parents=True)
+    (stack / "scrape-token").write_text(settings.api_token.get_secret_value())
+    targets = stack / "targets"
+    env = {"PAYOUT_KEY": relayer.key.hex()}
+    worker = worker_factory(project_path=project, env=env, metrics_targets_dir=targets)
+    other = worker_factory(project_path=project, env=env, metrics_targets_dir=targets)
     await worker.wait_ready()
+    await other.wait_ready()
 
     # Load: a lane with a queue and a rate limit, a run that retries and is dead-lettered,
     # and a send charged to a budget.
@@ -122,17 +139,6 @@ async def test_every_dashboard_query_is_valid_and_returns_series_from_a_loaded_w
     pay = await fire(settings, project, "pay", "manual:pay:1", {"to": to})
 
     port = free_port()
-    config = tmp_path / "prometheus.yml"
-    token = settings.api_token.get_secret_value()
-    config.write_text(
-        f"""
-global: {{ scrape_interval: 1s, evaluation_interval: 1s }}
-scrape_configs:
-  - job_name: rflow-worker
-    authorization: {{ type: Bearer, credentials: "{token}" }}
-    static_configs: [{{ targets: ["127.0.0.1:{worker.settings.web_port}"] }}]
-"""
-    )
     process = subprocess.Popen(
         [
             prometheus,
@@ -145,6 +151,16 @@ scrape_configs:
     )
     url = f"http://127.0.0.1:{port}"
     try:
+        expected = {
+            workers.worker_name(socket.gethostname(), w.settings.web_port) for w in (worker, other)
+        }
+
+        async def both_scraped():
+            answer = await asyncio.to_thread(query, url, 'up{job="rflow-worker"} == 1')
+            found = {r["metric"]["rflow_worker"] for r in answer["data"]["result"]}
+            return found if found == expected else None
+
+        await wait_until(both_scraped, timeout=60, what="Prometheus to scrape both workers")
 
         async def lane_waits():
             # The lane's queue and the deferrals show while the first runs are held.
@@ -175,6 +191,12 @@ scrape_configs:
             await wait_until(every_query_answers, timeout=60, what="every dashboard query")
         except AssertionError:
             pytest.fail("dashboard queries without an answer:\n" + "\n".join(results.values()))
+        # A worker that stops takes its target with it; the other's stays.
+        assert len(list(targets.glob("*.json"))) == 2
+        other.stop()
+        assert [p.name for p in targets.glob("*.json")] == [
+            f"{workers.client_id(socket.gethostname(), worker.settings.web_port)}.json"
+        ]
     finally:
         process.terminate()
         await asyncio.to_thread(process.wait, 30)

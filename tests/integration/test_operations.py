@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -328,4 +329,8 @@ async def test_runs_show_live_reads_the_run_state_from_the_worker(settings, work
     assert (run["live"]["workflow"], run["live"]["status"]) == ("gated", "waiting")
     assert run["live"]["steps"]["ok"]["status"] == "waiting"
     text = rflow(worker.settings, "runs", "show", rid, "--live")
-    assert text.returncode == 0 and text.stdout.startswith("live state:")
+    assert text.returncode == 0
+    # The worker that owns the run's partition answered, and is named.
+    owner = f"from worker {socket.gethostname()}:{worker.settings.web_port}, which owns partition"
+    assert text.stdout.startswith(f"live state ({owner} "), text.stdout
+    assert run["live_from"]["worker"] == f"{socket.gethostname()}:{worker.settings.web_port}"

@@ -36,6 +36,7 @@ def journal() -> list[Journal | Settle]:
         entry("r1", "step_settled", "failed", 4, "a", attempt=3, output=1, error=failed, seq=1),
         entry("r1", "step_settled", "succeeded", 5, "a", attempt=3, output="x\x00y", seq=1),
         entry("r2", "step_started", "running", 1, "b[0]", kind="notify", seq=1),
+        entry("r2", "step_started", "waiting", 1, "nap", kind="delay", seq=2),
         entry("r2", "step_retrying", "retrying", 2, "b[0]", attempt=2, error=failed),
         entry("r1", "run_settled", "failed", 6, error=failed),
         entry("r1", "run_settled", "succeeded", 7),
@@ -73,8 +74,9 @@ async def test_a_batch_is_applied_as_its_entries_one_by_one_would_be(settings, s
     assert step["settled_at"] == at(5)
 
     assert (two["status"], two["group_key"], two["settled_at"]) == ("running", "g", None)
-    [retried] = two["steps"]
+    retried, nap = two["steps"]
     assert (retried["path"], retried["status"], retried["attempt"]) == ("b[0]", "retrying", 2)
+    assert (nap["path"], nap["status"], nap["kind"]) == ("nap", "waiting", "delay")
     assert (retried["error_kind"], retried["error_message"]) == ("data_unavailable", "HTTP 503")
     dead = two["dead"]
     assert (dead["error_kind"], dead["dead_at"]) == ("data_unavailable", at(8))

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from rflow import storage
@@ -23,6 +22,7 @@ from rflow.engine.keys import run_id
 from rflow.lang import load_project
 from rflow.settings import Settings
 from rflow.storage import runs
+from rflow.streams import kafka
 from rflow.streams.producer import Producer
 from rflow.triggering import trigger_record
 from tests.integration.harness import WorkerProcess, trace, wait_until
@@ -95,7 +95,7 @@ class Load:
 
 async def shares(settings: Settings) -> tuple[str, list[frozenset[int]]]:
     """The consumer group's state and each member's partitions of the triggers topic."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
+    admin = kafka.admin(settings)
     await admin.start()
     try:
         [response] = await admin.describe_consumer_groups([settings.app_id])

@@ -7,17 +7,17 @@ import subprocess
 import sys
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 
 from rflow.settings import Settings
-from rflow.streams import topics
+from rflow.streams import kafka, topics
 from tests.integration.conftest import delete_test_topics
 from tests.integration.harness import wait_until
 
 
 async def create_topic(settings: Settings, name: str, partitions: int) -> None:
     """Create a topic behind rflow's back, and wait until the broker lists it."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
+    admin = kafka.admin(settings)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(name, partitions, 1)])
@@ -53,7 +53,7 @@ async def test_apply_creates_every_declared_topic_then_changes_nothing(settings,
 
 async def test_changelog_topics_are_compacted(settings, cleanup):
     await topics.apply(settings)
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_brokers)
+    admin = kafka.admin(settings)
     await admin.start()
     try:
         from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType

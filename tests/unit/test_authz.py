@@ -12,12 +12,22 @@ from rflow.authz import Principal, Target, decide
 # policy must change this table too.
 EXPECTED: dict[str, set[str]] = {
     "none": set(),
-    "viewer": {"metrics.read", "runs.read", "audit.read"},
-    "approver": {"metrics.read", "runs.read", "audit.read", "approvals.answer"},
+    "viewer": {"metrics.read", "runs.read", "audit.read", "state.read", "backtests.read"},
+    "approver": {
+        "metrics.read",
+        "runs.read",
+        "audit.read",
+        "state.read",
+        "backtests.read",
+        "approvals.answer",
+    },
     "operator": {
         "metrics.read",
         "runs.read",
         "audit.read",
+        "state.read",
+        "backtests.read",
+        "backtests.run",
         "approvals.answer",
         "runs.run",
         "runs.retry",
@@ -30,6 +40,7 @@ EXPECTED: dict[str, set[str]] = {
         "schedules.toggle",
         "dead_letters.replay",
         "deploy",
+        "deploy.rollback",
     },
 }
 
@@ -106,4 +117,6 @@ def test_reads_are_not_written_to_the_trail_and_actions_are():
         "metrics.read",
         "runs.read",
         "audit.read",
+        "state.read",
+        "backtests.read",
     }

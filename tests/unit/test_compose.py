@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import yaml
 
 from rflow.settings import Settings
@@ -14,14 +18,14 @@ SERVICES = COMPOSE["services"]
 def published(service: str) -> dict[int, str]:
     """container port -> host address:port, for every published port."""
     ports = {}
-    for entry in SERVICES[service]["ports"]:
+    for entry in SERVICES[service].get("ports", []):
         host_ip, host_port, container = entry.split(":")
         ports[int(container)] = f"{host_ip}:{host_port}"
     return ports
 
 
 def test_it_has_every_service_with_a_health_check():
-    assert set(SERVICES) == {"kafka", "postgres", "anvil", "prometheus", "grafana"}
+    assert set(SERVICES) == {"kafka", "kafka-secure", "postgres", "anvil", "prometheus", "grafana"}
     for name, service in SERVICES.items():
         assert "healthcheck" in service, name
         assert service["healthcheck"]["test"], name
@@ -37,8 +41,12 @@ def test_ports_are_loopback_only_and_match_the_settings_defaults():
     assert pg == "postgresql://rflow@127.0.0.1:55432/rflow"
     assert published("postgres")[5432] == "127.0.0.1:55432"
     assert published("anvil")[8545] == defaults.rpc_urls["local"].removeprefix("http://")
-    assert published("prometheus")[9090] == "127.0.0.1:9090"
-    assert published("grafana")[3000] == "127.0.0.1:3000"
+    # The workers listen on the host's 127.0.0.1: Prometheus (and Grafana beside it) share
+    # the host's network, on loopback addresses.
+    for name in ("prometheus", "grafana"):
+        assert SERVICES[name]["network_mode"] == "host", name
+    assert "--web.listen-address=127.0.0.1:9090" in SERVICES["prometheus"]["command"]
+    assert SERVICES["grafana"]["environment"]["GF_SERVER_HTTP_ADDR"] == "127.0.0.1"
 
 
 def test_kafka_is_a_single_node_kraft_broker_without_topic_auto_creation():
@@ -62,8 +70,100 @@ def test_mounted_config_files_exist():
     for service in SERVICES.values():
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
+            if source.startswith("./.stack/"):
+                # Made on the machine at run time (the workers' targets, the scrape token,
+                # scripts/stack compose-secure's files), never committed.
+                continue
             if source.startswith("./"):
                 assert (REPO / source).exists(), source
+
+
+def test_prometheus_finds_the_workers_and_the_token_where_the_stack_puts_them():
+    """The shipped prometheus.yml needs no edit: paths relative to it reach .stack/, where
+    workers leave their targets (scripts/stack env) and scripts/demo the token, and the
+    compose file mounts .stack/prometheus where those relative paths lead."""
     prometheus = yaml.safe_load((REPO / "scripts/compose/prometheus.yml").read_text())
-    targets = prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
-    assert targets == [f"host.docker.internal:{Settings.from_env({}).web_port}"]
+    [job] = prometheus["scrape_configs"]
+    assert job["authorization"] == {
+        "type": "Bearer",
+        "credentials_file": "../../.stack/prometheus/scrape-token",
+    }
+    assert job["file_sd_configs"][0]["files"] == ["../../.stack/prometheus/targets/*.json"]
+    assert "credentials" not in job["authorization"] and "static_configs" not in job
+    mounted = dict(v.split(":")[:2] for v in SERVICES["prometheus"]["volumes"])
+    config = mounted["./scripts/compose/prometheus.yml"]
+    assert mounted["./.stack/prometheus"] == str(
+        (Path(config).parent / "../../.stack/prometheus").resolve()
+    )
+    env = subprocess.run(
+        [str(REPO / "scripts" / "stack"), "env"], capture_output=True, text=True, check=True
+    ).stdout
+    assert f"export RFLOW_METRICS_TARGETS_DIR={REPO}/.stack/prometheus/targets" in env.splitlines()
+
+
+def test_the_secured_kafka_is_a_variant_of_its_own_on_another_port():
+    secure = SERVICES["kafka-secure"]
+    assert secure["profiles"] == ["secure"]  # `docker compose up` alone starts the plain one
+    assert secure["image"] == SERVICES["kafka"]["image"]
+    assert published("kafka-secure") == {9094: "127.0.0.1:9094"}
+    assert secure["entrypoint"] == ["/bin/bash", "/rflow/kafka-secure.sh"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in secure["volumes"]}
+    assert mounts["/rflow/kafka-secure.sh"] == "./scripts/compose/kafka-secure.sh"
+    assert mounts["/etc/kafka/secure"] == "./.stack/kafka/secure"
+    assert "kafka-secure-data" in COMPOSE["volumes"]
+
+
+def test_the_secured_kafka_runs_the_configuration_the_stack_renders(tmp_path):
+    """scripts/stack compose-secure writes what the container reads: the broker's
+    configuration (SASL_SSL on 9094 for every interface, advertised on 127.0.0.1, mutual
+    TLS inside, the StandardAuthorizer denying what no ACL allows), the admin's client
+    config and the ACL commands of `rflow kafka acls`, all at the paths of the mount."""
+    env = {
+        **os.environ,
+        "RFLOW_STACK_DIR": str(tmp_path / "stack"),
+        "RFLOW_STACK_KAFKA_LIBS": str(tmp_path / "unused-libs"),
+    }
+    subprocess.run(
+        [str(REPO / "scripts" / "stack"), "compose-secure"],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    docker = tmp_path / "stack" / "kafka" / "secure" / "docker"
+    config = dict(
+        line.split("=", 1)
+        for line in (docker / "server.properties").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert config["listeners"].startswith("SASL_SSL://0.0.0.0:9094,")
+    assert config["advertised.listeners"].startswith("SASL_SSL://127.0.0.1:9094,")
+    assert config["listener.security.protocol.map"] == "SASL_SSL:SASL_SSL,TLS:SSL,CONTROLLER:SSL"
+    assert config["authorizer.class.name"].endswith("StandardAuthorizer")
+    assert config["allow.everyone.if.no.acl.found"] == "false"
+    assert config["ssl.keystore.location"] == "/etc/kafka/secure/broker-keystore.pem"
+    assert config["ssl.truststore.location"] == "/etc/kafka/secure/ca.pem"
+    assert config["log.dirs"] == "/var/lib/kafka/data"
+    assert config["auto.create.topics.enable"] == "false"
+    admin = (docker / "admin.properties").read_text()
+    assert "ssl.truststore.location=/etc/kafka/secure/ca.pem" in admin
+    acls = [line for line in (docker / "acls").read_text().splitlines() if line[:1] != "#"]
+    assert acls and all(
+        line.startswith(
+            "kafka-acls --bootstrap-server 127.0.0.1:9094 "
+            "--command-config /etc/kafka/secure/docker/admin.properties --add "
+        )
+        for line in acls
+    )
+    assert any("--allow-principal User:producer" in line for line in acls)
+    secure = tmp_path / "stack" / "kafka" / "secure"
+    for name in ("ca.pem", "broker-keystore.pem", "admin.password", "rflow.password"):
+        assert (secure / name).stat().st_mode & 0o077 == 0, name  # this user's alone
+    # The container's script reads these, under the mount point /etc/kafka/secure.
+    script = (REPO / "scripts" / "compose" / "kafka-secure.sh").read_text()
+    assert "SECURE=/etc/kafka/secure" in script
+    for used in ("docker/server.properties", "docker/admin.properties", "docker/acls"):
+        assert f"$SECURE/{used}" in script and (secure / used).is_file(), used
+    assert "for who in admin rflow producer" in script
+    for who in ("admin", "rflow", "producer"):
+        assert (secure / f"{who}.password").is_file()

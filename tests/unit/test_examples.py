@@ -34,7 +34,7 @@ def test_the_examples_folder_is_a_valid_project() -> None:
         "environment variable PROMETHEUS_SCRAPE_TOKEN",
     }
     assert report.project is not None
-    assert len(report.project.workflows) == len(WORKFLOW_FILES) == 15
+    assert len(report.project.workflows) == len(WORKFLOW_FILES) == 16
 
 
 @pytest.mark.parametrize("name", WORKFLOW_FILES)

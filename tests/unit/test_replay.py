@@ -75,7 +75,7 @@ def test_a_record_other_than_a_firing_needs_no_deployment() -> None:
             f"the stored record is cut at {DEAD_LETTER_RAW_LIMIT // 1024} KiB",
         ),
         (Letter(raw="not json"), "it does not decode (not JSON"),
-        (Letter(raw='{"kind": "launch", "v": 1}'), "it does not decode (unknown record kind"),
+        (Letter(raw='{"kind": "launch", "v": 1}'), 'it does not decode ("kind" (record type) is'),
         (
             Letter(topic=PREFIX + "rflow.sends", key="local:payout"),
             "it does not decode (",

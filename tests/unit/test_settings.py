@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from rflow.settings import Settings
+from rflow.settings import Settings, SettingsError
 
 
 def test_defaults_match_the_local_stack():
@@ -53,7 +53,7 @@ def test_missing_network_names_the_variable():
 
 
 def test_bad_values_are_refused():
-    with pytest.raises(ValidationError, match="web_port"):
+    with pytest.raises(SettingsError, match="RFLOW_WEB_PORT \\(web_port\\)"):
         Settings.from_env({"RFLOW_WEB_PORT": "eighty"})
 
 

@@ -13,6 +13,7 @@ from rflow.authz import ACTION_NAMES, DEFAULT_ROLE, ROLES
 from rflow.lang.model.common import (
     Address,
     Amount,
+    DedupWindow,
     Duration,
     EnvVar,
     Model,
@@ -342,3 +343,8 @@ class Config(Model):
     a recipient or value straight from trigger data, a budget's scope not attached, a token
     call a budget cannot decode): warn, or error (the project does not validate, so no
     worker runs it and no deploy publishes it)."""
+    dedup_window: DedupWindow = timedelta(days=7)
+    """How long a worker remembers a firing's trigger key (a repeat inside it starts
+    nothing; one after it is admitted again) and a settled run (an event for it after
+    that is dropped). A workflow may set its own (`dedup_window`). A run that has not
+    settled is remembered however long it takes."""

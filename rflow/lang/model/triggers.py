@@ -205,6 +205,10 @@ class ManualSpec(Model):
 
     inputs: list[Name] = []
     """Names of the inputs a manual run takes, read as ${{ inputs.<name> }}."""
+    outside: bool = True
+    """Whether a trigger record an outside producer writes to rflow.triggers (with no
+    proof of rflow's ingress) may start it, with exactly these inputs; false: only
+    `rflow run` and the API start it, and such a record is dead-lettered (not_accepted)."""
 
 
 class TriggerBase(Model):
@@ -259,11 +263,15 @@ class ManualTrigger(TriggerBase):
                     {"const": True},
                     {
                         "type": "object",
-                        "properties": {"inputs": {"type": "array", "items": {"type": "string"}}},
+                        "properties": {
+                            "inputs": {"type": "array", "items": {"type": "string"}},
+                            "outside": {"type": "boolean"},
+                        },
                         "additionalProperties": False,
                     },
                 ],
-                "description": "manual: {} (or empty), optionally with inputs: [name, ...]",
+                "description": "manual: {} (or empty), optionally with inputs: [name, ...] "
+                "and outside: false",
             }
         ),
     ] = ManualSpec()

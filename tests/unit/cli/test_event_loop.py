@@ -7,10 +7,9 @@ import builtins
 
 import pytest
 import uvloop
-from pydantic import ValidationError
 
 from rflow.cli.ops import use_event_loop
-from rflow.settings import Settings
+from rflow.settings import Settings, SettingsError
 
 
 @pytest.fixture
@@ -64,5 +63,5 @@ def test_uvloop_asked_for_but_missing_is_an_error_auto_falls_back(
 def test_the_setting_names_its_choices() -> None:
     assert Settings.from_env({"RFLOW_EVENT_LOOP": "asyncio"}).event_loop == "asyncio"
     assert Settings.from_env({}).event_loop == "auto"
-    with pytest.raises(ValidationError, match="'auto', 'uvloop' or 'asyncio'"):
+    with pytest.raises(SettingsError, match="'auto', 'uvloop' or 'asyncio'"):
         Settings.from_env({"RFLOW_EVENT_LOOP": "trio"})

@@ -25,6 +25,12 @@ PROJECT = textwrap.dedent(
         steps:
           - id: log
             command: { name: log, args: { message: "${{ trigger.order }}" } }
+      nightly:
+        trigger:
+          schedule: { cron: "0 3 * * *" }
+        steps:
+          - id: log
+            command: { name: log, args: { message: hi } }
       sweep:
         strategy:
           matrix: { network: [a, b] }
@@ -49,7 +55,8 @@ def produced(monkeypatch: pytest.MonkeyPatch) -> list[TriggerRecord]:
     """The records the command hands to Kafka (captured: no broker here)."""
     records: list[TriggerRecord] = []
 
-    async def produce_trigger(settings, record):
+    async def produce_trigger(settings, record, *, vouching=True):
+        assert vouching is False  # as an outside producer: no proof of rflow's ingress
         records.append(record)
         return 3, 17
 
@@ -97,6 +104,7 @@ def test_with_a_project_the_record_carries_and_is_keyed_by_the_group(runner, pro
         "trigger_key": "orders:4711",
         "run_ids": [run_id("order-paid", "orders:4711")],
         "group": "acct-42",
+        "topic": "rflow.triggers",
         "key": "acct-42",
         "partition": 3,
         "offset": 17,
@@ -108,7 +116,10 @@ def test_a_matrix_workflow_prints_every_run_id(runner, project, produced, monkey
     result = runner.invoke(main, ["trigger", "sweep", "--key", "k"])
     assert result.exit_code == 0, result.output
     ids = [run_id("sweep", "k", {"network": n}) for n in ("a", "b")]
-    assert f"k -> run {', '.join(ids)} (key 'k', partition 3, offset 17)" in result.stdout
+    assert (
+        f"k -> run {', '.join(ids)} (rflow.triggers key 'k', partition 3, offset 17)"
+        in result.stdout
+    )
 
 
 def test_without_a_project_it_warns_and_keys_by_group_or_trigger_key(runner, produced):
@@ -128,13 +139,15 @@ def test_the_default_trigger_key_is_new_for_every_call(runner, produced):
     for _ in range(2):
         assert runner.invoke(main, ["trigger", "w"]).exit_code == 0
     keys = [record.trigger_key for record in produced]
-    assert all(key.startswith("manual:w:") for key in keys) and keys[0] != keys[1]
+    # Outside rflow's own namespaces (manual: is its manual ingress's), so a worker takes it.
+    assert all(key.startswith("trigger:w:") for key in keys) and keys[0] != keys[1]
+    assert all(record.proof is None and record.source == "manual" for record in produced)
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["nope"], "error: no workflow 'nope' (the project has: order-paid, sweep)"),
+        (["nope"], "error: no workflow 'nope' (the project has: nightly, order-paid, sweep)"),
         (["order-paid", "--input", "{nope"], "error: --input is not JSON"),
         (["order-paid", "--input", "[1]"], "error: --input must be a JSON object"),
         (
@@ -149,6 +162,22 @@ def test_the_default_trigger_key_is_new_for_every_call(runner, produced):
         (
             ["sweep", "--group", "b"],
             "error: --group 'b' given, but workflow sweep has no concurrency group",
+        ),
+        # What a worker refuses of an outside producer's record, refused here first.
+        (
+            ["order-paid", "--input", '{"account": "a"}'],
+            "error: a worker would refuse this record: invalid_input: payload: missing "
+            "input(s) 'order' for 'order-paid'; it takes: account, order",
+        ),
+        (
+            ["nightly"],
+            "error: a worker would refuse this record: not_accepted: workflow 'nightly' takes "
+            "no firings from outside producers: it has no manual trigger (it starts on schedule)",
+        ),
+        (
+            ["sweep", "--key", "schedule:2026-01-01T03:00:00Z"],
+            "error: a worker would refuse this record: reserved_key: trigger_key "
+            "'schedule:2026-01-01T03:00:00Z' starts with 'schedule:'",
         ),
     ],
 )

@@ -35,3 +35,12 @@ def test_a_document_with_a_long_integer_writes_everything_else_as_without_one():
         "3": "three",
         "ok": True,
     }
+
+
+def test_pretty_writes_a_wide_integer_as_the_number_it_is():
+    from rflow.codecs.json import pretty
+
+    assert (
+        pretty({"b": [2**70], "a": 1})
+        == '{\n  "a": 1,\n  "b": [\n    1180591620717411303424\n  ]\n}'
+    )

@@ -62,31 +62,53 @@ def test_encoding_is_stable():
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
-        (None, "empty record (no value)"),
-        (b"\x00\xff", "not JSON: "),
-        (b'"text"', "expected a JSON object, got str"),
+        (None, "empty record: it has no value (a tombstone?); expected one JSON object"),
+        (b"\x00\xff", "not JSON: its bytes are not UTF-8; a record is one JSON object, and "),
+        (
+            b"nope",
+            "not JSON: invalid literal, expected 'null': line 1 column 1 (char 0); a record is "
+            "one JSON object, and this one begins 'nope'",
+        ),
+        (b'"text"', "not a JSON object: the record is a string; expected an object such as"),
         (
             b"{}",
-            "unknown record kind None; known: call, dead_letter, pause_changed, retry, run_event, "
-            "run_journal, send, send_control, trigger, trigger_retracted",
+            "no \"kind\" (record type): expected one of 'call', 'dead_letter', 'pause_changed', "
+            "'retry', 'run_event', 'run_journal', 'send', 'send_control', 'trigger', "
+            "'trigger_retracted'",
         ),
+        (b'{"kind": "launch"}', "\"kind\" (record type) is 'launch', which no rflow record is"),
         (
             b'{"kind": "trigger"}',
-            "unsupported version None of 'trigger' records; this worker reads: 1",
+            'no "v" (record version): a \'trigger\' record carries one of "v": 1, "v": 2',
         ),
         (
-            b'{"kind": "trigger", "v": 2}',
-            "unsupported version 2 of 'trigger' records; this worker reads: 1",
+            b'{"kind": "trigger", "v": 3}',
+            "\"v\" (record version) is 3: this worker reads 'trigger' records with one of "
+            '"v": 1, "v": 2',
+        ),
+        (
+            b'{"kind": "send", "v": true}',
+            "\"v\" (record version) is true: this worker reads 'send' records with one of "
+            '"v": 1, "v": 2',
         ),
         (
             b'{"kind": "trigger", "v": 1, "workflow": "w", "trigger_key": "k", "source": "fax", '
             b'"received_at": "2026-01-01T00:00:00Z"}',
-            "invalid 'trigger' record: source: Input should be 'event', 'webhook', 'schedule' or 'manual'",
+            "invalid 'trigger' record: \"source\" is 'fax': expected 'event', 'webhook', "
+            "'schedule' or 'manual'",
         ),
         (
             b'{"kind": "trigger", "v": 1, "workflow": "w", "trigger_key": "k", "source": "manual", '
             b'"received_at": "2026-01-01T00:00:00Z", "extra": 1}',
-            "invalid 'trigger' record: extra: Extra inputs are not permitted",
+            "invalid 'trigger' record: unexpected field \"extra\" (not part of this record)",
+        ),
+        (
+            b'{"kind": "trigger", "v": 1, "workflow": "", "source": "manual", "payload": [1], '
+            b'"received_at": "yesterday"}',
+            "invalid 'trigger' record: \"workflow\" is '': expected at least 1 character; no "
+            '"trigger_key" (a required field); "payload" is a list: expected a JSON object; '
+            "\"received_at\" is 'yesterday': expected an RFC 3339 time with a time zone, such "
+            "as 2026-05-06T07:08:09Z",
         ),
     ],
 )

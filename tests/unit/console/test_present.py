@@ -62,6 +62,29 @@ def test_fields_flatten_a_value_for_reading():
     ]
 
 
+def test_block_numbers_timestamps_and_chain_ids_are_plain_integers_amounts_are_grouped():
+    firing = {
+        "chain_id": 31337,
+        "block": {"number": 18_000_123, "timestamp": 1_796_472_708, "hash": "0x01"},
+        "tx": {"hash": "0x02", "index": 12_345},
+        "log_index": 10_001,
+        "args": {"amount": 1_250_000_000_000_000_000, "request_id": 123_456},
+        "balance": 51_533,
+    }
+    assert [(f.label, f.text) for f in present.fields(firing)] == [
+        ("chain_id", "31337"),
+        ("block.number", "18000123"),
+        ("block.timestamp", "1796472708"),
+        ("block.hash", "0x01"),
+        ("tx.hash", "0x02"),
+        ("tx.index", "12345"),
+        ("log_index", "10001"),
+        ("args.amount", "1,250,000,000,000,000,000"),
+        ("args.request_id", "123456"),
+        ("balance", "51,533"),
+    ]
+
+
 def test_a_diff_pairs_a_changed_line_with_its_replacement():
     old = present.definition_text({"steps": [{"id": "greet", "msg": "hello", "timeout": None}]})
     new = present.definition_text({"steps": [{"id": "greet", "msg": "hi there"}]})

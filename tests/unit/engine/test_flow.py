@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from rflow.engine import Execute, Park, RunStatus, ScheduleTimer, StepStatus, Unpark
+from rflow.engine import Execute, Journal, Park, RunStatus, ScheduleTimer, StepStatus, Unpark
 from rflow.engine.context import compare
 from tests.unit.engine.driver import T0, Driver, fail, workflow
 
@@ -84,6 +84,17 @@ def test_delay_is_a_durable_timer():
     assert d.pending(Execute) == []
     d.fire(timer)
     assert [e.path for e in d.pending(Execute)] == ["wake"]
+
+
+def test_a_parked_step_is_journaled_waiting_as_its_run_is():
+    """One word for a step that waits: the read model's step says ``waiting`` from its
+    start, as the live state and the run do, never ``running``."""
+    d = Driver(workflow(DELAY))
+    d.start()
+    started = [j for j in d.effects if isinstance(j, Journal) and j.event == "step_started"]
+    assert [(j.path, j.status) for j in started] == [("nap", "waiting")]
+    assert d.state.steps["nap"].status == StepStatus.WAITING
+    assert d.state.status == RunStatus.WAITING
 
 
 def test_delay_until_reads_the_time_zone():
@@ -235,3 +246,23 @@ def test_retrying_steps_are_cancelled_too():
     d.answer(d.pending(Execute)[0], error=fail("rate_limited"))
     d.cancel()
     assert d.state.status == RunStatus.CANCELLED
+
+
+def test_a_hyphenated_step_id_is_read_by_steps_dot_id_as_github_actions_does():
+    d = Driver(
+        workflow(
+            """
+trigger: { manual: {} }
+steps:
+  - id: fetch-price
+    http_call: { url: "http://x.test/price" }
+  - id: use-it
+    if: "${{ steps.fetch-price.status == 'succeeded' and steps.fetch-price.output.p - 1 > 0 }}"
+    notify: { channel: ops, message: "price ${{ steps.fetch-price.output.p }}" }
+"""
+        )
+    )
+    state = d.run(lambda e: {"p": 5} if e.path == "fetch-price" else {})
+    assert state.status == RunStatus.SUCCEEDED
+    notify = next(e for e in d.effects if isinstance(e, Execute) and e.path == "use-it")
+    assert notify.action["message"] == "price 5"

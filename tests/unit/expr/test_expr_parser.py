@@ -228,3 +228,73 @@ def test_nesting_at_the_limit_parses() -> None:
     assert parse("(" * 64 + "1" + ")" * 64) == Literal(1)
     assert parse("-" * 63 + "1") is not None
     assert parse("1" + " + 1" * 127) is not None
+
+
+# --- step ids with hyphens (GitHub Actions' steps.<id>) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "step_id"),
+    [
+        ("steps.first-step", "first-step"),
+        ("steps.a-b-c.output", "a-b-c"),
+        ("steps.step-2b.status", "step-2b"),
+        ("steps.x-1", "x-1"),
+        ("steps.x--y.tx", "x--y"),
+        ("steps.trailing-.output", "trailing-"),
+        ("steps._private-id", "_private-id"),
+    ],
+)
+def test_after_steps_dot_a_hyphen_is_part_of_the_step_id(source: str, step_id: str) -> None:
+    tree = parse(source)
+    while isinstance(tree, Member) and tree.obj != Name("steps"):
+        tree = tree.obj
+    assert tree == Member(Name("steps"), step_id)
+    assert parse(unparse(parse(source))) == parse(source)
+
+
+@pytest.mark.parametrize(
+    ("source", "tree"),
+    [
+        # With spaces, '-' subtracts, after a step id too.
+        ("steps.a - item", Binary("-", Member(Name("steps"), "a"), Name("item"))),
+        ("steps.a -item", Binary("-", Member(Name("steps"), "a"), Name("item"))),
+        (
+            "steps.a-b - 1",
+            Binary("-", Member(Name("steps"), "a-b"), Literal(1)),
+        ),
+        # Only the id right after the root `steps.`: a field stays a plain name.
+        (
+            "steps.a.output-1",
+            Binary("-", Member(Member(Name("steps"), "a"), "output"), Literal(1)),
+        ),
+        (
+            "steps.a.output-steps.b-c.output",
+            Binary(
+                "-",
+                Member(Member(Name("steps"), "a"), "output"),
+                Member(Member(Name("steps"), "b-c"), "output"),
+            ),
+        ),
+        # A member that happens to be called steps is not the root.
+        (
+            "trigger.steps.a-item",
+            Binary("-", Member(Member(Name("trigger"), "steps"), "a"), Name("item")),
+        ),
+        # Elsewhere '-' is an operator, spaces or not.
+        ("item-1", Binary("-", Name("item"), Literal(1))),
+        ("trigger.a-item", Binary("-", Member(Name("trigger"), "a"), Name("item"))),
+        ("steps['a-b']", Index(Name("steps"), Literal("a-b"))),
+    ],
+)
+def test_a_hyphen_subtracts_everywhere_else(source: str, tree: object) -> None:
+    assert parse(source) == tree
+
+
+def test_a_hyphenated_step_id_written_with_spaces_says_how_to_write_it() -> None:
+    err = syntax("steps.first - step.status")
+    assert err.message == (
+        "unknown name 'step' — a step id with '-' is written without spaces: "
+        "steps.first-step (with spaces, '-' subtracts)"
+    )
+    assert err.offset == len("steps.first - ")

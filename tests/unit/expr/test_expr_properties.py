@@ -30,6 +30,7 @@ from rflow.expr import (
     references,
     unparse,
 )
+from rflow.lang.model.common import NAME_PATTERN
 
 MAX_INT = 2**1024
 
@@ -130,9 +131,15 @@ def _calls(children: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
     return st.sampled_from(sorted(FUNCTIONS)).flatmap(build)
 
 
+step_ids = st.from_regex(NAME_PATTERN.replace("*", "{0,12}"), fullmatch=True)
+"""Every step id the workflow language allows (its own pattern), hyphens included."""
+step_reads = st.builds(Member, st.just(Name("steps")), step_ids)
+
+
 def _extend(children: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
     return st.one_of(
         st.builds(Member, children, identifiers),
+        st.builds(Member, step_reads, identifiers),
         st.builds(Index, children, children),
         st.builds(Unary, st.sampled_from(["not", "-"]), children),
         st.builds(Binary, st.sampled_from(BINARY_OPS), children, children),
@@ -144,7 +151,7 @@ def _extend(children: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
     )
 
 
-trees = st.recursive(st.one_of(literals, names), _extend, max_leaves=25)
+trees = st.recursive(st.one_of(literals, names, step_reads), _extend, max_leaves=25)
 
 
 @settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
@@ -300,3 +307,27 @@ def test_comparisons_match_python(a: int, b: int) -> None:
     assert evaluate(parse("inputs.a < inputs.b"), context) is (a < b)
     assert evaluate(parse("inputs.da == inputs.a"), context) is True
     assert evaluate(parse("inputs.da >= inputs.b"), context) is (a >= b)
+
+
+# --- step ids -------------------------------------------------------------------------
+
+
+@settings(max_examples=300)
+@given(step_id=step_ids, field=st.sampled_from(["output", "status", "error", "tx"]))
+def test_every_step_id_the_language_allows_reads_as_itself(step_id: str, field: str) -> None:
+    """``steps.<id>.<field>`` reads that step, whatever the id: a ``-`` in it is part of
+    the id (as GitHub Actions reads it), never a subtraction."""
+    tree = parse(f"steps.{step_id}.{field}")
+    assert tree == Member(Member(Name("steps"), step_id), field)
+    context = {"steps": {step_id: {field: 7}}}
+    assert evaluate(tree, context) == 7
+    assert parse_template(f"${{{{ steps.{step_id}.{field} }}}}").render(context) == 7
+
+
+@settings(max_examples=300)
+@given(step_id=step_ids, right=st.sampled_from(["item", "inputs.a", "1", "steps.b.output"]))
+def test_a_subtraction_written_with_spaces_stays_one(step_id: str, right: str) -> None:
+    tree = parse(f"steps.{step_id} - {right}")
+    assert isinstance(tree, Binary) and tree.op == "-"
+    assert tree.left == Member(Name("steps"), step_id)
+    assert tree.right == parse(right)

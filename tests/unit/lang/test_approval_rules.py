@@ -51,9 +51,11 @@ def test_a_principal_has_a_role_and_may_be_granted_more_by_name() -> None:
         "wf.yaml:4:41: error: principals.boss.role: expected 'none', 'viewer', 'approver' or "
         "'operator', got 'admin'",
         "wf.yaml:5:39: error: principals.typo.can[0]: expected 'metrics.read', "
-        "'runs.read', 'audit.read', 'approvals.answer', 'runs.run', 'runs.retry', 'runs.resend', "
-        "'runs.cancel', 'runs.signal', 'sends.speedup', 'sends.cancel', 'workflows.pause', 'schedules.toggle', "
-        "'dead_letters.replay' or 'deploy', got 'runs.cancle' — did you mean 'runs.cancel'?",
+        "'runs.read', 'audit.read', 'state.read', 'approvals.answer', 'runs.run', "
+        "'runs.retry', 'runs.resend', 'runs.cancel', 'runs.signal', 'sends.speedup', "
+        "'sends.cancel', 'workflows.pause', 'schedules.toggle', 'dead_letters.replay', "
+        "'backtests.read', 'backtests.run', 'deploy' or 'deploy.rollback', got "
+        "'runs.cancle' — did you mean 'runs.cancel'?",
         "wf.yaml:6:3: error: principals.breaker: 'breaker' names what paused a workflow by "
         "itself (a breaker, a halt): give this principal another name",
     ]

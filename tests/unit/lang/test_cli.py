@@ -36,9 +36,9 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
 
 DEV_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
 UNCHECKED = [
-    "examples/project.yaml:39:14: warning: relayers.payout.key_env: RELAYER_PAYOUT_KEY does "
+    "examples/project.yaml:45:14: warning: relayers.payout.key_env: RELAYER_PAYOUT_KEY does "
     "not hold a valid private key: the address was not checked",
-    "examples/project.yaml:43:14: warning: relayers.treasury.key_env: RELAYER_TREASURY_KEY "
+    "examples/project.yaml:49:14: warning: relayers.treasury.key_env: RELAYER_TREASURY_KEY "
     "does not hold a valid private key: the address was not checked",
 ]
 
@@ -49,7 +49,7 @@ def test_validate_examples_text(runner: CliRunner, monkeypatch: pytest.MonkeyPat
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         *UNCHECKED,
-        "examples/: 15 workflows, 0 errors, 2 warnings",
+        "examples/: 16 workflows, 0 errors, 2 warnings",
     ]
 
 
@@ -61,7 +61,7 @@ def test_validate_refuses_a_declared_address_the_key_does_not_sign_for(
     result = runner.invoke(main, ["validate", "examples"])
     assert result.exit_code == 1
     assert (
-        "examples/project.yaml:48:14: error: relayers.dev.address: the key in RELAYER_DEV_KEY "
+        "examples/project.yaml:54:14: error: relayers.dev.address: the key in RELAYER_DEV_KEY "
         "signs for 0x17c5185167401eD00cF5F5b2fc97D9BBfDb7D025, not for the declared address "
         "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
     ) in result.output.splitlines()
@@ -77,9 +77,9 @@ def test_validate_prints_warnings_and_still_succeeds(
     assert result.exit_code == 0
     assert result.output.splitlines() == [
         *UNCHECKED,
-        "examples/project.yaml:47:14: warning: relayers.dev.key_env: environment variable "
+        "examples/project.yaml:53:14: warning: relayers.dev.key_env: environment variable "
         "RELAYER_DEV_KEY is not set (the key of relayer 'dev')",
-        "examples: 15 workflows, 0 errors, 3 warnings",
+        "examples: 16 workflows, 0 errors, 3 warnings",
     ]
 
 
@@ -100,6 +100,7 @@ def test_validate_examples_json(runner: CliRunner) -> None:
             "copy-trade",
             "daily-treasury-report",
             "demo-payout",
+            "event-payout",
             "hello-local",
             "invoice-run",
             "local-smoke",

@@ -76,7 +76,7 @@ def test_retry_on_timeout_is_refused_where_a_timeout_is_never_retried() -> None:
             permissions: { relayers: [payout] }
             steps:
               - id: send
-                send_transaction: { network: ethereum, relayer: payout, to: "0x0000000000000000000000000000000000000001", value: 1 }
+                send_transaction: { network: ethereum, relayer: payout, to: "0x0000000000000000000000000000000000000001", value: 1 wei }
                 retry: { retry_on_timeout: true }
               - id: wait
                 wait_for: { webhook: { path: /hooks/w }, timeout: 1m }

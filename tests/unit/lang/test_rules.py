@@ -74,6 +74,71 @@ def test_references_must_name_a_step_that_runs_earlier() -> None:
     ]
 
 
+def test_hyphenated_step_ids_are_read_as_github_actions_reads_them() -> None:
+    assert findings(
+        """\
+        workflows:
+          w:
+            trigger: { manual: {} }
+            steps:
+              - id: first-step
+                notify: { channel: ops, message: one }
+              - id: first
+                notify: { channel: ops, message: "${{ steps.first-step.status }} ${{ steps.first-step.output }}" }
+              - id: second
+                if: "${{ steps.first-stpe.status == 'succeeded' }}"
+                notify: { channel: ops, message: "${{ steps.first-1.output }}" }
+              - id: third
+                notify: { channel: ops, message: "${{ steps.first - step }}" }
+        """
+    ) == [
+        "wf.yaml:10:18: error: workflows.w.steps[2].if: reference to unknown step 'first-stpe' "
+        "— did you mean 'first-step'?",
+        "wf.yaml:11:47: error: workflows.w.steps[2].notify.message: reference to unknown step "
+        "'first-1': steps.first-1 names the step 'first-1'; to subtract, put spaces around "
+        "'-' (steps.first - 1)",
+        "wf.yaml:13:61: error: workflows.w.steps[3].notify.message: expression does not parse: "
+        "unknown name 'step' — a step id with '-' is written without spaces: steps.first-step "
+        "(with spaces, '-' subtracts)",
+    ]
+
+
+def test_a_send_value_without_a_unit_is_taken_as_wei_with_a_warning() -> None:
+    to = "0x0000000000000000000000000000000000000001"
+    assert findings(
+        f"""\
+        workflows:
+          w:
+            trigger: {{ manual: {{}} }}
+            permissions: {{ relayers: [payout], max_value_per_tx: 10 ether }}
+            steps:
+              - id: one
+                send_transaction: {{ network: ethereum, relayer: payout, to: "{to}", value: 1 }}
+              - id: big
+                send_transaction: {{ network: ethereum, relayer: payout, to: "{to}", value: "2_000_000_000_000_000_000" }}
+              - id: fine
+                send_transaction: {{ network: ethereum, relayer: payout, to: "{to}", value: 0.001 eth }}
+              - id: calls
+                send_transaction:
+                  network: ethereum
+                  relayer: payout
+                  calls: [{{ to: "{to}", value: 10 gwei }}, {{ to: "{to}", value: 5 }}, {{ to: "{to}", value: 0 }}]
+        """
+    ) == [
+        "wf.yaml:7:122: warning: workflows.w.steps[0].send_transaction.value: value 1 has no "
+        "unit, so it is 1 wei (0.000000000000000001 ether): write the unit, e.g. '1 ether' if "
+        "you meant ether, or '1 wei' to keep this amount (units: wei, gwei, ether, eth)",
+        "wf.yaml:9:122: warning: workflows.w.steps[1].send_transaction.value: value "
+        "2_000_000_000_000_000_000 has no unit, so it is 2000000000000000000 wei (2 ether): "
+        "write the unit, e.g. '2 ether' or '2_000_000_000_000_000_000 wei' for this amount "
+        "(units: wei, gwei, ether, eth)",
+        "wf.yaml:16:148: warning: workflows.w.steps[3].send_transaction.calls[1].value: value 5 "
+        "has no unit, so it is 5 wei (0.000000000000000005 ether): write the unit, e.g. "
+        "'5 ether' if you meant ether, or '5 wei' to keep this amount (units: wei, gwei, "
+        "ether, eth)",
+    ]
+
+
 def test_step_result_fields() -> None:
     assert findings(
         f"""\

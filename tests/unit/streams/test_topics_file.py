@@ -21,6 +21,19 @@ def test_the_shipped_file_declares_the_pipeline():
             assert spec.partitions == specs["rflow.triggers"].partitions
 
 
+def test_a_topic_is_taken_as_the_workers_name_it_or_as_declared():
+    catalog = Catalog(tuple(load(REPO / "topics.yaml")), "newcomer.")
+    assert catalog.declared("newcomer.rflow.triggers") == "rflow.triggers"
+    assert catalog.declared("rflow.triggers") == "rflow.triggers"
+    with pytest.raises(TopicsError) as refused:
+        catalog.declared("other.rflow.triggers")
+    assert str(refused.value).startswith(
+        "topic 'other.rflow.triggers' is not one of the workers' topics under "
+        "RFLOW_TOPIC_PREFIX='newcomer.' (topics.yaml declares: newcomer.rflow.triggers, "
+    )
+    assert Catalog(catalog.specs).declared("rflow.dlq") == "rflow.dlq"
+
+
 def test_prefix_applies_to_every_name():
     catalog = Catalog(tuple(load(REPO / "topics.yaml")), "t1.")
     assert catalog.full_name("rflow.runs") == "t1.rflow.runs"

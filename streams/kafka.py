@@ -1,0 +1,273 @@
+"""Every Kafka client rflow has is built here, from :class:`~rflow.settings.Settings`.
+
+The worker's Faust app (:func:`faust_options`), the producers of the CLI and the
+ingresses, the admin client that applies ``topics.yaml``, the benchmarks and the test
+fixtures all take their broker list and their security (TLS, SASL, a client certificate)
+from the same settings through the functions below; nothing else constructs an
+``AIOKafkaProducer``, ``AIOKafkaConsumer``, ``AIOKafkaAdminClient`` or ``faust.App``
+(``tests/unit/streams/test_kafka.py`` checks the whole repository).
+
+Secrets stay in the settings' ``SecretStr`` fields until a client is built: no function
+here logs or returns them in a message (:attr:`Settings.kafka_display` names a cluster).
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.abc import AbstractTokenProvider
+from aiokafka.admin import AIOKafkaAdminClient
+
+from rflow.settings import Settings
+
+
+class KafkaSettingsError(Exception):
+    """A file the Kafka security settings name cannot be used (the message says which
+    variable, which file and why)."""
+
+
+class FileTokenProvider(AbstractTokenProvider):
+    """OAUTHBEARER: the token in a file, read again at every authentication, so whatever
+    renews the token (a sidecar, a cron job) only has to rewrite the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    async def token(self) -> str:
+        try:
+            token = self.path.read_text().strip()
+        except OSError as exc:
+            raise KafkaSettingsError(
+                f"RFLOW_KAFKA_SASL_OAUTH_TOKEN_FILE={self.path}: cannot read it "
+                f"({exc.__class__.__name__})"
+            ) from None
+        if not token:
+            raise KafkaSettingsError(f"RFLOW_KAFKA_SASL_OAUTH_TOKEN_FILE={self.path} is empty")
+        return token
+
+
+def ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    """The TLS context of ``settings`` (``None`` without TLS): the brokers' certificate
+    authorities (the system's by default), a client certificate if one is given, and host
+    name checking unless turned off."""
+    if settings.kafka_security_protocol not in ("SSL", "SASL_SSL"):
+        return None
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    if settings.kafka_ssl_cafile is not None:
+        try:
+            context.load_verify_locations(cafile=str(settings.kafka_ssl_cafile))
+        except (OSError, ssl.SSLError) as exc:
+            raise KafkaSettingsError(
+                f"RFLOW_KAFKA_SSL_CAFILE={settings.kafka_ssl_cafile}: not a readable PEM file "
+                f"of certificates ({exc.__class__.__name__}: {exc.strerror or exc})"
+            ) from None
+    if settings.kafka_ssl_certfile is not None and settings.kafka_ssl_keyfile is not None:
+        password = settings.kafka_ssl_key_password
+        try:
+            context.load_cert_chain(
+                str(settings.kafka_ssl_certfile),
+                str(settings.kafka_ssl_keyfile),
+                password.get_secret_value() if password is not None else None,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise KafkaSettingsError(
+                f"RFLOW_KAFKA_SSL_CERTFILE={settings.kafka_ssl_certfile} with "
+                f"RFLOW_KAFKA_SSL_KEYFILE={settings.kafka_ssl_keyfile}: not a certificate and "
+                f"its key (or the key's password is wrong) ({exc.__class__.__name__})"
+            ) from None
+    context.check_hostname = settings.kafka_ssl_check_hostname
+    return context
+
+
+def client_options(settings: Settings) -> dict[str, Any]:
+    """The keyword arguments every aiokafka client of ``settings`` takes: the brokers and
+    the security protocol, with the SASL credentials and the TLS context it needs."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": settings.kafka_brokers,
+        "security_protocol": settings.kafka_security_protocol,
+    }
+    context = ssl_context(settings)
+    if context is not None:
+        options["ssl_context"] = context
+    mechanism = settings.kafka_sasl_mechanism
+    if mechanism is not None:
+        options["sasl_mechanism"] = mechanism
+        if mechanism == "OAUTHBEARER":
+            assert settings.kafka_sasl_oauth_token_file is not None  # checked by Settings
+            options["sasl_oauth_token_provider"] = FileTokenProvider(
+                settings.kafka_sasl_oauth_token_file
+            )
+        else:
+            assert settings.kafka_sasl_password is not None  # checked by Settings
+            options["sasl_plain_username"] = settings.kafka_sasl_username
+            options["sasl_plain_password"] = settings.kafka_sasl_password.get_secret_value()
+    return options
+
+
+def producer(settings: Settings, **options: Any) -> AIOKafkaProducer:
+    """An aiokafka producer of ``settings`` (not started), with ``options`` on top."""
+    return AIOKafkaProducer(**client_options(settings), **options)
+
+
+def consumer(settings: Settings, *topics: str, **options: Any) -> AIOKafkaConsumer:
+    """An aiokafka consumer of ``settings`` (not started), with ``options`` on top."""
+    return AIOKafkaConsumer(*topics, **client_options(settings), **options)
+
+
+def admin(settings: Settings, **options: Any) -> AIOKafkaAdminClient:
+    """An aiokafka admin client of ``settings`` (not started), with ``options`` on top."""
+    return AIOKafkaAdminClient(**client_options(settings), **options)
+
+
+def faust_options(settings: Settings) -> dict[str, Any]:
+    """The Faust app settings that say where the brokers are and how to connect:
+    ``broker`` and ``broker_credentials`` (Faust hands them to every consumer and
+    producer it makes, the worker's consumer thread and its topic creation included)."""
+    import faust
+
+    options: dict[str, Any] = {
+        "broker": [f"kafka://{host.strip()}" for host in settings.kafka_brokers.split(",")],
+    }
+    context = ssl_context(settings)
+    mechanism = settings.kafka_sasl_mechanism
+    if mechanism == "OAUTHBEARER":
+        assert settings.kafka_sasl_oauth_token_file is not None
+        options["broker_credentials"] = faust.OAuthCredentials(
+            oauth_cb=FileTokenProvider(settings.kafka_sasl_oauth_token_file),
+            ssl_context=context,
+        )
+    elif mechanism is not None:
+        assert settings.kafka_sasl_password is not None
+        options["broker_credentials"] = faust.SASLCredentials(
+            username=settings.kafka_sasl_username,
+            password=settings.kafka_sasl_password.get_secret_value(),
+            ssl_context=context,
+            mechanism=mechanism,
+        )
+    elif context is not None:
+        options["broker_credentials"] = faust.SSLCredentials(context)
+    return options
+
+
+def environment(settings: Settings) -> dict[str, str]:
+    """The ``RFLOW_KAFKA_*`` variables of ``settings``: what a child process needs to
+    connect as this one does (a benchmark's worker, a Faust process of its own)."""
+    return {name: value for name, value in settings.to_env().items() if "_KAFKA_" in name}
+
+
+def librdkafka_config(settings: Settings) -> dict[str, str]:
+    """The same connection as librdkafka properties (``kcat -X key=value``,
+    confluent-kafka's config), secrets included: for a producer's own configuration."""
+    config = {
+        "bootstrap.servers": settings.kafka_brokers,
+        "security.protocol": settings.kafka_security_protocol.lower(),
+    }
+    if settings.kafka_ssl_cafile is not None:
+        config["ssl.ca.location"] = str(settings.kafka_ssl_cafile)
+    if settings.kafka_ssl_certfile is not None and settings.kafka_ssl_keyfile is not None:
+        config["ssl.certificate.location"] = str(settings.kafka_ssl_certfile)
+        config["ssl.key.location"] = str(settings.kafka_ssl_keyfile)
+        if settings.kafka_ssl_key_password is not None:
+            config["ssl.key.password"] = settings.kafka_ssl_key_password.get_secret_value()
+    if not settings.kafka_ssl_check_hostname:
+        config["ssl.endpoint.identification.algorithm"] = "none"
+    mechanism = settings.kafka_sasl_mechanism
+    if mechanism is not None and mechanism != "OAUTHBEARER":
+        assert settings.kafka_sasl_password is not None
+        config["sasl.mechanisms"] = mechanism
+        config["sasl.username"] = settings.kafka_sasl_username or ""
+        config["sasl.password"] = settings.kafka_sasl_password.get_secret_value()
+    return config
+
+
+# --- ACLs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Acl:
+    """What one principal may do on one resource pattern, and why rflow needs it."""
+
+    resource: Literal["topic", "group", "transactional-id", "cluster"]
+    name: str
+    pattern: Literal["literal", "prefixed"]
+    operations: tuple[str, ...]
+    why: str
+
+    def command(self, principal: str, bootstrap: str, command_config: str) -> str:
+        """The ``kafka-acls`` command that grants it to ``principal``."""
+        words = [
+            "kafka-acls",
+            f"--bootstrap-server {bootstrap}",
+            f"--command-config {command_config}",
+            "--add",
+            f"--allow-principal {principal}",
+            *(f"--operation {operation}" for operation in self.operations),
+        ]
+        if self.resource == "cluster":
+            words.append("--cluster")
+        else:
+            words.append(f"--{self.resource} {self.name}")
+            words.append(f"--resource-pattern-type {self.pattern}")
+        return " ".join(words)
+
+
+def worker_acls(settings: Settings) -> list[Acl]:
+    """The ACLs rflow's workers (and its CLI, which acts on the same topics) need, for
+    ``settings``' topic prefix and app id: no more than these. (Kafka lets a principal
+    that may read or write a resource describe it too.)"""
+    prefix = settings.topic_prefix
+    app = settings.app_id
+    return [
+        Acl(
+            "topic",
+            f"{prefix}rflow.",
+            "prefixed",
+            ("Read", "Write", "Create"),
+            "every topic of topics.yaml: the workers read and write them all, and "
+            "`rflow topics apply` (run by `rflow worker` as it starts) creates the missing "
+            "ones (drop Create when your platform creates them: start workers with "
+            "`--no-setup`)",
+        ),
+        Acl(
+            "topic",
+            f"{app}-",
+            "prefixed",
+            ("Read", "Write", "Create"),
+            "the topics Faust makes for the app itself (its partition assignor's "
+            f"`{app}-__assignor-__leader`)",
+        ),
+        Acl(
+            "group",
+            app,
+            "literal",
+            ("Read",),
+            "the consumer group the workers share (the app id, RFLOW_APP_ID)",
+        ),
+        Acl(
+            "transactional-id",
+            app,
+            "prefixed",
+            ("Write",),
+            "transactional producers, whose ids start with the app id: one checkpoint's "
+            "table changes, journals and offsets in one transaction, so that a worker that "
+            "lost its partitions is fenced (granted ahead, so the cluster needs no change "
+            "when checkpoints become transactions)",
+        ),
+    ]
+
+
+def producer_acls(settings: Settings) -> list[Acl]:
+    """The ACLs of an outside producer: writing to the triggers topic, nothing else."""
+    return [
+        Acl(
+            "topic",
+            f"{settings.topic_prefix}rflow.triggers",
+            "literal",
+            ("Write",),
+            "producing trigger records (an idempotent producer needs no more)",
+        )
+    ]

@@ -1,0 +1,248 @@
+"""Every Kafka client is built from the settings in one place (rflow.streams.kafka)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import ssl
+import subprocess
+from pathlib import Path
+
+import faust
+import pytest
+
+from rflow.settings import Settings, SettingsError
+from rflow.streams import kafka
+from tests.conftest import REPO
+
+CLIENTS = {"AIOKafkaProducer", "AIOKafkaConsumer", "AIOKafkaAdminClient"}
+FAUST_APPS = {"App", "RflowApp"}
+# The peers benchmark's driver runs in a virtualenv of its own, without rflow: it
+# refuses a secured stack instead (bench/peers/engines.py).
+OUTSIDE = {REPO / "bench" / "peers"}
+
+
+def python_files() -> list[Path]:
+    listed = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return [
+        REPO / name
+        for name in listed
+        if not any((REPO / name).is_relative_to(outside) for outside in OUTSIDE)
+    ]
+
+
+def called(node: ast.Call) -> str | None:
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def test_no_kafka_client_is_built_anywhere_else():
+    found = []
+    for path in python_files():
+        if path == REPO / "streams" / "kafka.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and called(node) in CLIENTS:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} {called(node)}(")
+    assert found == [], "build it with rflow.streams.kafka instead:\n" + "\n".join(found)
+
+
+def test_every_faust_app_takes_its_broker_and_credentials_from_the_settings():
+    apps = []
+    for path in python_files():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and called(node) in FAUST_APPS:
+                spread = [
+                    kw.value
+                    for kw in node.keywords
+                    if kw.arg is None and isinstance(kw.value, ast.Call)
+                ]
+                where = f"{path.relative_to(REPO)}:{node.lineno}"
+                assert any(called(value) == "faust_options" for value in spread), where
+                assert not any(kw.arg == "broker" for kw in node.keywords), where
+                apps.append(where)
+    assert len(apps) >= 2  # the worker's app and the pipeline benchmark's baseline
+
+
+def plain() -> Settings:
+    return Settings.from_env({"RFLOW_KAFKA_BROKERS": "k1:9092,k2:9092"})
+
+
+def test_plaintext_is_the_default_and_carries_no_credentials():
+    options = kafka.client_options(plain())
+    assert options == {"bootstrap_servers": "k1:9092,k2:9092", "security_protocol": "PLAINTEXT"}
+    assert kafka.faust_options(plain()) == {"broker": ["kafka://k1:9092", "kafka://k2:9092"]}
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> dict[str, Path]:
+    """A certificate authority, and a client certificate it signed (openssl)."""
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+        "-days", "1", "-subj", "/CN=test CA")  # fmt: skip
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "client.key", "-out", "client.csr",
+        "-subj", "/CN=rflow")  # fmt: skip
+    run("x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "client.pem", "-days", "1")  # fmt: skip
+    return {name: tmp_path / f"{name}" for name in ("ca.pem", "client.pem", "client.key")}
+
+
+def sasl_ssl(pki: dict[str, Path], **env: str) -> Settings:
+    return Settings.from_env(
+        {
+            "RFLOW_KAFKA_BROKERS": "127.0.0.1:9093",
+            "RFLOW_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "RFLOW_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "RFLOW_KAFKA_SASL_USERNAME": "rflow",
+            "RFLOW_KAFKA_SASL_PASSWORD": "pw-5eb2d0",
+            "RFLOW_KAFKA_SSL_CAFILE": str(pki["ca.pem"]),
+            **env,
+        }
+    )
+
+
+def test_sasl_ssl_gives_every_client_the_same_credentials_and_tls(pki):
+    settings = sasl_ssl(pki)
+    options = kafka.client_options(settings)
+    assert options["security_protocol"] == "SASL_SSL"
+    assert options["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert (options["sasl_plain_username"], options["sasl_plain_password"]) == (
+        "rflow",
+        "pw-5eb2d0",
+    )
+    context = options["ssl_context"]
+    assert isinstance(context, ssl.SSLContext)
+    assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
+    assert any(ca["subject"] == ((("commonName", "test CA"),),) for ca in context.get_ca_certs())
+
+    credentials = kafka.faust_options(settings)["broker_credentials"]
+    assert isinstance(credentials, faust.SASLCredentials)
+    assert credentials.protocol.value == "SASL_SSL"
+    assert credentials.mechanism.value == "SCRAM-SHA-512"
+    assert (credentials.username, credentials.password) == ("rflow", "pw-5eb2d0")
+
+    # What Faust hands its own consumers and producers.
+    from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
+
+    auth = credentials_to_aiokafka_auth(credentials)
+    assert auth["security_protocol"] == "SASL_SSL"
+    assert auth["sasl_plain_password"] == "pw-5eb2d0"
+    assert auth["ssl_context"] is not None
+
+
+def test_a_client_certificate_and_tls_only(pki):
+    settings = Settings.from_env(
+        {
+            "RFLOW_KAFKA_SECURITY_PROTOCOL": "SSL",
+            "RFLOW_KAFKA_SSL_CAFILE": str(pki["ca.pem"]),
+            "RFLOW_KAFKA_SSL_CERTFILE": str(pki["client.pem"]),
+            "RFLOW_KAFKA_SSL_KEYFILE": str(pki["client.key"]),
+            "RFLOW_KAFKA_SSL_CHECK_HOSTNAME": "false",
+        }
+    )
+    options = kafka.client_options(settings)
+    assert options["security_protocol"] == "SSL" and "sasl_mechanism" not in options
+    assert options["ssl_context"].check_hostname is False
+    credentials = kafka.faust_options(settings)["broker_credentials"]
+    assert isinstance(credentials, faust.SSLCredentials)
+    config = kafka.librdkafka_config(settings)
+    assert config["security.protocol"] == "ssl"
+    assert config["ssl.certificate.location"] == str(pki["client.pem"])
+    assert config["ssl.endpoint.identification.algorithm"] == "none"
+
+
+def test_oauthbearer_reads_its_token_file_at_every_authentication(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    settings = Settings.from_env(
+        {
+            "RFLOW_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+            "RFLOW_KAFKA_SASL_MECHANISM": "OAUTHBEARER",
+            "RFLOW_KAFKA_SASL_OAUTH_TOKEN_FILE": str(token),
+        }
+    )
+    provider = kafka.client_options(settings)["sasl_oauth_token_provider"]
+    assert asyncio.run(provider.token()) == "first"
+    token.write_text("renewed")
+    assert asyncio.run(provider.token()) == "renewed"
+    credentials = kafka.faust_options(settings)["broker_credentials"]
+    assert isinstance(credentials, faust.OAuthCredentials)
+    assert credentials.protocol.value == "SASL_PLAINTEXT"
+    token.unlink()
+    with pytest.raises(kafka.KafkaSettingsError, match="RFLOW_KAFKA_SASL_OAUTH_TOKEN_FILE="):
+        asyncio.run(provider.token())
+
+
+def test_a_password_from_a_file(pki, tmp_path):
+    secret = tmp_path / "password"
+    secret.write_text("pw-from-file\n")
+    settings = sasl_ssl(
+        pki, RFLOW_KAFKA_SASL_PASSWORD="", RFLOW_KAFKA_SASL_PASSWORD_FILE=str(secret)
+    )
+    assert kafka.client_options(settings)["sasl_plain_password"] == "pw-from-file"
+    with pytest.raises(ValueError, match="both set"):
+        sasl_ssl(pki, RFLOW_KAFKA_SASL_PASSWORD_FILE=str(secret))
+    with pytest.raises(ValueError, match=r"RFLOW_KAFKA_SASL_PASSWORD_FILE=.*cannot read it"):
+        sasl_ssl(
+            pki, RFLOW_KAFKA_SASL_PASSWORD="", RFLOW_KAFKA_SASL_PASSWORD_FILE=str(tmp_path / "no")
+        )
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"RFLOW_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "needs RFLOW_KAFKA_SASL_MECHANISM"),
+        ({"RFLOW_KAFKA_SASL_MECHANISM": "PLAIN"}, "needs RFLOW_KAFKA_SECURITY_PROTOCOL=SASL_SSL"),
+        (
+            {"RFLOW_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "RFLOW_KAFKA_SASL_MECHANISM": "PLAIN"},
+            "PLAIN needs RFLOW_KAFKA_SASL_USERNAME",
+        ),
+        (
+            {
+                "RFLOW_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                "RFLOW_KAFKA_SASL_MECHANISM": "OAUTHBEARER",
+            },
+            "OAUTHBEARER needs RFLOW_KAFKA_SASL_OAUTH_TOKEN_FILE",
+        ),
+        ({"RFLOW_KAFKA_SSL_CAFILE": "/ca.pem"}, "does not use TLS"),
+        (
+            {"RFLOW_KAFKA_SECURITY_PROTOCOL": "SSL", "RFLOW_KAFKA_SSL_CERTFILE": "/c.pem"},
+            "needs both RFLOW_KAFKA_SSL_CERTFILE and RFLOW_KAFKA_SSL_KEYFILE",
+        ),
+        ({"RFLOW_KAFKA_SECURITY_PROTOCOL": "TLS"}, "kafka_security_protocol"),
+    ],
+)
+def test_settings_that_do_not_fit_together_say_what_to_set(env, said):
+    with pytest.raises(SettingsError, match=said):
+        Settings.from_env(env)
+
+
+def test_an_unreadable_ca_file_names_the_variable(tmp_path):
+    missing = tmp_path / "missing.pem"
+    settings = Settings.from_env(
+        {"RFLOW_KAFKA_SECURITY_PROTOCOL": "SSL", "RFLOW_KAFKA_SSL_CAFILE": str(missing)}
+    )
+    with pytest.raises(kafka.KafkaSettingsError, match=f"RFLOW_KAFKA_SSL_CAFILE={missing}"):
+        kafka.client_options(settings)
+
+
+def test_no_secret_shows_in_the_settings_or_in_messages(pki):
+    settings = sasl_ssl(pki, RFLOW_KAFKA_SSL_KEY_PASSWORD="kp-81c2")
+    for shown in (repr(settings), str(settings.model_dump()), settings.kafka_display):
+        assert "pw-5eb2d0" not in shown and "kp-81c2" not in shown
+    assert settings.kafka_display == "127.0.0.1:9093 (SASL_SSL SCRAM-SHA-512 as rflow)"
+    assert Settings.from_env(settings.to_env()) == settings  # a child process gets them
+    assert set(kafka.environment(settings)) >= {
+        "RFLOW_KAFKA_BROKERS",
+        "RFLOW_KAFKA_SASL_PASSWORD",
+        "RFLOW_KAFKA_SSL_CAFILE",
+    }
