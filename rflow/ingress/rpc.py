@@ -140,7 +140,20 @@ class JsonRpc(Calls):
         answer = await self._post(
             {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": list(params)}
         )
-        return _result(method, answer)
+        try:
+            return _result(method, answer)
+        except RpcError as exc:
+            raise self._scrubbed(exc) from None
+
+    def _scrubbed(self, answer: Any) -> Any:
+        """``answer`` with the key scrubbed from it if it is an error the node answered
+        (a node may quote the request's URL or headers back)."""
+        if not isinstance(answer, RpcError):
+            return answer
+        message, data = self.scrub(answer.message), self.scrub(answer.data)
+        if message == answer.message and data == answer.data:
+            return answer
+        return RpcError(answer.method, answer.code, message, data)
 
     async def batch(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
         """Several calls in one request; results in call order (the first error raised)."""
@@ -165,7 +178,7 @@ class JsonRpc(Calls):
         if not isinstance(answer, list):
             # A node (or provider plan) without batches answers with one error object:
             # ask one call at a time instead.
-            log.debug("%s refused a batch (%s); calling one by one", self.shown, answer)
+            log.debug("%s refused a batch (%s); calling one by one", self.shown, self.scrub(answer))
             results: list[Any] = []
             for method, params in calls:
                 try:
@@ -177,7 +190,7 @@ class JsonRpc(Calls):
         missing = [m for i, (m, _) in zip(ids, calls, strict=True) if i not in by_id]
         if missing:
             raise RpcUnavailable(f"{self.shown} left {len(missing)} batched calls unanswered")
-        return [_answer(m, by_id[i]) for i, (m, _) in zip(ids, calls, strict=True)]
+        return [self._scrubbed(_answer(m, by_id[i])) for i, (m, _) in zip(ids, calls, strict=True)]
 
 
 @dataclass(frozen=True)

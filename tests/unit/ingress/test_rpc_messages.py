@@ -8,7 +8,8 @@ import base64
 import pytest
 from aiohttp import web
 
-from rflow.ingress.rpc import JsonRpc, RpcUnavailable
+from rflow.ingress.pool import EndpointUrl, RpcPool
+from rflow.ingress.rpc import JsonRpc, RpcError, RpcUnavailable
 from tests.integration.harness import free_port
 
 KEY, PASSWORD, USER = "0123456789abcdef0123456789abcdef", "pa55-w0rd", "rpcuser"
@@ -54,3 +55,73 @@ async def test_an_error_page_quoting_the_key_back_is_scrubbed() -> None:
     message = str(caught.value)
     assert message.startswith(f"http://127.0.0.1:{port}/… answered HTTP 401: bad key for /v3/")
     assert_shown_only(message, port)
+
+
+async def _quoting_node(status: int = 200) -> tuple[web.AppRunner, int]:
+    """A node that answers every call (one or a batch) with a JSON-RPC error quoting the
+    request's path and Authorization header back."""
+
+    async def answer(request: web.Request) -> web.Response:
+        quoted = f"{request.path_qs} {request.headers.get('Authorization')}"
+        body = await request.json()
+
+        def one(call: dict) -> dict:
+            error = {"code": -32000, "message": f"bad key for {quoted}", "data": quoted}
+            return {"jsonrpc": "2.0", "id": call["id"], "error": error}
+
+        found = [one(c) for c in body] if isinstance(body, list) else one(body)
+        return web.json_response(found, status=status)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, port
+
+
+async def test_an_error_answer_quoting_the_key_back_is_scrubbed_alone_and_in_a_batch() -> None:
+    runner, port = await _quoting_node()
+    try:
+        async with JsonRpc(keyed(port)) as rpc:
+            with pytest.raises(RpcError) as caught:
+                await rpc.call("eth_call", {}, "latest")
+            answers = await rpc.answers([("eth_call", ({}, "latest")), ("eth_chainId", ())])
+    finally:
+        await runner.cleanup()
+    errors = [caught.value, *answers]
+    assert all(isinstance(e, RpcError) for e in errors), errors
+    for error in errors:
+        assert error.message.startswith("bad key for /v3/"), error.message
+        for secret in (KEY, PASSWORD, USER, "apikey=q1"):
+            assert secret not in f"{error} {error.data}", (secret, error)
+
+
+async def test_a_pool_names_its_endpoints_and_shows_no_key_of_any() -> None:
+    failing, failing_port = await _quoting_node(status=500)
+    erring, erring_port = await _quoting_node()
+    down = free_port()
+    try:
+        urls = [EndpointUrl("primary", keyed(down)), EndpointUrl("backup", keyed(failing_port))]
+        async with RpcPool("mainnet", urls, timeout=2) as pool:
+            with pytest.raises(RpcUnavailable) as unavailable:
+                await pool.block_number()
+            found = await pool.each([("eth_chainId", ())])
+        urls = [EndpointUrl("primary", keyed(down)), EndpointUrl("backup", keyed(erring_port))]
+        async with RpcPool("mainnet", urls, timeout=2) as pool:
+            with pytest.raises(RpcError) as answered:
+                await pool.block_number()
+    finally:
+        await failing.cleanup()
+        await erring.cleanup()
+    message = str(unavailable.value)
+    assert message.startswith("no endpoint of mainnet answered: "), message
+    assert f"primary: http://127.0.0.1:{down}/…" in message, message
+    assert f"backup: http://127.0.0.1:{failing_port}/… answered HTTP 500" in message, message
+    assert "bad key for /v3/" in str(answered.value)
+    shown = " ".join(
+        [message, str(answered.value), repr(pool.endpoints), *(f"{n} {a!r}" for n, a in found)]
+    )
+    for secret in (KEY, PASSWORD, USER, "apikey=q1"):
+        assert secret not in shown, secret
