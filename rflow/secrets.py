@@ -36,6 +36,7 @@ process makes, whatever library makes it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import re
 from collections.abc import Mapping
@@ -431,9 +432,15 @@ def process_secrets(settings: Settings, project: Project | None, env: Mapping[st
     secrets.hide(*(name for name in env if name.startswith("RFLOW_RPC_URL_")))
     # Every other secret setting (a token, a credential) is a value, shown as its variable.
     for variable, name in type(settings).variables().items():
+        if variable.endswith("_FILE") and variable not in env:
+            continue  # read from a file only if this one is set: shown by the variable set
         value = getattr(settings, name, None)
         if isinstance(value, SecretStr) and value is not settings.database_url:
             secrets.hide_value(value.get_secret_value(), placeholder(variable))
+    # Each ingress key alone too: a list of them is one setting, a key turns up by itself.
+    with contextlib.suppress(Exception):  # a malformed list: the process reports it
+        for key in settings.ingress_keyring.keys:
+            secrets.hide_value(key.secret.decode(), f"<ingress key {key.id}>")
     if project is not None:
         secrets.hide(*project_variables(project))
         for channel in project.channels.values():

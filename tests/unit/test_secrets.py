@@ -280,3 +280,20 @@ def test_a_url_the_input_named_reads_as_its_placeholder_and_its_parts_stay_hidde
     assert secrets.scrub(message) == (
         "HTTP 500 from ${API_URL}; retry https://mainnet.infura.io/… as …, key …"
     )
+
+
+def test_process_secrets_hide_each_ingress_key_and_the_kafka_credentials() -> None:
+    from rflow.settings import Settings
+
+    first, second = "a1" * 20, "b2" * 20
+    env = {
+        "RFLOW_INGRESS_KEYS": f"k1:{first},k0:{second}",
+        "RFLOW_KAFKA_SASL_PASSWORD": "sasl-pass-1",
+        "RFLOW_KAFKA_SSL_KEY_PASSWORD": "key-pass-1",
+    }
+    secrets = process_secrets(Settings.from_env(env), None, env)
+    assert secrets.scrub(f"proof by {first}; old {second}; sasl-pass-1 key-pass-1") == (
+        "proof by <ingress key k1>; old <ingress key k0>; "
+        "${RFLOW_KAFKA_SASL_PASSWORD} ${RFLOW_KAFKA_SSL_KEY_PASSWORD}"
+    )
+    assert secrets.scrub(env["RFLOW_INGRESS_KEYS"]) == "${RFLOW_INGRESS_KEYS}"
