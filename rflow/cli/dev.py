@@ -86,6 +86,7 @@ def emit(
     from web3 import Web3
 
     from rflow.lang.units import UnitError, parse_amount
+    from rflow.secrets import Secrets
 
     settings = Settings.from_env()
     try:
@@ -106,7 +107,9 @@ def emit(
         chain_id = w3.eth.chain_id
         accounts = w3.eth.accounts
     except Exception as exc:  # whatever the failure, the node is not usable
-        fail(f"no node answers at {url} (RFLOW_RPC_URL_{network.upper()}): {exc}")
+        # The URL may carry a provider's key, and the library's message may quote it.
+        shown = Secrets({}).hide_urls(url)
+        fail(shown.scrub(f"no node answers at {url} (RFLOW_RPC_URL_{network.upper()}): {exc}"))
     requester = _sender(sender, accounts)
     if w3.eth.get_code(address) in (b"", b"\x00"):
         fail(

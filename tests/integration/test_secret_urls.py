@@ -37,6 +37,7 @@ from tests.integration.test_sends import pending_sends, private_node, token_for,
 
 pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
+EXAMPLES = str(Path(__file__).resolve().parents[2] / "examples")
 USER = "rpcuser-5c1e"
 KEY = "SECRETKEY"
 PATH_KEY = "SECRETKEY2"
@@ -357,8 +358,16 @@ async def test_no_command_shows_the_rpc_key_with_the_node_up(
             "dead-letters replay": [("dead-letters", "replay", "1")],
             "dead-letters show": [("dead-letters", "show", "1")],
             "deploy": [("deploy", p, "--json")],
+            # After deploy: the candidate is replayed beside the deployed project, reading
+            # the chain through the network's endpoint (and a fork of a keyed URL).
+            "backtest": [
+                ("backtest", p, "--since", "1h", "--json"),
+                ("backtest", p, "--since", "1h", "--fork-url", rpc.url),
+            ],
             "deployments": [("deployments", "--json"), ("deployments",)],
+            "dev emit": [("dev", "emit", "--project", EXAMPLES, "--json")],
             "doctor": [("doctor", p), ("doctor", p, "--json")],
+            "kafka acls": [("kafka", "acls", "--producer", "User:outside", "--json")],
             "keys address": [("keys", "address", p, "payout")],
             "keys generate": [
                 (
@@ -387,10 +396,12 @@ async def test_no_command_shows_the_rpc_key_with_the_node_up(
             "sends ls": [("sends", "ls"), ("sends", "ls", "--json")],
             "sends speedup": [("sends", "speedup", "s0000", "--wait", "1")],
             "spend": [("spend",), ("spend", "--json")],
+            "state": [("state", "probe", "--json")],
             "topics apply": [("topics", "apply", "--dry-run", "--json")],
             "trigger": [("trigger", "probe", "--project", p, "--json")],
             "validate": [("validate", p), ("validate", p, "--json")],
             "worker": [],  # running: its log is searched below
+            "workers": [("workers",), ("workers", "--json")],
             "workflow ls": [("workflow", "ls", "--project", p, "--json")],
             "workflow pause": [("workflow", "pause", "probe", "--reason", "check")],
             "workflow resume": [("workflow", "resume", "probe")],
@@ -401,6 +412,13 @@ async def test_no_command_shows_the_rpc_key_with_the_node_up(
             for args in invocations:
                 result = await rflow(worker, *args, env=env)
                 outputs += [result.stdout, result.stderr]
+        # With the node failing, quoting the key back, the commands that read it directly.
+        await rpc.set("failing")
+        for args in (("dev", "emit", "--project", EXAMPLES, "--json"), ("doctor", p, "--json")):
+            result = await rflow(worker, *args, env=env)
+            assert result.returncode != 0, (args, result.stdout, result.stderr)
+            outputs += [result.stdout, result.stderr]
+        await rpc.set("up")
         doctor = await rflow(worker, "doctor", p, "--json", env=env)
         [network] = [
             f for f in json.loads(doctor.stdout)["findings"] if f["check"] == "network local"
