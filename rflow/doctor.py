@@ -126,6 +126,8 @@ async def check_network(name: str, chain_id: int, url: str | None, variable: str
     w3 = _web3(url)
     try:
         actual = await w3.eth.chain_id
+    except Exception as exc:  # whatever the failure, it is this endpoint's: name it
+        return Finding(check, "fail", f"{redact_url(url)}: {type(exc).__name__}: {exc}")
     finally:
         await w3.provider.disconnect()
     if actual != chain_id:

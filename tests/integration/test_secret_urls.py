@@ -433,3 +433,80 @@ async def test_no_command_shows_the_rpc_key_with_the_node_up(
         assert_nowhere(secrets_of(rpc), places)
     finally:
         await rpc.close()
+
+
+async def test_no_endpoint_of_a_pool_shows_its_key(settings, worker_factory, tmp_path, sink, w3):
+    """A network of three endpoints, each with its own user, password and path key: one
+    down, one failing (quoting its key back), one up. Reads and a send fail over to the
+    one that answers; the worker's log, its metrics (labelled by endpoint name), the
+    topics, the tables, the API, the run's errors and doctor (which checks each endpoint)
+    show each endpoint by its name, or its URL as scheme and host, and no key of any."""
+    relayer = await chain.funded_account(w3)
+    token = await token_for(w3, relayer)
+    upstream = settings.rpc_url("local")
+    gone = KeyedRpc(upstream, "gone-user-4a1", "GONEPASS41", "GONEPATHKEY41")
+    failing = KeyedRpc(upstream, "fail-user-7b2", "FAILPASS72", "FAILPATHKEY72")
+    good = KeyedRpc(upstream, "good-user-9c3", "GOODPASS93", "GOODPATHKEY93")
+    await failing.set("failing")
+    await good.set("up")
+    try:
+        project = write_project(tmp_path, token, relayer.address, sink.url)
+        text = project.read_text().replace(
+            "local: { chain_id: 31337, confirmations: 0 }",
+            "local:\n    chain_id: 31337\n    confirmations: 0\n    endpoints:\n"
+            "      - { name: gone, url_env: URL_GONE, weight: 100 }\n"
+            "      - { name: failing, url_env: URL_FAILING, weight: 100 }\n"
+            "      - { name: good, url_env: URL_GOOD }",
+        )
+        project.write_text(text)
+        env = {
+            "PAYOUT_KEY": relayer.key.hex(),
+            "ALERT_TOKEN": ALERT_TOKEN,
+            "CALL_SECRET": CALL_SECRET,
+            "URL_GONE": gone.url,
+            "URL_FAILING": failing.url,
+            "URL_GOOD": good.url,
+        }
+        worker = worker_factory(project_path=project, env=env)
+        await worker.wait_ready()
+        probe = await start(worker, "probe", {})
+        assert (await settled_run(settings, probe, timeout=90))["status"] == "succeeded"
+        to = chain.Account.create().address
+        paid = await start(worker, "pay", {"to": to, "amount": 3})
+        assert (await settled_run(settings, paid, timeout=120))["status"] == "succeeded"
+        assert len(await transfers_from(w3, token, relayer.address)) == 1
+        assert good.forwarded > 0 and failing.failed > 0
+
+        metrics = await metrics_text(worker)
+        for name in ("gone", "failing", "good"):
+            assert f'endpoint="{name}"' in metrics, name
+        outputs = [metrics]
+        for rid in (probe, paid):
+            outputs.append(
+                json.dumps(await call(worker, "GET", f"/api/runs/{rid}"), ensure_ascii=False)
+            )
+        for path in ("/api/runs", "/api/sends"):
+            outputs.append(json.dumps(await worker.get(path), ensure_ascii=False))
+        p = str(project)
+        for args in (("doctor", p), ("runs", "show", paid, "--json", "--full"), ("sends", "ls")):
+            result = await rflow(worker, *args, env=env)
+            outputs += [result.stdout, result.stderr]
+        doctor = await rflow(worker, "doctor", p, "--json", env=env)
+        outputs += [doctor.stdout, doctor.stderr]
+        findings = {f["check"]: f for f in json.loads(doctor.stdout)["findings"]}
+        assert findings["network local endpoint good"] == {
+            "check": "network local endpoint good",
+            "status": "pass",
+            "detail": f"{good.shown} answers with chain id 31337",
+        }
+        for rpc, name in ((gone, "gone"), (failing, "failing")):
+            finding = findings[f"network local endpoint {name}"]
+            assert finding["status"] == "fail" and rpc.shown in finding["detail"], finding
+
+        places = await places_to_search(settings, worker, outputs)
+        log = places["worker log"][0]
+        assert "endpoint gone" in log or "gone:" in log, worker.tail()
+        assert_nowhere([s for rpc in (gone, failing, good) for s in secrets_of(rpc)[:4]], places)
+    finally:
+        for rpc in (gone, failing, good):
+            await rpc.close()
