@@ -511,3 +511,22 @@ async def test_no_endpoint_of_a_pool_shows_its_key(settings, worker_factory, tmp
     finally:
         for rpc in (gone, failing, good):
             await rpc.close()
+
+
+async def test_a_fork_of_a_keyed_url_that_fails_shows_no_key():
+    """anvil, asked to fork a keyed URL whose node fails (quoting the key back), quotes
+    the URL in its error: the backtest's reason shows it as scheme and host only."""
+    from rflow.backtest.chain import ChainError, Fork, anvil_binary
+
+    assert anvil_binary() is not None, "the local stack's anvil (scripts/stack install)"
+    rpc = KeyedRpc("http://127.0.0.1:1", USER, KEY, PATH_KEY)
+    await rpc.set("failing")
+    try:
+        with pytest.raises(ChainError) as caught:
+            await Fork(rpc.url).start()
+    finally:
+        await rpc.close()
+    message = str(caught.value)
+    assert message.startswith("anvil could not fork --fork-url: "), message
+    for secret in secrets_of(rpc)[:4]:
+        assert secret.lower() not in message.lower(), (secret, message)
