@@ -73,6 +73,7 @@ from _stack import (
 )
 
 from rflow.codecs import encode
+from rflow.engine import provenance
 from rflow.lang import load_project
 from rflow.settings import Settings
 from rflow.streams import kafka, topics
@@ -159,7 +160,9 @@ class Rig:
             payload={"account": account, "order": i, "amount": 10**18 + i},
             received_at=datetime.now(UTC),
         )
-        return rec.partition_key.encode(), encode(rec)
+        # As rflow's manual ingress produces it: vouched for with the workers' keys.
+        vouched = provenance.vouch(rec, self.settings.ingress_keyring)
+        return rec.partition_key.encode(), encode(vouched)
 
     def start(self, data_dir: Path) -> Worker:
         settings = self.settings.model_copy(update={"data_dir": data_dir})
@@ -403,7 +406,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> list[Level]:
         except AssertionError as exc:
             raise BenchError(str(exc)) from None
         await wait_stable([worker])
-        producer = await start_producer(settings.kafka_brokers)
+        producer = await start_producer(settings)
         warm = 200
         await produce_all(producer, rig.topic, [rig.record(i) for i in range(warm)])
         rig.seq = warm
