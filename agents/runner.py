@@ -197,7 +197,7 @@ class Runner:
             gate=self.triggers.get,
             lane=self.lane,
             held=lambda name, partition: list(
-                (self.lanes.get(held_key(name, partition)) or {}).get("held", ())
+                (self.lanes.get_in(partition, held_key(name, partition)) or {}).get("held", ())
             ),
             started=self.begun,
         )
@@ -292,7 +292,7 @@ class Runner:
     async def release_held(self, name: str, partition: int) -> None:
         """Begin the firings of ``name`` held on ``partition`` while it was paused, in the
         order they arrived (before any firing that arrives after the resume)."""
-        held = self.lanes.get(held_key(name, partition))
+        held = self.lanes.get_in(partition, held_key(name, partition))
         if not held:
             return
         workflow = self.workflows.get(name)
@@ -333,13 +333,13 @@ class Runner:
         was held starts before what arrives later."""
         await self.release_held(name, partition)
         for other in sorted(self.consumption.owned() - {partition}):
-            if self.lanes.get(held_key(name, other)) is not None:
+            if self.lanes.get_in(other, held_key(name, other)) is not None:
                 await self.consumption.decide(other, lambda o=other: self.release_held(name, o))
 
     async def release_everywhere(self, name: str, partitions: frozenset[int] | None = None) -> None:
         owned = self.consumption.owned()
         for partition in sorted(partitions if partitions is not None else owned):
-            if self.lanes.get(held_key(name, partition)) is None:
+            if self.lanes.get_in(partition, held_key(name, partition)) is None:
                 continue
             await self.consumption.decide(partition, lambda p=partition: self.release_held(name, p))
 

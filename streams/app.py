@@ -315,6 +315,13 @@ def create_app(
 
     runtime.tables = tables.create(app)
     runtime.consumption.on_close.append(runtime.tables.forget)
+
+    async def recovered(partitions: frozenset[int]) -> None:
+        # What was read (or found missing) before the tables' recovery wrote these
+        # partitions is stale: a new host asks for held firings while it recovers.
+        runtime.tables.forget()
+
+    runtime.consumption.on_open.insert(0, recovered)
     runtime.database = app.add_dependency(Database(settings))
     from rflow.ingress.scheduler import SchedulerService
 

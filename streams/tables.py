@@ -80,6 +80,12 @@ class Staged:
         self.memo_missing = memo_missing
 
     def get(self, key: Any, default: Any = None) -> Any:
+        return self.get_in(deciding(), key, default)
+
+    def get_in(self, partition: int | None, key: Any, default: Any = None) -> Any:
+        """``key``'s value, looked for in ``partition`` of the store (a table on disk
+        keeps a database per partition): :meth:`get` looks in the partition being
+        decided, which is the key's own unless the key names another partition."""
         found = self.changed.get(key) or self.writing.get(key)
         if found is not None:
             return default if found[1] is _DELETED else found[1]
@@ -87,7 +93,7 @@ class Staged:
         if memo is not None and key in memo:
             found = memo[key]
             return default if found is None else found
-        stored = self.store.get(deciding(), key)
+        stored = self.store.get(partition, key)
         value = None if stored is None else self.decode(stored)
         if memo is not None and (
             value is not None or (self.memo_missing is not None and self.memo_missing(key))

@@ -85,7 +85,16 @@ async def test_each_role_sees_only_what_it_may_use_and_is_refused_the_rest(world
         await expect(page.locator("header .who")).to_contain_text(f"{who} ({who})")
         # The navigation offers every page they may read, the audit trail included.
         nav = page.locator("header nav a")
-        pages = ("Runs", "Approvals", "Workflows", "Budgets", "Sends", "Dead letters", "Audit")
+        pages = (
+            "Runs",
+            "Approvals",
+            "Workflows",
+            "Budgets",
+            "Sends",
+            "Dead letters",
+            "Backtests",
+            "Audit",
+        )
         await expect(nav).to_have_text([re.compile(name) for name in pages])
         # No page shows a form they may not use.
         for path in (

@@ -19,7 +19,9 @@ from rflow.streams.consumption import (
     MemoryTableStore,
     RocksTableStore,
     table_store,
+    writing_to,
 )
+from rflow.streams.tables import Staged
 
 register()
 
@@ -146,3 +148,18 @@ def test_every_database_of_a_worker_shares_one_memory_budget(tmp_path):
     budget = _Budget.get(gates.rocksdict)
     assert budget.buffers.get_buffer_size() == ROCKSDB_MEMTABLES
     assert budget.buffers.get_usage() > before  # the three databases' memtables count there
+
+
+def test_a_key_that_names_another_partition_is_found_there_while_deciding_one(tmp_path):
+    # A table on disk keeps a database per partition: a decision on partition 5 that asks
+    # for partition 3's held firings must look in partition 3's database.
+    table = faust_table(tmp_path, "rocksdb")
+    store = table_store(table)
+    store.write(3, [("~held:wf:3", {"held": ["wf:a"]})], 1)
+    store.write(5, [("wf:b", {"n": 1})], 1)
+    staged = Staged(table, store=store)
+    with writing_to(5):
+        assert staged.get("wf:b") == {"n": 1}
+        assert staged.get("~held:wf:3") is None  # not partition 5's
+        assert staged.get_in(3, "~held:wf:3") == {"held": ["wf:a"]}
+    assert staged.get("~held:wf:3") == {"held": ["wf:a"]}  # outside a decision: any
