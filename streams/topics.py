@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -84,6 +84,40 @@ def load(path: Path) -> list[TopicSpec]:
     return specs
 
 
+MIN_INSYNC = "min.insync.replicas"
+
+
+def replicated(
+    specs: Iterable[TopicSpec],
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
+) -> list[TopicSpec]:
+    """``specs`` with ``replication_factor`` (when given) and their ``min.insync.replicas``.
+
+    A topic's ``min.insync.replicas`` is, first of all, ``min_insync_replicas`` (the
+    setting); else what ``topics.yaml`` configures for it; else one less than its
+    replication factor (2 of 3), so that with ``acks=all`` a write survives the loss of a
+    broker and the topic stays writable while one is down. A single copy needs 1.
+    """
+    found = []
+    for spec in specs:
+        rf = replication_factor or spec.replication_factor
+        configs = dict(spec.configs)
+        if min_insync_replicas is not None:
+            configs[MIN_INSYNC] = str(min_insync_replicas)
+        elif MIN_INSYNC not in configs and rf > 1:
+            configs[MIN_INSYNC] = str(rf - 1)
+        wanted = int(configs.get(MIN_INSYNC, "1"))
+        if wanted > rf:
+            raise TopicsError(
+                f"topic {spec.name}: min.insync.replicas={wanted} is more than its "
+                f"replication factor {rf}, so no write could ever be acknowledged "
+                "(RFLOW_TOPIC_MIN_INSYNC_REPLICAS, or the topic's configs in topics.yaml)"
+            )
+        found.append(replace(spec, replication_factor=rf, configs=configs))
+    return found
+
+
 @dataclass(frozen=True)
 class Catalog:
     """The declared topics under one settings' prefix."""
@@ -93,7 +127,13 @@ class Catalog:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Catalog:
-        return cls(tuple(load(settings.topics_file)), settings.topic_prefix)
+        """The catalog of ``settings.topics_file``, replicated as the settings say."""
+        specs = replicated(
+            load(settings.topics_file),
+            settings.topic_replication_factor,
+            settings.topic_min_insync_replicas,
+        )
+        return cls(tuple(specs), settings.topic_prefix)
 
     def full_name(self, name: str) -> str:
         """The broker-side name of declared topic ``name``."""
@@ -155,6 +195,8 @@ async def apply(
                 unchanged.append(name)
         if problems:
             raise TopicsError("\n".join(problems))
+        if missing:
+            await _check_brokers(admin, settings, [spec for _, spec in missing])
         if missing and not dry_run:
             new = [
                 NewTopic(n, s.partitions, s.replication_factor, topic_configs=s.configs)
@@ -174,6 +216,29 @@ async def describe(settings: Settings, names: Iterable[str]) -> dict[str, int]:
     """Partition counts of the named broker-side topics that exist."""
     async with _admin(settings) as admin:
         return await _partition_counts(admin, list(names))
+
+
+async def _check_brokers(
+    admin: AIOKafkaAdminClient, settings: Settings, specs: list[TopicSpec]
+) -> None:
+    """Refuse, before creating anything, topics that want more copies than there are
+    brokers (the broker would refuse each with INVALID_REPLICATION_FACTOR)."""
+    try:
+        cluster = await admin.describe_cluster()
+    except KafkaError as exc:
+        raise TopicsError(
+            f"cannot describe the cluster at {settings.kafka_display}: {exc}"
+        ) from None
+    brokers = len(cluster["brokers"])
+    rf = max(spec.replication_factor for spec in specs)
+    if rf > brokers:
+        wanting = ", ".join(spec.name for spec in specs if spec.replication_factor > brokers)
+        raise TopicsError(
+            f"replication factor {rf} asked for ({wanting}), but the cluster at "
+            f"{settings.kafka_display} has {brokers} broker(s) up: every copy needs a broker of "
+            "its own. Set RFLOW_TOPIC_REPLICATION_FACTOR (or topics.yaml's "
+            f"replication_factor) to at most {brokers}, or add brokers"
+        )
 
 
 def _mismatch(name: str, actual: int, declared: int) -> str:
