@@ -100,7 +100,7 @@ def test_min_insync_above_the_replication_factor_is_refused_where_it_is_set(tmp_
         "could ever be acknowledged (RFLOW_TOPIC_MIN_INSYNC_REPLICAS, or the topic's configs "
         "in topics.yaml)"
     )
-    with pytest.raises(TopicsError, match="min.insync.replicas=3 is more than its replication"):
+    with pytest.raises(TopicsError, match=r"min\.insync\.replicas=3 is more than its replication"):
         Catalog.from_settings(
             Settings.from_env(
                 {
