@@ -171,6 +171,9 @@ class ApplyResult:
 
     created: list[str]
     unchanged: list[str]
+    fewer_copies: list[str] = field(default_factory=list)
+    """Warnings: live topics with fewer copies than asked for (``apply`` leaves a live
+    topic's replication alone)."""
 
 
 async def apply(
@@ -182,17 +185,26 @@ async def apply(
     """
     catalog = catalog or Catalog.from_settings(settings)
     async with _admin(settings) as admin:
-        existing = await _partition_counts(admin, [catalog.prefix + s.name for s in catalog])
-        problems, missing, unchanged = [], [], []
+        shapes = await _shapes(admin, [catalog.prefix + s.name for s in catalog])
+        problems, missing, unchanged, fewer = [], [], [], []
         for spec in catalog:
             name = catalog.prefix + spec.name
-            count = existing.get(name)
-            if count is None:
+            shape = shapes.get(name)
+            if shape is None:
                 missing.append((name, spec))
-            elif count != spec.partitions:
+                continue
+            count, copies = shape
+            if count != spec.partitions:
                 problems.append(_mismatch(name, count, spec.partitions))
-            else:
-                unchanged.append(name)
+                continue
+            unchanged.append(name)
+            if copies < spec.replication_factor:
+                fewer.append(
+                    f"topic {name} has {copies} cop{'y' if copies == 1 else 'ies'} but "
+                    f"{spec.replication_factor} are asked for: rflow does not change the "
+                    "replication of a live topic; give it more with Kafka's "
+                    "kafka-reassign-partitions (docs/cluster.md)"
+                )
         if problems:
             raise TopicsError("\n".join(problems))
         if missing:
@@ -209,7 +221,7 @@ async def apply(
                 if code not in (0, _TOPIC_ALREADY_EXISTS):
                     raise TopicsError(f"creating topic {name} failed (error {code}): {message}")
             await _verify(admin, catalog)
-        return ApplyResult([n for n, _ in missing], unchanged)
+        return ApplyResult([n for n, _ in missing], unchanged, fewer)
 
 
 async def describe(settings: Settings, names: Iterable[str]) -> dict[str, int]:
@@ -292,12 +304,23 @@ async def _admin(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    return {name: count for name, (count, _) in (await _shapes(admin, names)).items()}
+
+
+async def _shapes(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, tuple[int, int]]:
+    """Partition count and fewest copies of a partition, of each named topic that exists."""
     present = set(await admin.list_topics())
     wanted = [n for n in names if n in present]
     if not wanted:
         return {}
     described = await admin.describe_topics(wanted)
-    return {t["topic"]: len(t["partitions"]) for t in described}
+    return {
+        t["topic"]: (
+            len(t["partitions"]),
+            min((len(p["replicas"]) for p in t["partitions"]), default=0),
+        )
+        for t in described
+    }
 
 
 async def group_members(settings: Settings, group: str) -> list[dict[str, str]]:

@@ -7,6 +7,11 @@ soak that kills a broker (.ci/run).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
@@ -62,5 +67,44 @@ async def test_on_three_brokers_every_topic_has_three_copies_and_needs_two(setti
             assert found == {name: "2" for name in result.created}
         finally:
             await admin.close()
+    finally:
+        await delete_test_topics(settings)
+
+
+async def test_a_live_topic_with_fewer_copies_is_named_and_left_alone(settings):
+    """More copies asked for after the topics exist: `rflow topics apply` (and a worker as
+    it starts) says which topics have fewer and how to give them more; it changes none."""
+    try:
+        await topics.apply(settings.model_copy(update={"topic_replication_factor": 1}))
+        asking = settings.model_copy(update={"topic_replication_factor": 2})
+        result = await topics.apply(asking)
+        names = [asking.topic_prefix + spec.name for spec in topics.Catalog.from_settings(asking)]
+        assert result.created == [] and result.unchanged == names
+        assert result.fewer_copies == [
+            f"topic {name} has 1 copy but 2 are asked for: rflow does not change the "
+            "replication of a live topic; give it more with Kafka's kafka-reassign-partitions "
+            "(docs/cluster.md)"
+            for name in names
+        ]
+        answer = subprocess.run(
+            [sys.executable, "-m", "rflow.cli", "topics", "apply", "--json"],
+            env={**os.environ, **asking.to_env()},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert answer.returncode == 0, answer.stderr
+        assert json.loads(answer.stdout)["warnings"] == result.fewer_copies
+        plain = subprocess.run(
+            [sys.executable, "-m", "rflow.cli", "topics", "apply"],
+            env={**os.environ, **asking.to_env()},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert plain.returncode == 0, plain.stderr
+        assert f"warning: topic {names[0]} has 1 copy but 2 are asked for" in plain.stderr
+        described = await topics.describe(asking, names)
+        assert set(described) == set(names)
     finally:
         await delete_test_topics(settings)
