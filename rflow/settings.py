@@ -23,6 +23,8 @@ _VARIABLES = {
     "APP_ID": "app_id",
     "TOPIC_PREFIX": "topic_prefix",
     "TOPICS_FILE": "topics_file",
+    "TOPIC_REPLICATION_FACTOR": "topic_replication_factor",
+    "TOPIC_MIN_INSYNC_REPLICAS": "topic_min_insync_replicas",
     "PROJECT": "project_path",
     "DATA_DIR": "data_dir",
     "TABLE_STORE": "table_store",
@@ -97,6 +99,19 @@ class Settings(BaseModel):
     topics_file: Path = Field(
         _REPO_ROOT / "topics.yaml",
         description="the topic catalog: names, partition counts and configs (topics.yaml)",
+    )
+    topic_replication_factor: int | None = Field(
+        None,
+        ge=1,
+        description="copies of every topic rflow creates, on as many brokers (topics.yaml's "
+        "replication_factor when unset): 3 on a cluster of three brokers",
+    )
+    topic_min_insync_replicas: int | None = Field(
+        None,
+        ge=1,
+        description="min.insync.replicas of the topics rflow creates: the copies a write "
+        "needs before it is acknowledged (acks=all); unset, one less than the replication "
+        "factor (2 of 3), and 1 for a single copy",
     )
     project_path: Path | None = Field(
         None, description="the workflow files a worker runs (a file or a folder)"

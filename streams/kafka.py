@@ -109,7 +109,12 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 
 def producer(settings: Settings, **options: Any) -> AIOKafkaProducer:
-    """An aiokafka producer of ``settings`` (not started), with ``options`` on top."""
+    """An aiokafka producer of ``settings`` (not started), with ``options`` on top.
+
+    ``acks="all"`` unless ``options`` say otherwise: a record counts as written once
+    every in-sync replica has it (at least the topic's ``min.insync.replicas``), so a
+    broker lost right after the acknowledgement loses nothing."""
+    options.setdefault("acks", "all")
     return AIOKafkaProducer(**client_options(settings), **options)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -84,6 +84,40 @@ def load(path: Path) -> list[TopicSpec]:
     return specs
 
 
+MIN_INSYNC = "min.insync.replicas"
+
+
+def replicated(
+    specs: Iterable[TopicSpec],
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
+) -> list[TopicSpec]:
+    """``specs`` with ``replication_factor`` (when given) and their ``min.insync.replicas``.
+
+    A topic's ``min.insync.replicas`` is, first of all, ``min_insync_replicas`` (the
+    setting); else what ``topics.yaml`` configures for it; else one less than its
+    replication factor (2 of 3), so that with ``acks=all`` a write survives the loss of a
+    broker and the topic stays writable while one is down. A single copy needs 1.
+    """
+    found = []
+    for spec in specs:
+        rf = replication_factor or spec.replication_factor
+        configs = dict(spec.configs)
+        if min_insync_replicas is not None:
+            configs[MIN_INSYNC] = str(min_insync_replicas)
+        elif MIN_INSYNC not in configs and rf > 1:
+            configs[MIN_INSYNC] = str(rf - 1)
+        wanted = int(configs.get(MIN_INSYNC, "1"))
+        if wanted > rf:
+            raise TopicsError(
+                f"topic {spec.name}: min.insync.replicas={wanted} is more than its "
+                f"replication factor {rf}, so no write could ever be acknowledged "
+                "(RFLOW_TOPIC_MIN_INSYNC_REPLICAS, or the topic's configs in topics.yaml)"
+            )
+        found.append(replace(spec, replication_factor=rf, configs=configs))
+    return found
+
+
 @dataclass(frozen=True)
 class Catalog:
     """The declared topics under one settings' prefix."""
@@ -93,7 +127,13 @@ class Catalog:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Catalog:
-        return cls(tuple(load(settings.topics_file)), settings.topic_prefix)
+        """The catalog of ``settings.topics_file``, replicated as the settings say."""
+        specs = replicated(
+            load(settings.topics_file),
+            settings.topic_replication_factor,
+            settings.topic_min_insync_replicas,
+        )
+        return cls(tuple(specs), settings.topic_prefix)
 
     def full_name(self, name: str) -> str:
         """The broker-side name of declared topic ``name``."""
@@ -131,6 +171,9 @@ class ApplyResult:
 
     created: list[str]
     unchanged: list[str]
+    fewer_copies: list[str] = field(default_factory=list)
+    """Warnings: live topics with fewer copies than asked for (``apply`` leaves a live
+    topic's replication alone)."""
 
 
 async def apply(
@@ -142,19 +185,30 @@ async def apply(
     """
     catalog = catalog or Catalog.from_settings(settings)
     async with _admin(settings) as admin:
-        existing = await _partition_counts(admin, [catalog.prefix + s.name for s in catalog])
-        problems, missing, unchanged = [], [], []
+        shapes = await _shapes(admin, [catalog.prefix + s.name for s in catalog])
+        problems, missing, unchanged, fewer = [], [], [], []
         for spec in catalog:
             name = catalog.prefix + spec.name
-            count = existing.get(name)
-            if count is None:
+            shape = shapes.get(name)
+            if shape is None:
                 missing.append((name, spec))
-            elif count != spec.partitions:
+                continue
+            count, copies = shape
+            if count != spec.partitions:
                 problems.append(_mismatch(name, count, spec.partitions))
-            else:
-                unchanged.append(name)
+                continue
+            unchanged.append(name)
+            if copies < spec.replication_factor:
+                fewer.append(
+                    f"topic {name} has {copies} cop{'y' if copies == 1 else 'ies'} but "
+                    f"{spec.replication_factor} are asked for: rflow does not change the "
+                    "replication of a live topic; give it more with Kafka's "
+                    "kafka-reassign-partitions (docs/cluster.md)"
+                )
         if problems:
             raise TopicsError("\n".join(problems))
+        if missing:
+            await _check_brokers(admin, settings, [spec for _, spec in missing])
         if missing and not dry_run:
             new = [
                 NewTopic(n, s.partitions, s.replication_factor, topic_configs=s.configs)
@@ -167,13 +221,36 @@ async def apply(
                 if code not in (0, _TOPIC_ALREADY_EXISTS):
                     raise TopicsError(f"creating topic {name} failed (error {code}): {message}")
             await _verify(admin, catalog)
-        return ApplyResult([n for n, _ in missing], unchanged)
+        return ApplyResult([n for n, _ in missing], unchanged, fewer)
 
 
 async def describe(settings: Settings, names: Iterable[str]) -> dict[str, int]:
     """Partition counts of the named broker-side topics that exist."""
     async with _admin(settings) as admin:
         return await _partition_counts(admin, list(names))
+
+
+async def _check_brokers(
+    admin: AIOKafkaAdminClient, settings: Settings, specs: list[TopicSpec]
+) -> None:
+    """Refuse, before creating anything, topics that want more copies than there are
+    brokers (the broker would refuse each with INVALID_REPLICATION_FACTOR)."""
+    try:
+        cluster = await admin.describe_cluster()
+    except KafkaError as exc:
+        raise TopicsError(
+            f"cannot describe the cluster at {settings.kafka_display}: {exc}"
+        ) from None
+    brokers = len(cluster["brokers"])
+    rf = max(spec.replication_factor for spec in specs)
+    if rf > brokers:
+        wanting = ", ".join(spec.name for spec in specs if spec.replication_factor > brokers)
+        raise TopicsError(
+            f"replication factor {rf} asked for ({wanting}), but the cluster at "
+            f"{settings.kafka_display} has {brokers} broker(s) up: every copy needs a broker of "
+            "its own. Set RFLOW_TOPIC_REPLICATION_FACTOR (or topics.yaml's "
+            f"replication_factor) to at most {brokers}, or add brokers"
+        )
 
 
 def _mismatch(name: str, actual: int, declared: int) -> str:
@@ -227,12 +304,23 @@ async def _admin(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    return {name: count for name, (count, _) in (await _shapes(admin, names)).items()}
+
+
+async def _shapes(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, tuple[int, int]]:
+    """Partition count and fewest copies of a partition, of each named topic that exists."""
     present = set(await admin.list_topics())
     wanted = [n for n in names if n in present]
     if not wanted:
         return {}
     described = await admin.describe_topics(wanted)
-    return {t["topic"]: len(t["partitions"]) for t in described}
+    return {
+        t["topic"]: (
+            len(t["partitions"]),
+            min((len(p["replicas"]) for p in t["partitions"]), default=0),
+        )
+        for t in described
+    }
 
 
 async def group_members(settings: Settings, group: str) -> list[dict[str, str]]:

@@ -35,6 +35,7 @@ def topics_apply(dry_run: bool, as_json: bool) -> None:
             "dry_run": dry_run,
             "created": list(result.created),
             "unchanged": list(result.unchanged),
+            "warnings": list(result.fewer_copies),
         }
         click.echo(json.dumps(document, indent=2))
         return
@@ -44,6 +45,8 @@ def topics_apply(dry_run: bool, as_json: bool) -> None:
     for name in result.unchanged:
         click.echo(f"ok       {name}")
     click.echo(f"{len(result.created)} {verb}, {len(result.unchanged)} unchanged")
+    for warning in result.fewer_copies:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @main.group()
@@ -171,9 +174,11 @@ def worker(project: Path | None, setup: bool, rollback: bool, loglevel: str) -> 
         from rflow.streams import topics as topic_ops
 
         try:
-            asyncio.run(topic_ops.apply(settings))
+            applied = asyncio.run(topic_ops.apply(settings))
         except topic_ops.TopicsError as exc:
             fail(str(exc))
+        for warning in applied.fewer_copies:
+            click.echo(f"warning: {warning}", err=True)
         asyncio.run(_migrate(settings))
     use_event_loop(settings.event_loop)
     from rflow.principals import TokenConflict

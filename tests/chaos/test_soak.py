@@ -4,13 +4,20 @@ Load: webhook firings (with repeated deliveries) in concurrency groups, a cron s
 whose firings run a matrix, contract events on a private anvil, and foreach payouts of
 ERC20 transfers through the relayer against a budget that cannot pay them all. Faults,
 drawn from ``RFLOW_CHAOS_SEED`` (printed, so any failure can be replayed): SIGKILL and
-restart of one of the two workers, a restart of the Kafka broker, a restart of Postgres, an RPC
-proxy in front of anvil injecting timeouts, 429s, 5xx, dropped connections and slow
-answers, ``anvil_reorg`` of recent blocks, and anvil's mining paused.
+restart of one of the two workers, a restart of Kafka (every broker), SIGKILL of one Kafka
+broker and its start a few seconds later, a restart of Postgres, an RPC proxy in front of
+anvil injecting timeouts, 429s, 5xx, dropped connections and slow answers, ``anvil_reorg``
+of recent blocks, and anvil's mining paused.
+
+On the three-broker cluster (``scripts/stack up --brokers 3``; CI runs the soak there too)
+rflow's topics have three copies and ``min.insync.replicas=2``: a killed broker costs
+leadership moves, never an acknowledged record, and the fault waits until the restarted
+broker is back in every partition's in-sync replicas before the next one.
 
 Afterwards the invariants are checked against the ground truth (the chain, the
 answers the webhook gave, the schedule), not against rflow's records alone, and a
-report prints faults by type, runs, sends, duplicates and losses.
+report prints faults by type, runs, sends, duplicates, losses and order: the accepted
+deliveries of one concurrency group ran one at a time in the order they were accepted.
 
 ``RFLOW_CHAOS_SECONDS`` sets how long faults are injected (90 by default).
 """
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -39,6 +47,7 @@ from rflow import storage
 from rflow.engine.keys import run_id
 from rflow.lang import load_project
 from rflow.settings import Settings
+from rflow.streams import kafka
 from rflow.streams.producer import Producer
 from rflow.triggering import trigger_record
 from tests.chaos.rpc_proxy import FaultyRpc
@@ -52,7 +61,15 @@ SECONDS = float(os.environ.get("RFLOW_CHAOS_SECONDS", "90"))
 AMOUNT = 1000
 CONFIRMATIONS = 3
 REORG_DEPTH = 2  # below the confirmations: nothing settled is ever reorged away
-FAULT_KINDS = ("kill_worker", "restart_kafka", "restart_postgres", "rpc", "reorg", "pause_mining")
+FAULT_KINDS = (
+    "kill_worker",
+    "restart_kafka",
+    "kill_broker",
+    "restart_postgres",
+    "rpc",
+    "reorg",
+    "pause_mining",
+)
 
 PROJECT = """
 networks:
@@ -136,6 +153,7 @@ class Chaos:
     workers: list[WorkerProcess]
     rng: random.Random
     log: Path
+    brokers: int = 1
     ledger: Ledger = field(default_factory=Ledger)
     faults: Counter = field(default_factory=Counter)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
@@ -240,10 +258,14 @@ class Chaos:
     # --- faults -----------------------------------------------------------------------
 
     async def drive(self, seconds: float) -> None:
-        """Faults at random until ``seconds`` have passed; every kind at least once."""
+        """Faults at random until ``seconds`` have passed; every kind at least once if
+        there is time, and on a cluster a broker's SIGKILL first (even a short run has it)."""
         deadline = time.monotonic() + seconds
         kinds = list(FAULT_KINDS)
         self.rng.shuffle(kinds)
+        if self.brokers > 1:  # popped first
+            kinds.remove("kill_broker")
+            kinds.append("kill_broker")
         while time.monotonic() < deadline:
             kind = kinds.pop() if kinds else self.rng.choice(FAULT_KINDS)
             self.note(f"fault {kind}: start")
@@ -265,6 +287,24 @@ class Chaos:
 
     async def restart_kafka(self) -> None:
         await self.stack("restart", "kafka")
+
+    async def kill_broker(self) -> None:
+        """SIGKILL one Kafka broker (a crash: no controlled shutdown), start it again a few
+        seconds later, and wait until it has caught up as an in-sync replica."""
+        node = f"kafka-{self.rng.randint(1, self.brokers)}"
+        await self.stack("kill", node)
+        await asyncio.sleep(self.rng.uniform(1.0, 5.0))
+        await self.stack("restart", node)
+        if self.brokers > 1:
+            lagging: list[str] = []
+
+            async def in_sync() -> bool:
+                lagging[:] = await under_replicated(self.settings)
+                return not lagging
+
+            started = time.monotonic()
+            await wait_until(in_sync, timeout=120, what=f"{node} back in every ISR: {lagging}")
+            self.note(f"{node} in sync again after {time.monotonic() - started:.1f}s")
 
     async def restart_postgres(self) -> None:
         await self.stack("restart", "postgres")
@@ -299,6 +339,34 @@ class Chaos:
         self.mining_paused = False
 
 
+async def brokers_up(settings: Settings) -> int:
+    admin = kafka.admin(settings)
+    await admin.start()
+    try:
+        return len((await admin.describe_cluster())["brokers"])
+    finally:
+        await admin.close()
+
+
+async def under_replicated(settings: Settings) -> list[str]:
+    """The partitions (``topic/partition``) whose in-sync replicas lack one of their
+    replicas; an unreachable cluster counts as all of them."""
+    admin = kafka.admin(settings, request_timeout_ms=5000)
+    try:
+        await admin.start()
+        described = await admin.describe_topics(await admin.list_topics())
+    except Exception as exc:  # a broker still electing: not in sync yet
+        return [f"cluster unreachable: {exc!r}"]
+    finally:
+        await admin.close()
+    return [
+        f"{topic['topic']}/{part['partition']}"
+        for topic in described
+        for part in topic["partitions"]
+        if set(part["isr"]) != set(part["replicas"])
+    ]
+
+
 # --- invariants ---------------------------------------------------------------------------
 
 
@@ -331,7 +399,7 @@ async def swap_keys(w3, emitter: str, to_block: int | None = None) -> set[str]:
     return {f"event:31337:{log['blockHash']}:{int(log['logIndex'], 16)}" for log in logs}
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(810 + SECONDS)
 async def test_soak_under_faults_loses_nothing_and_repeats_nothing(
     settings, worker_factory, tmp_path, capsys
 ):
@@ -341,6 +409,7 @@ async def test_soak_under_faults_loses_nothing_and_repeats_nothing(
         print(
             f"\n[chaos] seed {seed} (replay with RFLOW_CHAOS_SEED={seed}), {SECONDS:.0f}s of faults"
         )
+    soak_began = time.monotonic()
     async with contextlib.AsyncExitStack() as stack:
         anvil_url = await stack.enter_async_context(chain.private_anvil())
         w3 = chain.connect(anvil_url)
@@ -391,6 +460,7 @@ async def test_soak_under_faults_loses_nothing_and_repeats_nothing(
             workers,
             rng,
             tmp_path / "faults.log",
+            brokers=await brokers_up(settings),
         )
         began = datetime.now(UTC)
         load = [
@@ -465,6 +535,36 @@ async def test_soak_under_faults_loses_nothing_and_repeats_nothing(
                 losses.append(
                     f"webhook {request_id} ({key}, accepted {ledger.hooks_at[request_id]})"
                 )
+        # Order: the accepted deliveries of one group (request n was sent only after n-1
+        # was accepted, so the broker has them in n's order) ran one at a time, in that
+        # order: each run's step started after the run before it in its group settled.
+        steps = {
+            rid: (started, settled)
+            for rid, started, settled in await query(
+                settings,
+                "SELECT r.run_id, s.started_at, r.settled_at FROM runs r"
+                " JOIN step_logs s ON s.run_id = r.run_id AND s.path = 'note' AND s.visit = 1"
+                " WHERE r.workflow = 'hook'",
+            )
+        }
+        groups: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        for request_id, key in ledger.hooks.items():
+            n = int(request_id.removeprefix("req-"))
+            groups[n % 5].append((n, run_id("hook", key)))
+        out_of_order: list[str] = []
+        ordered_pairs = 0
+        for group, accepted in sorted(groups.items()):
+            accepted.sort()
+            for (n1, first), (n2, then) in itertools.pairwise(accepted):
+                if first not in steps or then not in steps:
+                    continue  # a loss, reported as one
+                ordered_pairs += 1
+                if not (steps[first][1] <= steps[then][0]):
+                    out_of_order.append(
+                        f"acct-{group}: req-{n2} started {steps[then][0]} before req-{n1}"
+                        f" (started {steps[first][0]}) settled {steps[first][1]}"
+                    )
+
         # A delivery answered 503 may still have reached the broker (its acknowledgement
         # was what got lost): a run without a 202 is allowed, never two for one key.
         unacknowledged = {k for w, k in by_key if w == "hook"} - set(ledger.hooks.values())
@@ -542,12 +642,15 @@ async def test_soak_under_faults_loses_nothing_and_repeats_nothing(
             + ", ".join(f"{s} {n}" for s, n in sorted(Counter(s for _, s, _, _ in sends).items()))
             + f"; transfers on chain {len(on_chain)}, paid {paid_total} of cap {cap}",
             f"dead-lettered runs {len(dead)}",
-            f"duplicates {len(duplicates) + len(paid_twice)}, losses {len(losses)}",
+            f"duplicates {len(duplicates) + len(paid_twice)}, losses {len(losses)},"
+            f" out of order {len(out_of_order)} of {ordered_pairs} consecutive pairs",
+            f"kafka brokers {chaos.brokers}, took {time.monotonic() - soak_began:.0f}s",
         ]
         (tmp_path / "report.txt").write_text("\n".join(report) + "\n")
         with capsys.disabled():
             print("\n[chaos] " + "\n[chaos] ".join(report))
         assert not duplicates and not paid_twice, (seed, duplicates, paid_twice)
+        assert not out_of_order, (seed, "runs of a group out of order", out_of_order[:10])
         if losses:
             lost = {key for key in ledger.hooks.values() if ("hook", key) not in by_key}
             lost |= {run_id("hook", key) for key in set(lost)}

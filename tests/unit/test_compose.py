@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 from pathlib import Path
@@ -25,7 +26,17 @@ def published(service: str) -> dict[int, str]:
 
 
 def test_it_has_every_service_with_a_health_check():
-    assert set(SERVICES) == {"kafka", "kafka-secure", "postgres", "anvil", "prometheus", "grafana"}
+    assert set(SERVICES) == {
+        "kafka",
+        "kafka-secure",
+        "kafka-1",
+        "kafka-2",
+        "kafka-3",
+        "postgres",
+        "anvil",
+        "prometheus",
+        "grafana",
+    }
     for name, service in SERVICES.items():
         assert "healthcheck" in service, name
         assert service["healthcheck"]["test"], name
@@ -58,6 +69,78 @@ def test_kafka_is_a_single_node_kraft_broker_without_topic_auto_creation():
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
     assert env["KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS"] == "0"
     assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1"
+    # The data is where the volume is mounted, not the image's /tmp default.
+    [volume] = SERVICES["kafka"]["volumes"]
+    assert volume.split(":")[1] == env["KAFKA_LOG_DIRS"]
+
+
+CLUSTER = ("kafka-1", "kafka-2", "kafka-3")
+
+
+def test_the_cluster_is_three_kraft_nodes_that_each_hold_a_copy_and_acknowledge_with_two():
+    """The profile `cluster` (docs/cluster.md): what `scripts/stack up --brokers 3` runs."""
+    ids, cluster_ids, voters = set(), set(), set()
+    for name in CLUSTER:
+        node = SERVICES[name]
+        env = node["environment"]
+        assert node["profiles"] == ["cluster"], name  # `docker compose up` alone: one broker
+        assert node["image"] == SERVICES["kafka"]["image"]
+        assert node["hostname"] == name
+        ids.add(env["KAFKA_NODE_ID"])
+        cluster_ids.add(env["CLUSTER_ID"])
+        voters.add(env["KAFKA_CONTROLLER_QUORUM_VOTERS"])
+        assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+        # Clients on the host reach each node where it is published, and only there.
+        [(container, host)] = published(name).items()
+        listeners = dict(item.split("://") for item in env["KAFKA_LISTENERS"].split(","))
+        advertised = dict(
+            item.split("://") for item in env["KAFKA_ADVERTISED_LISTENERS"].split(",")
+        )
+        assert listeners["EXTERNAL"] == f":{container}"
+        assert advertised["EXTERNAL"] == host
+        # The nodes reach each other by service name on the compose network.
+        assert advertised["INTERNAL"] == f"{name}:{listeners['INTERNAL'].lstrip(':')}"
+        assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "INTERNAL"
+        assert "CONTROLLER" not in advertised
+        protocols = dict(
+            item.split(":") for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")
+        )
+        assert set(protocols) == set(listeners)
+        assert env["KAFKA_CONTROLLER_LISTENER_NAMES"] == "CONTROLLER"
+        # Three copies of everything, two needed in sync, no unclean election.
+        for key in (
+            "KAFKA_DEFAULT_REPLICATION_FACTOR",
+            "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
+            "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+            "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR",
+        ):
+            assert env[key] == "3", (name, key)
+        for key in (
+            "KAFKA_MIN_INSYNC_REPLICAS",
+            "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
+            "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR",
+        ):
+            assert env[key] == "2", (name, key)
+        assert env["KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE"] == "false"
+        assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+        [volume] = node["volumes"]
+        source, target = volume.split(":")
+        assert target == env["KAFKA_LOG_DIRS"] and source in COMPOSE["volumes"], name
+        assert node["healthcheck"]["test"][1].endswith(
+            f"--bootstrap-server 127.0.0.1:{listeners['INTERNAL'].lstrip(':')} >/dev/null 2>&1"
+        )
+    assert ids == {"1", "2", "3"}
+    [voters_line] = voters
+    assert voters_line == "1@kafka-1:9093,2@kafka-2:9093,3@kafka-3:9093"
+    assert all(env_of(n)["KAFKA_LISTENERS"].endswith("CONTROLLER://:9093") for n in CLUSTER)
+    # One cluster id, a valid one: a base64 (URL-safe) UUID of 16 bytes.
+    [cluster_id] = cluster_ids
+    assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16
+    assert len({v.split(":")[0] for n in CLUSTER for v in SERVICES[n]["volumes"]}) == 3
+
+
+def env_of(name: str) -> dict[str, str]:
+    return SERVICES[name]["environment"]
 
 
 def test_postgres_creates_the_rflow_database_and_user():
