@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from rflow.agents import dead_letters, projector, relayer, runner, timers
+from rflow.agents import dead_letters, expiry, projector, relayer, runner, timers
 
 if TYPE_CHECKING:
     from rflow.deployment import Deployment
@@ -18,6 +18,7 @@ def attach(app: RflowApp) -> None:
     """Declare every agent on ``app``."""
     run = runner.attach(app)
     timers.attach(app, run.effects, run)
+    app.rflow.sweeper = expiry.attach(app, run)
     projector.attach(app)
     project = app.rflow.project
     if project is None or project.relayers:

@@ -26,7 +26,7 @@ from rflow.agents.controls import Controls
 from rflow.agents.dead_letters import send_dead_letter
 from rflow.agents.effects import partition_of
 from rflow.agents.receipts import DEFER_CHECK, Tracker, reply_of, result_of, sign
-from rflow.budgets import Charge, GasBreaker, charges
+from rflow.budgets import Charge, GasBreaker, charges, check_decodable
 from rflow.codecs import DecodeError, SendControl, SendRequest, decode, encode
 from rflow.engine import StepResult
 from rflow.failures import FailureKind, RflowError, StepError
@@ -408,6 +408,7 @@ class Relayer:
         action = Secrets(self.runtime.env).resolve(execute.action)
         intent = build.intent(project, action)
         build.check_permissions(project, execute.workflow, intent)
+        check_decodable(project, execute.workflow, intent.shape)
         return intent, await self.signer(intent.relayer)
 
     def _ready(

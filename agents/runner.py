@@ -46,6 +46,7 @@ from rflow.engine import (
     advance,
     children,
     lanes,
+    memory,
     provenance,
     resume,
 )
@@ -74,6 +75,8 @@ class Runner:
         self.runtime = app.rflow
         self.triggers = app.rflow.tables.triggers
         self.runs = app.rflow.tables.runs
+        self.markers = app.rflow.tables.settled
+        """The settled runs remembered for the window (the ``settled`` table)."""
         self.lanes = app.rflow.tables.lanes
         self.effects = EffectRunner(app)
         self.breakers = Breakers(app, self.effects)
@@ -137,7 +140,7 @@ class Runner:
             if not paused:
                 # What was held before a resume starts before what arrives after it.
                 await self.release_owned(record.workflow, message.partition)
-        elif "retracted" not in admitted:
+        elif "retracted" not in admitted and not memory.is_remembered(admitted):
             record = accepted_record(admitted)  # a repeat of its key may carry another payload
         decisions = admission.fired(
             self.firing_of(workflow, record),
@@ -145,6 +148,7 @@ class Runner:
             self.book(),
             paused=paused,
             partition=message.partition,
+            now=datetime.now(UTC),
         )
         await self.carry_out(decisions, message.partition)
 
@@ -164,13 +168,15 @@ class Runner:
         self, workflow: Workflow, record: TriggerRecord | RetryRecord
     ) -> admission.Firing:
         """A firing (or a retry) as admission sees it."""
+        accepted = record.model_dump(mode="json")
         return admission.Firing(
             gate=gate_of(record),
             workflow=record.workflow,
             group=record.group,
             runs=tuple(admission.Run(rid, combo) for combo, rid in self.runs_of(workflow, record)),
-            record=record.model_dump(mode="json"),
+            record=accepted,
             retry=isinstance(record, RetryRecord),
+            digest=memory.digest(accepted),
         )
 
     @staticmethod
@@ -193,8 +199,26 @@ class Runner:
             held=lambda name, partition: list(
                 (self.lanes.get(held_key(name, partition)) or {}).get("held", ())
             ),
-            started=lambda rid: self.runs.get(rid) is not None,
+            started=self.begun,
         )
+
+    def begun(self, rid: str) -> bool:
+        """Whether run ``rid`` has a state: running, or settled within the window."""
+        return self.runs.get(rid) is not None or self.markers.get(rid) is not None
+
+    def live(self, rid: str) -> bool:
+        """Whether run ``rid`` has a state that has not settled."""
+        return isinstance(self.runs.get(rid), RunState)
+
+    def remember(self, gate: str) -> None:
+        """Once every run of firing ``gate`` has begun, its gate entry keeps only what
+        de-duplication needs (:func:`memory.remembered`)."""
+        entry = self.triggers.get(gate)
+        if entry is None:
+            return
+        compact = memory.remembered(entry, self.begun)
+        if compact is not None:
+            self.triggers[gate] = compact
 
     async def carry_out(self, decisions: list[admission.Decision], partition: int) -> None:
         """Carry out admission's decisions, in order. A start that fails (its record goes
@@ -212,6 +236,13 @@ class Runner:
                 else:
                     self.lanes[key] = value
             raise
+        gates = {
+            decision.gate
+            for decision in decisions
+            if isinstance(decision, admission.SetGate | admission.Start | admission.NeverStarted)
+        }
+        for gate in sorted(gates):
+            self.remember(gate)
 
     async def _carry_out(
         self, decision: admission.Decision, partition: int, before: dict[str, Any]
@@ -436,7 +467,7 @@ class Runner:
     async def never_started(self, rid: str, gate: str, status: RunStatus, reason: str) -> None:
         """Record a run its lane never started (skipped, or superseded while waiting)."""
         workflow, record, combo = self.firing(gate, rid)
-        self.runs[rid] = str(status)
+        self.markers[rid] = memory.settled_marker(status, record.workflow, datetime.now(UTC))
         start = self.start_of(workflow, record, combo, rid)
         entries = lanes.never_started(start, status, reason, datetime.now(UTC))
         self.effects.publish(entries)
@@ -536,7 +567,7 @@ class Runner:
 
     async def deferred_start(self, event: TimerFired, partition: int) -> None:
         """A deferred start came due: ask the breaker and the rate limit again."""
-        if self.runs.get(event.run_id) is not None:
+        if self.begun(event.run_id):
             return  # started already (a redelivered firing started it)
         try:
             self.firing(event.path, event.run_id)
@@ -572,7 +603,7 @@ class Runner:
         if not await self.believed(record, self.workflows.get(record.workflow), message):
             return
         gate = run_key(record.workflow, record.trigger_key)
-        decisions = admission.retracted(gate, record.reason, self.book())
+        decisions = admission.retracted(gate, record.reason, self.book(), now=datetime.now(UTC))
         await self.carry_out(decisions, message.partition)
 
     async def handle(self, record: Any, message: Any) -> None:
@@ -604,8 +635,12 @@ class Runner:
             await self.deferred_start(event, partition)
             return
         state = self.runs.get(event.run_id)
-        if isinstance(state, str):
+        if isinstance(state, str) or (state is None and self.markers.get(event.run_id)):
             return  # over: a late or redelivered event (a Start included) changes nothing
+        if state is None and (why := self.unknown_run(event)) is not None:
+            self.runtime.metrics.events_dropped.labels(why[0]).inc()
+            log.warning("%s of run %s dropped: %s", type(event).__name__, event.run_id, why[1])
+            return
         pinned = (
             event
             if isinstance(event, Start)
@@ -626,13 +661,21 @@ class Runner:
         )
         if not new_state.settled:
             self.runs[event.run_id] = new_state
+            if state is None:
+                self.remember(start_gate(event))
             await self.effects.carry_out(new_state, effects, partition)
             return
-        # A settled run keeps a marker (its status), so a redelivered event of it is
-        # still recognised, at a few bytes instead of its state. The checkpoint writes
-        # the marker only once the broker has the run's journal: a marker that hid a run
-        # whose settlement never reached the read model is never durable.
-        self.runs[event.run_id] = str(new_state.status)
+        # A settled run leaves a marker (its status) for the window, so a redelivered
+        # event of it is still recognised, at a few bytes instead of its state. The
+        # checkpoint writes the marker only once the broker has the run's journal: a
+        # marker that hid a run whose settlement never reached the read model is never
+        # durable.
+        del self.runs[event.run_id]
+        self.markers[event.run_id] = memory.settled_marker(
+            new_state.status, new_state.workflow, datetime.now(UTC)
+        )
+        if state is None:
+            self.remember(start_gate(event))
         await self.effects.carry_out(new_state, effects, partition)
         for effect in effects:
             if isinstance(effect, Settle):
@@ -642,6 +685,26 @@ class Runner:
                         f"circuit breaker of {new_state.workflow}",
                     )
                 await self.settled(new_state, effect, workflow, partition)
+
+    def unknown_run(self, event: Any) -> tuple[str, str] | None:
+        """Why an event of a run with no state is dropped (a reason for the metric and one
+        for the log), or ``None``: it starts the run. A run neither live nor settled
+        within the window is unknown; only the start its firing's admission decided may
+        begin it, so a start whose firing is no longer remembered begins nothing."""
+        if not isinstance(event, Start | Retry):
+            return (
+                "unknown_run",
+                "the run is neither live here nor settled within the de-duplication window "
+                "(it settled longer ago than that, or never started); nothing is restarted",
+            )
+        entry = self.triggers.get(start_gate(event))
+        if entry is None or event.run_id not in entry.get("runs", ()):
+            return (
+                "forgotten_start",
+                "no firing remembered here admitted it (its firing is older than the "
+                "de-duplication window); nothing is started",
+            )
+        return None
 
     async def settled(
         self, state: RunState, settle: Settle, workflow: Workflow, partition: int
@@ -686,7 +749,7 @@ class Runner:
                 await self.release_everywhere(name, fresh)
         count = self.runtime.catalog.spec("rflow.runs").partitions
         resumed = 0
-        for state in list(self.runs.values()):
+        for state in list(self.runs.values(fresh)):
             if not isinstance(state, RunState) or state.settled:
                 continue
             key = partition_key(state)
@@ -708,6 +771,13 @@ def accepted_record(entry: dict[str, Any]) -> TriggerRecord | RetryRecord:
     kind = entry.get("kind")
     model = RetryRecord if kind == "retry" else CallRecord if kind == "call" else TriggerRecord
     return model.model_validate({k: v for k, v in entry.items() if k in model.model_fields})
+
+
+def start_gate(event: Start | Retry) -> str:
+    """The gate key of the firing (or retry) that started a run."""
+    if isinstance(event, Retry):
+        return f"{event.previous.workflow}:retry-of:{event.previous.run_id}"
+    return run_key(event.workflow, event.trigger_key)
 
 
 def gate_of(record: TriggerRecord | RetryRecord) -> str:

@@ -1,4 +1,4 @@
-"""`rflow worker` with diagnostics, for the benchmarks' --diagnose and --store options.
+"""`rflow worker` with diagnostics, for the benchmarks' --diagnose option.
 
     python bench/_instrumented_worker.py worker --no-setup -l info
 
@@ -8,7 +8,6 @@ engine changes. Environment variables:
     BENCH_DIAG   file receiving one JSON line per second: event-loop lag samples (how
                  late a 10 ms sleep woke up, in seconds) and garbage-collector pauses
                  (generation, seconds) of that second, with the wall-clock time
-    BENCH_STORE  a Faust store URL (e.g. rocksdb://) replacing the app's memory:// store
     BENCH_CPROFILE  file receiving the worker's cProfile statistics: profiling starts when
                  a file named like it plus ".start" appears, and is written out when one
                  plus ".stop" does (read it with pstats; profiled, the worker runs about
@@ -29,7 +28,6 @@ from typing import Any
 def main() -> None:
     diag_path = os.environ.get("BENCH_DIAG")
     cprofile = os.environ.get("BENCH_CPROFILE")
-    store = os.environ.get("BENCH_STORE")
     lags: list[float] = []
     pauses: list[tuple[int, float]] = []
     started = [0.0]
@@ -49,8 +47,6 @@ def main() -> None:
 
     def create_app(settings: Any = None, project: Any = None) -> Any:
         app = original(settings, project)
-        if store:
-            app.conf.store = store
         if diag_path:
             out = open(diag_path, "a", buffering=1)  # noqa: SIM115 - lives with the process
 

@@ -1,6 +1,6 @@
 """Memory of one worker holding K runs parked in a one-hour `delay`.
 
-    python bench/bench_parked.py [--runs K] [--quick] [--store rocksdb://]
+    python bench/bench_parked.py [--runs K] [--quick] [--store memory]
 
 Needs the local stack (`scripts/stack up`). One real `rflow worker` runs a project whose
 workflow is `delay: { duration: 1h }` then a `notify` to a log channel. The benchmark
@@ -10,9 +10,8 @@ and waits until Postgres holds K timers and the read model K runs, and reads VmR
 VmHWM, the peak) again. Target (issue 4): under 400 MB with 100,000 parked runs.
 Everything the run creates (the process, schema, topics) is removed at the end.
 
---store rocksdb:// runs the worker through bench/_instrumented_worker.py with its tables
-in Faust's RocksDB store instead of memory:// (rocksdict must be importable, e.g.
-`pip install --target DIR rocksdict` and PYTHONPATH=DIR), to compare.
+--store memory keeps the worker's tables in memory (RFLOW_TABLE_STORE=memory) instead of
+RocksDB, the default, to compare.
 """
 
 from __future__ import annotations
@@ -90,7 +89,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
     workflow = load_project(path, {}).workflows[WORKFLOW]
     topic = settings.topic_prefix + "rflow.triggers"
     k = args.runs
-    store = args.store or "memory:// (the app's)"
+    store = args.store or "rocksdb (the default)"
+    if args.store:
+        settings = settings.model_copy(update={"table_store": args.store})
     print(
         f"bench_parked: {k} runs parked in a 1h delay on one worker, table store {store}; "
         f"logs in {workdir}"
@@ -117,8 +118,6 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         worker = Worker(
             settings,
             workdir / "worker.log",
-            instrumented=bool(args.store),
-            extra_env={"BENCH_STORE": args.store} if args.store else None,
         ).start()
         try:
             await worker.wait_ready(timeout=120)
@@ -227,8 +226,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--store",
-        help="for comparison: a Faust store URL replacing the app's memory:// store, e.g. "
-        "rocksdb:// (needs rocksdict importable; runs bench/_instrumented_worker.py)",
+        choices=["rocksdb", "memory"],
+        help="where the worker keeps its tables (RFLOW_TABLE_STORE; default rocksdb)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = parser.parse_args()

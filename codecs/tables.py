@@ -6,7 +6,8 @@ registering ours keeps big integers exact and every byte on Kafka in one format.
 The ``runs`` table keeps each run's entry as the JSON bytes of its state, encoded and
 read by pydantic (:func:`run_entry`, :func:`read_run_entry`): a parked run costs its
 JSON's length in memory instead of a tree of Python objects several times that size,
-and the bytes go to the changelog as they are.
+and the bytes go to the changelog as they are. A settled run leaves a small entry in the
+``settled`` table instead (:func:`write_settled_entry`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from faust.serializers import codecs as faust_codecs
 
 from rflow.codecs import json
 from rflow.engine.lanes import Lane
+from rflow.engine.memory import Settled
 from rflow.engine.state import RunState
 
 CODEC_NAME = "rflow-json"
@@ -59,17 +61,29 @@ def run_entry(state: RunState) -> bytes:
 
 
 def write_run_entry(value: RunState | str) -> bytes:
-    """The ``runs`` table entry of a run's state, or of a settled run's status."""
-    return run_entry(value) if isinstance(value, RunState) else settled_entry(value)
+    """The ``runs`` table entry of a run's state (a status: a settled run's entry as it
+    was kept there before the ``settled`` table)."""
+    return run_entry(value) if isinstance(value, RunState) else json.dumps({"settled": value})
 
 
-def settled_entry(status: str) -> bytes:
-    """The entry of a settled run: a marker, so a redelivered event of it is recognised."""
-    return json.dumps({"settled": status})
+def write_settled_entry(value: Settled) -> dict[str, Any]:
+    """The ``settled`` table entry of a run that settled."""
+    found: dict[str, Any] = {"settled": value.status}
+    if value.at is not None:
+        found["at"] = value.at
+    if value.workflow is not None:
+        found["workflow"] = value.workflow
+    return found
+
+
+def read_settled_entry(stored: dict[str, Any]) -> Settled:
+    """A ``settled`` table entry."""
+    return Settled(stored["settled"], stored.get("at"), stored.get("workflow"))
 
 
 def read_run_entry(stored: Any) -> RunState | str | None:
-    """A ``runs`` table entry: the run's state, the status of a settled run, or ``None``."""
+    """A ``runs`` table entry: the run's state, ``None``, or the status of a settled run
+    (an entry kept there before the ``settled`` table: moved there by the sweep)."""
     if stored is None:
         return None
     if isinstance(stored, dict):  # an entry another codec decoded

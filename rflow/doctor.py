@@ -22,6 +22,7 @@ from rflow.failures import RflowError
 from rflow.lang import Project
 from rflow.lang.model import Relayer as RelayerSpec
 from rflow.relayer import signing
+from rflow.secrets import Secrets, process_secrets, redact_url
 from rflow.settings import Settings
 from rflow.streams import topics
 
@@ -125,13 +126,17 @@ async def check_network(name: str, chain_id: int, url: str | None, variable: str
     w3 = _web3(url)
     try:
         actual = await w3.eth.chain_id
+    except Exception as exc:  # whatever the failure, it is this endpoint's: name it
+        return Finding(check, "fail", f"{redact_url(url)}: {type(exc).__name__}: {exc}")
     finally:
         await w3.provider.disconnect()
     if actual != chain_id:
         return Finding(
-            check, "fail", f"{url} answers chain id {actual}, the project declares {chain_id}"
+            check,
+            "fail",
+            f"{redact_url(url)} answers chain id {actual}, the project declares {chain_id}",
         )
-    return Finding(check, "pass", f"{url} answers with chain id {chain_id}")
+    return Finding(check, "pass", f"{redact_url(url)} answers with chain id {chain_id}")
 
 
 async def check_relayer(
@@ -189,7 +194,9 @@ async def check_contract(name: str, network: str, address: str, url: str | None)
 async def live_checks(
     settings: Settings, project: Project | None, env: Mapping[str, str]
 ) -> list[Finding]:
-    """Every live check, run concurrently, in a stable order."""
+    """Every live check, run concurrently, in a stable order; a secret-bearing setting
+    (an RPC URL with its key) appears in a finding as scheme and host only, whatever a
+    library quoted."""
     checks: list[tuple[str, Awaitable[Finding]]] = [
         ("kafka", check_kafka(settings)),
         ("postgres", check_postgres(settings)),
@@ -223,4 +230,10 @@ async def live_checks(
                         check_contract(name, network, address, urls.get(network)),
                     )
                 )
-    return list(await asyncio.gather(*(_guard(check, work) for check, work in checks)))
+    found = await asyncio.gather(*(_guard(check, work) for check, work in checks))
+    return scrubbed(found, process_secrets(settings, project, env))
+
+
+def scrubbed(findings: list[Finding], secrets: Secrets) -> list[Finding]:
+    """``findings`` with their details scrubbed of ``secrets``."""
+    return [Finding(f.check, f.status, secrets.scrub(f.detail)) for f in findings]

@@ -57,6 +57,11 @@ class FailureKind(StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"
     """A send would take an attached budget past a cap in its window (native value, a
     token amount, or gas under ``max_gas_spend``); nothing was signed."""
+    BUDGET_UNDECODABLE = "budget_undecodable"
+    """A send to a token that an attached ``strict`` budget caps does not say how much of
+    it moves (a multicall calling it, a call to its address through ``to``,
+    ``increaseAllowance``, ``permit``, any function but ``transfer``, ``transferFrom`` and
+    ``approve``); nothing was signed. The message names the budget and the reason."""
     PERMISSION_DENIED = "permission_denied"
     """The workflow's ``permissions`` do not allow it: a relayer it may not use, a value
     over ``max_value_per_tx``, a host not in ``http_hosts``, or a worker that could not load

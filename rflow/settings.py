@@ -25,6 +25,7 @@ _VARIABLES = {
     "TOPICS_FILE": "topics_file",
     "PROJECT": "project_path",
     "DATA_DIR": "data_dir",
+    "TABLE_STORE": "table_store",
     "WEB_PORT": "web_port",
     "BROKER_SESSION_TIMEOUT": "broker_session_timeout",
     "BROKER_HEARTBEAT_INTERVAL": "broker_heartbeat_interval",
@@ -86,6 +87,7 @@ class Settings(BaseModel):
     database_schema: str = Field("rflow", description="Postgres schema holding rflow's tables")
     rpc_urls: dict[str, str] = Field(
         default_factory=lambda: {"local": "http://127.0.0.1:8545"},
+        repr=False,  # an RPC URL may carry an API key
         description="JSON-RPC URL per network name (RFLOW_RPC_URL_<NETWORK>)",
     )
     app_id: str = Field(
@@ -99,7 +101,18 @@ class Settings(BaseModel):
     project_path: Path | None = Field(
         None, description="the workflow files a worker runs (a file or a folder)"
     )
-    data_dir: Path = Field(Path(".rflow"), description="Faust table state (RocksDB or memory)")
+    data_dir: Path = Field(
+        Path(".rflow"),
+        description="the worker's local state: its tables' RocksDB databases (one data "
+        "directory per worker; a worker restarted with its own reads only the changelog "
+        "records it has not seen)",
+    )
+    table_store: Literal["auto", "rocksdb", "memory"] = Field(
+        "auto",
+        description="where a worker keeps its tables: rocksdb (on disk, in the data "
+        "directory), memory (rebuilt from the changelogs at every start), or auto "
+        "(rocksdb where the rocksdict package imports, else memory)",
+    )
     web_port: int = Field(6066, description="Faust web server port of a worker")
     api_token: SecretStr | None = Field(
         None,
@@ -283,14 +296,10 @@ class Settings(BaseModel):
 
     @property
     def database_display(self) -> str:
-        """The database URL without its password, for messages."""
-        url = self.database_url.get_secret_value()
-        scheme, sep, rest = url.partition("://")
-        if "@" in rest:
-            creds, _, host = rest.rpartition("@")
-            user = creds.split(":", 1)[0]
-            rest = f"{user}@{host}"
-        return f"{scheme}{sep}{rest}"
+        """The database URL as messages show it: its scheme and host only."""
+        from rflow.secrets import redact_url
+
+        return redact_url(self.database_url.get_secret_value())
 
     @property
     def base_url(self) -> str:

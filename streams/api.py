@@ -30,7 +30,7 @@ from rflow.audit import since_of
 from rflow.authz import Principal
 from rflow.codecs import json
 from rflow.codecs.json import JSONDecodeError
-from rflow.codecs.tables import write_run_entry
+from rflow.codecs.tables import write_run_entry, write_settled_entry
 from rflow.engine import RunStatus
 from rflow.engine.keys import workflow_version
 from rflow.lang.units import UnitError, parse_amount
@@ -338,6 +338,8 @@ def attach(app: RflowApp, control: Control) -> None:
             run = await db(load, "run")
             stored = runtime.tables.runs.get(run_id)
             live = json.loads(write_run_entry(stored)) if stored is not None else None
+            if live is None and (settled := runtime.tables.settled.get(run_id)) is not None:
+                live = write_settled_entry(settled)
             if run is None and live is None:
                 raise ControlError(f"no run {run_id}", 404)
             found = {**(run or {"run_id": run_id}), "live": live}

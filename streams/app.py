@@ -22,6 +22,7 @@ from rflow.codecs import tables as table_codec
 from rflow.deployment import Deployment
 from rflow.lang import ConfigError, Project, read_source
 from rflow.principals import Principals, TokenConflict
+from rflow.secrets import process_secrets, scrub_logs
 from rflow.settings import Settings, environ
 from rflow.streams import consumption, kafka, tables, views
 from rflow.streams.control import Control
@@ -62,6 +63,8 @@ class Runtime:
     tables: tables.Tables | None = None
     database: Database | None = None
     runner: Any = None
+    sweeper: Any = None
+    """The :class:`~rflow.agents.expiry.Sweeper` that forgets what the window no longer covers."""
     metrics: Any = None
     deployments: Any = None
     """The :class:`~rflow.streams.deployments.Deployments` that publishes and follows."""
@@ -186,6 +189,23 @@ class RflowApp(consumption.ConsumingApp):
         )
 
 
+def store_url(settings: Settings) -> str:
+    """The Faust store of the tables that ``settings.table_store`` asks for."""
+    choice = settings.table_store
+    if choice == "auto":
+        try:
+            import rocksdict  # noqa: F401
+        except ImportError:
+            log.warning(
+                "RFLOW_TABLE_STORE=auto: rocksdict does not import here, so the tables are kept "
+                "in memory and rebuilt from their changelogs at every start"
+            )
+            choice = "memory"
+        else:
+            choice = "rocksdb"
+    return f"{choice}://"
+
+
 def create_app(
     settings: Settings | None = None, project: Project | None = None, *, rollback: bool = False
 ) -> RflowApp:
@@ -246,7 +266,7 @@ def create_app(
         **kafka.faust_options(settings),
         # Kafka's tools list the group's members by client id: it names host and port.
         broker_client_id=workers.client_id(socket.gethostname(), settings.web_port),
-        store="memory://",
+        store=store_url(settings),
         autodiscover=False,
         topic_partitions=partitions,
         topic_replication_factor=catalog.spec("rflow.triggers").replication_factor,
@@ -273,6 +293,12 @@ def create_app(
     )
     app.rflow = runtime = Runtime(
         settings, catalog, Deployment.of(project, digest=source.digest if source else None), env
+    )
+    # Every log line of the worker, whatever library writes it, is scrubbed of the
+    # secret-bearing settings and of every variable the deployment names.
+    scrub_logs(process_secrets(settings, project, env))
+    runtime.on_deployment.append(
+        lambda deployment: scrub_logs(process_secrets(settings, deployment.project, env))
     )
     runtime.topics = Topics(
         triggers=app.declared_topic("rflow.triggers"),

@@ -32,15 +32,22 @@ on every flow resume, and commits the first consecutive run of acknowledged offs
 records of rflow's topics are therefore read without Faust's acknowledgements (their
 topics are declared with ``acks=False``) and committed here.
 
+The tables' stores (Faust's memory store, or its RocksDB store with one database per
+partition) are read and written one partition at a time through :class:`TableStore`
+(:func:`table_store`), which also keeps, on disk, when each partition was last known
+current and an index of when entries come due; ``streams/tables.py`` writes a store
+only once the broker has the changelog records, with the offset they reached.
+
 What relies on names faust, aiokafka and mode keep private is in this module and nowhere
 else, listed in :data:`INTERNALS` and checked against the installed versions when a worker
 starts (:func:`check_internals`); ``tests/unit/streams/test_consumption.py`` has a test for
-each behaviour relied on.
+each behaviour relied on (``tests/unit/streams/test_stores.py`` for the stores).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextvars
 import logging
 import time
@@ -53,6 +60,9 @@ from typing import TYPE_CHECKING, Any
 
 import faust
 from aiokafka import AIOKafkaConsumer
+from faust.serializers import codecs as faust_codecs
+from faust.stores import memory as memory_store
+from faust.stores import rocksdb as rocksdb_store
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP
@@ -134,6 +144,25 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
             and _assigns(AIOKafkaConsumer.start, "_fetch_max_wait_ms")
         ),
     ),
+    "faust memory Store._key_partition (the partition of each key)": (
+        "faust-streaming",
+        lambda: _assigns(memory_store.Store.__post_init__, "_key_partition"),
+    ),
+    "faust rocksdb Store._dbs, _db_for_partition (one database per partition)": (
+        "faust-streaming",
+        lambda: (
+            _defines(rocksdb_store.Store, "_db_for_partition")
+            and _assigns(rocksdb_store.Store.__init__, "_dbs")
+        ),
+    ),
+    "faust rocksdb Store.rocksdb_options, RocksDBOptions.as_options (how a database opens)": (
+        "faust-streaming",
+        lambda: (
+            _assigns(rocksdb_store.Store.__init__, "rocksdb_options")
+            and _defines(rocksdb_store.RocksDBOptions, "as_options")
+            and _assigns(rocksdb_store.RocksDBOptions.open, "as_options")
+        ),
+    ),
 }
 """Each private name this module uses: the distribution it belongs to, and how to tell it
 is still there."""
@@ -177,6 +206,11 @@ def current_partition() -> int:
     return partition
 
 
+def deciding() -> int | None:
+    """The partition being decided, or ``None`` outside a decision."""
+    return _WRITING_TO.get()
+
+
 @contextmanager
 def writing_to(partition: int) -> Iterator[None]:
     """Table writes in this block go to ``partition`` of their changelogs."""
@@ -185,6 +219,367 @@ def writing_to(partition: int) -> Iterator[None]:
         yield
     finally:
         _WRITING_TO.reset(token)
+
+
+# --- table stores ---------------------------------------------------------------------
+
+FRESH_KEY = b"__rflow\x00fresh__"
+"""A RocksDB partition's key holding the wall time at which its owner last knew it to
+hold every changelog record up to its persisted offset (:meth:`TableStore.stamp`)."""
+
+
+class TableStore:
+    """A Faust table's store, read and written one partition at a time.
+
+    Values are what the table's value codec reads (as Faust's memory store keeps them);
+    a value of ``None`` written is a deletion. :func:`table_store` picks the kind.
+    """
+
+    read = 0
+    """Changelog records Faust applied to the store (recovering it, or as a standby)."""
+
+    def _count_reads(self, store: Any) -> None:
+        apply = store.apply_changelog_batch
+
+        def counted(batch: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
+            batch = list(batch)
+            self.read += len(batch)
+            applied = apply(batch, *args, **kwargs)
+            # What follows its changelog (recovering, or as a standby) is current.
+            now = time.time()
+            for partition in {event.message.partition for event in batch}:
+                self.stamp(partition, now)
+            return applied
+
+        store.apply_changelog_batch = counted
+
+    def get(self, partition: int | None, key: Any) -> Any:
+        """The value of ``key`` on ``partition`` (any partition held here: ``None``)."""
+        raise NotImplementedError
+
+    def write(self, partition: int, changes: Iterable[tuple[Any, Any]], offset: int | None) -> None:
+        """Apply ``changes`` to ``partition`` at once, with ``offset``: the changelog offset
+        up to which the partition now holds every record (``None``: unknown)."""
+        raise NotImplementedError
+
+    def scan(self, partition: int, after: Any, limit: int) -> list[tuple[Any, Any]]:
+        """Up to ``limit`` entries of ``partition`` whose keys sort after ``after`` (every
+        key: ``None``), in key order."""
+        raise NotImplementedError
+
+    def partitions(self) -> list[int]:
+        """The partitions held here."""
+        raise NotImplementedError
+
+    def stamp(self, partition: int, now: float) -> None:
+        """Note that ``partition`` is current at wall time ``now`` (kept on disk only)."""
+
+    def flush(self, partition: int) -> None:
+        """Write what ``partition`` holds in memory to disk (on disk only): a database
+        opened again then has no log of writes to replay."""
+
+    indexed = False
+    """Whether the store keeps an index of when its entries come due (:meth:`index_by`)."""
+
+    def index_by(self, due: Callable[[Any, Any], float | None]) -> None:
+        """Keep, beside each entry written, when it comes due (``due(key, value)``, in
+        seconds since the epoch; ``None``: never), so that :meth:`due` finds the entries
+        due without reading the others (on disk only; a memory store is read whole)."""
+
+    def due(self, partition: int, now: float, limit: int) -> list[tuple[bytes, Any]]:
+        """Up to ``limit`` keys of ``partition`` due at ``now``, earliest first, each with
+        its index entry (to :meth:`reindex` it)."""
+        return []
+
+    def reindex(
+        self, partition: int, done: Iterable[bytes], again: Iterable[tuple[Any, float]]
+    ) -> None:
+        """Drop the index entries ``done``; index each key of ``again`` at its time."""
+
+    def rewind(self, partition: int) -> None:
+        """Have the next :meth:`due` of ``partition`` read its index from the start."""
+
+    def fresh(self, max_age: float) -> None:
+        """Have Faust recover from the changelog's start every partition last known to be
+        current more than ``max_age`` seconds ago (on disk only): compaction may have
+        removed the tombstones of what was deleted meanwhile."""
+
+
+class MemoryTableStore(TableStore):
+    """Faust's memory store: one dict, the partition of each key beside it."""
+
+    def __init__(self, table: Any) -> None:
+        store = table.data
+        self.data: dict[Any, Any] = store.data
+        self.partition_of: dict[Any, int] = store._key_partition
+        self._sorted: dict[int, list[Any]] = {}
+        self._count_reads(store)
+
+    def get(self, partition: int | None, key: Any) -> Any:
+        data = self.data
+        return data[key] if key in data else None  # noqa: SIM401 (.get goes through KeyError)
+
+    def write(self, partition: int, changes: Iterable[tuple[Any, Any]], offset: int | None) -> None:
+        data, partition_of = self.data, self.partition_of
+        for key, value in changes:
+            if value is None:
+                data.pop(key, None)
+                partition_of.pop(key, None)
+            else:
+                data[key] = value
+                partition_of[key] = partition
+
+    def scan(self, partition: int, after: Any, limit: int) -> list[tuple[Any, Any]]:
+        # The partition's keys are sorted once for a scan from its start; a scan that goes
+        # on after a key reads on in that list (keys added since are in the next one).
+        if after is None or partition not in self._sorted:
+            self._sorted[partition] = sorted(
+                key for key, held in list(self.partition_of.items()) if held == partition
+            )
+        keys = self._sorted[partition]
+        start = 0 if after is None else bisect.bisect_right(keys, after)
+        data = self.data
+        return [(key, data[key]) for key in keys[start : start + limit] if key in data]
+
+    def partitions(self) -> list[int]:
+        return sorted(set(self.partition_of.values()))
+
+
+ROCKSDB_CACHE = 16 * 1024 * 1024
+"""Bytes of RocksDB's block cache, shared by every database of a worker (index and
+filter blocks included)."""
+ROCKSDB_MEMTABLES = 32 * 1024 * 1024
+"""Bytes of RocksDB's memtables across every database of a worker: past it, the fullest
+are written to disk."""
+
+
+class _Budget:
+    """The one block cache and write-buffer budget every database of a worker shares."""
+
+    cache: Any = None
+    buffers: Any = None
+
+    @classmethod
+    def get(cls, rocksdict: Any) -> type[_Budget]:
+        if cls.cache is None:
+            cls.cache = rocksdict.Cache(ROCKSDB_CACHE)
+            cls.buffers = rocksdict.WriteBufferManager(ROCKSDB_MEMTABLES, False)
+        return cls
+
+
+class SharedBudgetOptions(rocksdb_store.RocksDBOptions):
+    """Faust's RocksDB options, with every database of the worker sharing one block
+    cache and one memtable budget (Faust gives each database a cache of its own: with
+    one database per table partition, a worker's memory would grow with the partitions
+    it holds and the blocks each has read)."""
+
+    def as_options(self) -> Any:
+        import rocksdict
+
+        budget = _Budget.get(rocksdict)
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        if self.max_open_files is not None:
+            options.set_max_open_files(self.max_open_files)
+        options.set_write_buffer_size(self.write_buffer_size)
+        options.set_target_file_size_base(self.target_file_size_base)
+        options.set_max_write_buffer_number(self.max_write_buffer_number)
+        options.set_write_buffer_manager(budget.buffers)
+        table = rocksdict.BlockBasedOptions()
+        table.set_bloom_filter(self.bloom_filter_size, True)
+        table.set_block_cache(budget.cache)
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        table.set_index_type(rocksdict.BlockBasedIndexType.binary_search())
+        options.set_block_based_table_factory(table)
+        return options
+
+
+class RocksTableStore(TableStore):
+    """Faust's RocksDB store (rocksdict): one database per partition, holding each
+    changelog record's bytes and the offset of the last one applied; the databases of
+    a worker share one memory budget (:class:`SharedBudgetOptions`)."""
+
+    def __init__(self, table: Any) -> None:
+        import rocksdict
+
+        self.rocksdict = rocksdict
+        self.store = table.data
+        # Before any database opens (they open as partitions are assigned).
+        current = self.store.rocksdb_options
+        self.store.rocksdb_options = shared = SharedBudgetOptions(use_rocksdict=True)
+        for name in ("max_open_files", "write_buffer_size", "max_write_buffer_number"):
+            setattr(shared, name, getattr(current, name))
+        shared.target_file_size_base = current.target_file_size_base
+        shared.bloom_filter_size = current.bloom_filter_size
+        self._count_reads(self.store)
+        self.dump_key = faust_codecs.get_codec(table.key_serializer).dumps
+        self.dump_value = faust_codecs.get_codec(table.value_serializer).dumps
+        self.load_key = faust_codecs.get_codec(table.key_serializer).loads
+        self.load_value = faust_codecs.get_codec(table.value_serializer).loads
+        self.offset_key = self.store.offset_key
+        self._persisted_offset = self.store.persisted_offset
+        # Faust asks a store for its persisted offset before it reads a partition's
+        # changelog: a partition too old to be trusted answers "none", and is read whole.
+        self.max_age: float | None = None
+        self.store.persisted_offset = self._persisted_offset_if_fresh
+        self.coming_due: Callable[[Any, Any], float | None] | None = None
+        self.taken: dict[int, bytes] = {}
+        """The last index entry :meth:`due` returned, by partition (each later index
+        entry comes due after it: nothing is indexed in the past)."""
+
+    def _open(self, partition: int) -> Any:
+        return self.store._db_for_partition(partition)
+
+    def _held(self, partition: int | None) -> list[Any]:
+        dbs = self.store._dbs
+        if partition is None:
+            return list(dbs.values())
+        found = dbs.get(partition)
+        return [found] if found is not None else []
+
+    def get(self, partition: int | None, key: Any) -> Any:
+        raw_key = self.dump_key(key)
+        for db in self._held(partition):
+            raw = db.get(raw_key)
+            if raw is not None:
+                return self.load_value(raw)
+        return None
+
+    def write(self, partition: int, changes: Iterable[tuple[Any, Any]], offset: int | None) -> None:
+        batch = self.rocksdict.WriteBatch(raw_mode=True)
+        dump_key, dump_value, coming_due = self.dump_key, self.dump_value, self.coming_due
+        for key, value in changes:
+            raw_key = dump_key(key)
+            if value is None:
+                batch.delete(raw_key)  # its index entry goes when it comes due
+                continue
+            batch.put(raw_key, dump_value(value))
+            if coming_due is not None and (at := coming_due(key, value)) is not None:
+                batch.put(_index_key(at, raw_key), b"")
+        if offset is not None:
+            batch.put(self.offset_key, str(offset).encode())
+        # Its owner writes it, so it is current now.
+        batch.put(FRESH_KEY, repr(time.time()).encode())
+        self._open(partition).write(batch)
+
+    def scan(self, partition: int, after: Any, limit: int) -> list[tuple[Any, Any]]:
+        found: list[tuple[Any, Any]] = []
+        for db in self._held(partition):
+            it = db.iter()
+            if after is None:
+                it.seek_to_first()
+            else:
+                start = self.dump_key(after)
+                it.seek(start)
+                if it.valid() and it.key() == start:
+                    it.next()
+            load_key, load_value = self.load_key, self.load_value
+            while it.valid() and len(found) < limit:
+                raw_key = it.key()
+                if raw_key[:1] == b'"':  # a table key (JSON text), not Faust's or rflow's own
+                    found.append((load_key(raw_key), load_value(it.value())))
+                it.next()
+            del it
+        return found
+
+    def partitions(self) -> list[int]:
+        return sorted(self.store._dbs)
+
+    def stamp(self, partition: int, now: float) -> None:
+        for db in self._held(partition):
+            db.put(FRESH_KEY, repr(now).encode())
+
+    def flush(self, partition: int) -> None:
+        for db in self._held(partition):
+            db.flush(True)
+
+    @property
+    def indexed(self) -> bool:  # type: ignore[override]
+        return self.coming_due is not None
+
+    def index_by(self, due: Callable[[Any, Any], float | None]) -> None:
+        self.coming_due = due
+
+    def due(self, partition: int, now: float, limit: int) -> list[tuple[bytes, Any]]:
+        found: list[tuple[bytes, Any]] = []
+        until = int(now * 1000)
+        for db in self._held(partition):
+            it = db.iter()
+            # From the last index entry taken: those before it are deleted, and reading
+            # past deletions RocksDB has not compacted away yet costs as much as reading
+            # entries (a queue's head is all deletions).
+            it.seek(self.taken.get(partition, INDEX_PREFIX))
+            while it.valid() and len(found) < limit:
+                raw = it.key()
+                if raw[:1] != INDEX_PREFIX or int.from_bytes(raw[1:9], "big") > until:
+                    break
+                found.append((raw, self.load_key(raw[9:])))
+                it.next()
+            del it
+        if found:
+            self.taken[partition] = found[-1][0]
+        return found
+
+    def rewind(self, partition: int) -> None:
+        self.taken.pop(partition, None)
+
+    def reindex(
+        self, partition: int, done: Iterable[bytes], again: Iterable[tuple[Any, float]]
+    ) -> None:
+        batch = self.rocksdict.WriteBatch(raw_mode=True)
+        for raw in done:
+            batch.delete(raw)
+        for key, at in again:
+            batch.put(_index_key(at, self.dump_key(key)), b"")
+        for db in self._held(partition):
+            db.write(batch)
+
+    def fresh(self, max_age: float) -> None:
+        self.max_age = max_age
+
+    def _persisted_offset_if_fresh(self, tp: TP) -> int | None:
+        offset = self._persisted_offset(tp)
+        if offset is None or self.max_age is None:
+            return offset
+        db = self._open(tp.partition)
+        stamped = db.get(FRESH_KEY)
+        age = time.time() - float(stamped) if stamped is not None else None
+        if age is not None and age <= self.max_age:
+            return offset
+        log.warning(
+            "%s[%d]: the local copy was last known current %s; it is read again from the "
+            "changelog's start (deletions older than the changelog's delete.retention.ms "
+            "may be gone from it)",
+            tp.topic,
+            tp.partition,
+            "never" if age is None else f"{age:.0f}s ago",
+        )
+        batch = self.rocksdict.WriteBatch(raw_mode=True)
+        for raw_key in list(db.keys()):
+            batch.delete(raw_key)
+        db.write(batch)
+        return None
+
+
+INDEX_PREFIX = b"\xfe"
+"""Index keys of a RocksDB partition: this byte, when the entry comes due (milliseconds
+since the epoch, 8 bytes big-endian) and the entry's key; they sort after every table key
+(JSON text) and Faust's and rflow's own keys."""
+
+
+def _index_key(at: float, raw_key: bytes) -> bytes:
+    return INDEX_PREFIX + max(0, int(at * 1000)).to_bytes(8, "big") + raw_key
+
+
+def table_store(table: Any) -> TableStore:
+    """How ``table``'s Faust store is read and written (memory:// or rocksdb://)."""
+    store = table.data
+    if isinstance(store, rocksdb_store.Store):
+        return RocksTableStore(table)
+    if isinstance(store, memory_store.Store):
+        return MemoryTableStore(table)
+    raise InternalsChanged(f"rflow cannot read a table kept in {type(store).__name__}")
 
 
 # --- the consumer ---------------------------------------------------------------------

@@ -141,6 +141,37 @@ class Metrics:
         self.runs_settled = self._counter(
             "rflow_runs_settled", "Runs settled, by workflow and status", "workflow", "status"
         )
+        self.events_dropped = self._counter(
+            "rflow_run_events_dropped",
+            "Run events dropped, by reason: unknown_run (the run is neither live nor settled "
+            "within the de-duplication window) or forgotten_start (a start whose firing is "
+            "no longer remembered); nothing is restarted",
+            "reason",
+        )
+        self.forgotten = self._counter(
+            "rflow_forgotten",
+            "Table entries deleted (a tombstone each) by table: triggers and settled past "
+            "their de-duplication window, runs moved to settled",
+            "table",
+        )
+        self.sweeps = self._counter(
+            "rflow_sweeps",
+            "Sweeps of this worker's partitions completed (each one forgets what the "
+            "de-duplication window no longer covers)",
+        )
+        self.remembered = self._gauge(
+            "rflow_remembered",
+            "Entries this worker's tables hold for its partitions, by table, as counted by "
+            "the last full sweep of each (when the worker opened it, then daily)",
+            "table",
+        )
+        self.changelog_read = self._gauge(
+            "rflow_changelog_records_read",
+            "Changelog records this worker applied to its tables since it started (recovering "
+            "them, or keeping standby copies), by table: a worker restarted with its data "
+            "directory reads only the records it had not seen",
+            "table",
+        )
         self.step_duration = self._histogram(
             "rflow_step_duration_seconds",
             "Time from a step's start to its settling, by kind",
@@ -366,13 +397,16 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
     metrics.backlog_seen |= counts.keys()
 
     waiting: dict[str, int] = {name: 0 for name in (project.workflows if project else {})}
-    for key, lane in list(runtime.tables.lanes.items()):
+    for key, lane in list(runtime.tables.lanes.items(runtime.consumption.owned())):
         if key.startswith("~"):
             continue  # firings held while a workflow is paused: counted from the read model
         workflow = key.split(":", 1)[0]
         waiting[workflow] = waiting.get(workflow, 0) + len(lane.queue)
     for workflow, count in waiting.items():
         metrics.lane_waiting.labels(workflow).set(count)
+
+    for name in ("triggers", "runs", "settled", "lanes"):
+        metrics.changelog_read.labels(name).set(getattr(runtime.tables, name).store.read)
 
     consumer = app.consumer
     for tp, done in runtime.consumption.committed().items():

@@ -13,7 +13,7 @@ state that is durable (carried out again under the same idempotency keys).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +25,12 @@ from rflow.codecs.tables import (
     RAW_CODEC_NAME,
     read_lane_entry,
     read_run_entry,
+    read_settled_entry,
     write_lane_entry,
     write_run_entry,
+    write_settled_entry,
 )
-from rflow.streams.consumption import current_partition
+from rflow.streams.consumption import TableStore, current_partition, deciding, table_store
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -36,15 +38,19 @@ if TYPE_CHECKING:
 _DELETED = object()
 WRITES_AT_ONCE = 64
 """Table writes a checkpoint makes before letting other work run (each encodes a value)."""
+SCAN_AT_ONCE = 1000
+"""Entries read from a store at once when every entry of a partition is read."""
 
 
 class Staged:
     """A table whose changes wait in memory for the next checkpoint.
 
     Reads see the newest value: changed since the last checkpoint, being written by the
-    current one, or in the table. Every change is made while a partition is being
-    decided (:meth:`rflow.streams.consumption.Consumption.decide`) and goes to that
-    partition of the changelog.
+    current one, or in the table's store. Every change is made while a partition is
+    being decided (:meth:`rflow.streams.consumption.Consumption.decide`) and goes to that
+    partition of the changelog; the store is changed once the broker has the records,
+    with the changelog offset they reached (a worker restarted with its RocksDB
+    directory reads the changelog from there on).
     """
 
     def __init__(
@@ -54,8 +60,11 @@ class Staged:
         decode: Callable[[Any], Any] = lambda value: value,
         *,
         memo: bool = False,
+        memo_missing: Callable[[Any], bool] | None = None,
+        store: TableStore | None = None,
     ) -> None:
         self.table = table
+        self.store = store if store is not None else table_store(table)
         self.encode = encode
         self.decode = decode
         self.changed: dict[Any, tuple[int, Any]] = {}
@@ -65,7 +74,10 @@ class Staged:
         self.memo: dict[Any, Any] | None = {} if memo else None
         """With ``memo``: the decoded value of each key read or written since the worker
         last gave partitions up (:meth:`forget`), so a value is decoded once, not at
-        every read (a lane with a long queue, say)."""
+        every read (a lane with a long queue, say); ``None`` for a key found missing
+        that ``memo_missing`` says to remember so (a key asked for often and rarely
+        there, of which there are few)."""
+        self.memo_missing = memo_missing
 
     def get(self, key: Any, default: Any = None) -> Any:
         found = self.changed.get(key) or self.writing.get(key)
@@ -73,13 +85,13 @@ class Staged:
             return default if found[1] is _DELETED else found[1]
         memo = self.memo
         if memo is not None and key in memo:
-            return memo[key]
-        # The table's store, read directly: the table's own getter tells Faust's sensors
-        # of every read and goes through a KeyError for a missing key.
-        data = self.table.data
-        stored = data[key] if key in data else None  # noqa: SIM401 (.get goes through KeyError)
+            found = memo[key]
+            return default if found is None else found
+        stored = self.store.get(deciding(), key)
         value = None if stored is None else self.decode(stored)
-        if memo is not None and value is not None:
+        if memo is not None and (
+            value is not None or (self.memo_missing is not None and self.memo_missing(key))
+        ):
             memo[key] = value
         return default if value is None else value
 
@@ -105,65 +117,94 @@ class Staged:
     def __delitem__(self, key: Any) -> None:
         self.changed[key] = (current_partition(), _DELETED)
 
-    def items(self) -> Iterator[tuple[Any, Any]]:
-        """Every key and its newest value."""
+    def pending(self, key: Any) -> bool:
+        """Whether ``key`` has a change not yet written to the store."""
+        return key in self.changed or key in self.writing
+
+    def scan(self, partition: int, after: Any, limit: int) -> list[tuple[Any, Any]]:
+        """Up to ``limit`` keys of ``partition`` in the store after ``after``, in key
+        order, each with its newest value (``None``: deleted since)."""
+        return [
+            (key, self.get(key) if self.pending(key) else self.decode(stored))
+            for key, stored in self.store.scan(partition, after, limit)
+        ]
+
+    def items(self, partitions: Iterable[int] | None = None) -> Iterator[tuple[Any, Any]]:
+        """Every key of ``partitions`` (every partition held here: ``None``) and its
+        newest value."""
+        chosen = self.store.partitions() if partitions is None else sorted(partitions)
         pending = {**self.writing, **self.changed}
-        for key, stored in list(self.table.data.items()):
-            if key not in pending:
-                yield key, self.decode(stored)
-        for key, (_, value) in pending.items():
-            if value is not _DELETED:
+        for partition in chosen:
+            after = None
+            while True:
+                found = self.store.scan(partition, after, SCAN_AT_ONCE)
+                for key, stored in found:
+                    if key not in pending:
+                        yield key, self.decode(stored)
+                if len(found) < SCAN_AT_ONCE:
+                    break
+                after = found[-1][0]
+        for key, (partition, value) in pending.items():
+            if value is not _DELETED and (partitions is None or partition in chosen):
                 yield key, value
 
-    def values(self) -> Iterator[Any]:
-        for _, value in self.items():
+    def values(self, partitions: Iterable[int] | None = None) -> Iterator[Any]:
+        for _, value in self.items(partitions):
             yield value
 
     def flush(self) -> Callable[[], Awaitable[None]]:
-        """Take the changes made so far; the returned function writes them to the table
-        (and its changelog), each to the partition it was decided on, letting other
-        work run every :data:`WRITES_AT_ONCE` writes."""
+        """Take the changes made so far; the returned function writes them to the
+        changelog, each to the partition it was decided on (letting other work run every
+        :data:`WRITES_AT_ONCE` records), and once the broker has every record, to the
+        store, with the offset each partition reached."""
         taken, self.changed = self.changed, {}
         self.writing.update(taken)
 
         async def write() -> None:
-            # The table's store and its changelog, written here rather than through the
-            # table's own setter: the record is the one Faust would send (the table's
-            # codecs, the partition decided on) and reaches the producer at once, and
-            # the write returns when the broker has every record.
+            # The record is the one Faust would send (the table's codecs, the partition
+            # decided on), handed to the producer at once; the store follows the broker.
             table = self.table
-            data = table.data
             producer = table.app.producer
             topic = table.changelog_topic.get_topic_name()
             dump_key = faust_codecs.get_codec(table.key_serializer).dumps
             dump_value = faust_codecs.get_codec(table.value_serializer).dumps
-            memo = self.memo
+            store = self.store
             sent = []
+            changes: dict[int, list[tuple[Any, Any]]] = {}
             for done, (key, entry) in enumerate(taken.items(), 1):
                 partition, value = entry
                 if value is _DELETED:
-                    if key in data:
-                        del data[key]
-                        sent.append(
-                            await producer.send(topic, dump_key(key), None, partition, None, None)
-                        )
-                    if memo is not None:
-                        memo.pop(key, None)
+                    if store.get(partition, key) is None:
+                        continue  # never written: nothing to delete
+                    stored = None
+                    record = None
                 else:
                     stored = self.encode(value)
-                    data[key] = stored
                     record = dump_value(stored)
-                    sent.append(
-                        await producer.send(topic, dump_key(key), record, partition, None, None)
-                    )
-                    if memo is not None:
-                        memo[key] = value
-                if self.writing.get(key) is entry:
-                    del self.writing[key]
+                sent.append(
+                    await producer.send(topic, dump_key(key), record, partition, None, None)
+                )
+                changes.setdefault(partition, []).append((key, stored))
                 if not done % WRITES_AT_ONCE:
                     await asyncio.sleep(0)
-            if sent:
-                await asyncio.gather(*sent)
+            reached: dict[int, int] = {}
+            for metadata in await asyncio.gather(*sent) if sent else ():
+                offset = getattr(metadata, "offset", None)
+                if offset is not None:
+                    reached[metadata.partition] = max(offset, reached.get(metadata.partition, -1))
+            for partition, written in changes.items():
+                store.write(partition, written, reached.get(partition))
+            memo = self.memo
+            for key, entry in taken.items():
+                if memo is not None:
+                    if entry[1] is not _DELETED:
+                        memo[key] = entry[1]
+                    elif self.memo_missing is not None and self.memo_missing(key):
+                        memo[key] = None
+                    else:
+                        memo.pop(key, None)
+                if self.writing.get(key) is entry:
+                    del self.writing[key]
 
         return write
 
@@ -173,26 +214,58 @@ class Tables:
     """The app's tables, as the runner changes them (:class:`Staged`)."""
 
     triggers: Staged
+    """``<workflow>:<trigger key>`` -> the firing's gate entry (:mod:`rflow.engine.memory`)."""
     runs: Staged
-    """Run id -> :class:`~rflow.engine.state.RunState`, or the status of a settled run."""
+    """Run id -> the :class:`~rflow.engine.state.RunState` of a run that has not settled."""
+    settled: Staged
+    """Run id -> :class:`~rflow.engine.memory.Settled`: a run that settled, for the window."""
     lanes: Staged
     """``<workflow>:<group>`` -> :class:`~rflow.engine.lanes.Lane`; ``~held:...`` -> the
     firings held while a workflow is paused."""
 
+    @property
+    def all(self) -> tuple[Staged, ...]:
+        return (self.triggers, self.runs, self.settled, self.lanes)
+
     def forget(self) -> None:
         """Partitions were given up: drop every decoded value (:meth:`Staged.forget`)."""
-        for table in (self.triggers, self.runs, self.lanes):
+        for table in self.all:
             table.forget()
 
     def flush(self) -> Callable[[], Awaitable[None]]:
         """Take every table's changes; the returned function writes them."""
-        writes = [table.flush() for table in (self.triggers, self.runs, self.lanes)]
+        writes = [table.flush() for table in self.all]
 
         async def write() -> None:
             for each in writes:
                 await each()
 
         return write
+
+    def stamp(self, partition: int, now: float) -> None:
+        """Note that every table's ``partition`` is current (:meth:`TableStore.stamp`)."""
+        for table in self.all:
+            table.store.stamp(partition, now)
+
+    def closed(self, partition: int, now: float) -> None:
+        """``partition`` was closed after its last checkpoint: it is current, and what its
+        tables hold in memory goes to disk, so that opening it again (a restart) reads
+        neither the changelog nor a log of writes."""
+        for table in self.all:
+            table.store.stamp(partition, now)
+            table.store.flush(partition)
+
+
+ROCKSDB_OPTIONS = {
+    "write_buffer_size": 4 * 1024 * 1024,
+    "max_write_buffer_number": 2,
+    "target_file_size_base": 16 * 1024 * 1024,
+}
+"""Each table partition's RocksDB database: Faust's defaults (three 64 MiB write buffers
+for every one of the 32 databases of a worker owning every partition, and a block cache
+of 2 GiB each) would let memory grow to tens of GiB. The databases of a worker share one
+block cache and one memtable budget besides (``streams/consumption.py``,
+``ROCKSDB_CACHE`` and ``ROCKSDB_MEMTABLES``)."""
 
 
 def _table(
@@ -228,6 +301,7 @@ def _table(
         changelog_topic=topic,
         schema=schema,
         help=help,
+        options=dict(ROCKSDB_OPTIONS) if str(app.conf.store).startswith("rocksdb") else None,
     )
     # Faust derives a table's write serializers from its key and value types ("json" for
     # untyped tables), bypassing the schema: an integer beyond 64 bits in a trigger's
@@ -237,8 +311,36 @@ def _table(
     return table
 
 
+def trusted_for(app: RflowApp, changelog: str) -> float:
+    """Seconds a partition's local copy may go without being known current before it is
+    read again from its changelog's start (:meth:`TableStore.fresh`): half the
+    changelog's ``delete.retention.ms``, the least time a tombstone stays after
+    compaction (a copy older than that may miss deletions)."""
+    spec = app.rflow.catalog.spec(changelog)
+    return int(spec.configs.get("delete.retention.ms", DELETE_RETENTION_MS)) / 1000 / 2
+
+
+DELETE_RETENTION_MS = 86_400_000
+"""Kafka's default ``delete.retention.ms``."""
+
+
 def create(app: RflowApp) -> Tables:
     """Declare every table on ``app``."""
+    tables = _create(app)
+    for name, staged in zip(CHANGELOGS, tables.all, strict=True):
+        staged.store.fresh(trusted_for(app, name))
+    return tables
+
+
+CHANGELOGS = (
+    "rflow.state.triggers",
+    "rflow.state.runs",
+    "rflow.state.settled",
+    "rflow.state.lanes",
+)
+
+
+def _create(app: RflowApp) -> Tables:
     return Tables(
         triggers=Staged(
             _table(
@@ -246,8 +348,9 @@ def create(app: RflowApp) -> Tables:
                 "triggers",
                 "rflow.state.triggers",
                 "Accepted trigger firings, keyed by <workflow>:<trigger key> (the firing's "
-                "idempotency key): the record as received and the runs it started. A key "
-                "already present is a duplicate delivery.",
+                "idempotency key), for the de-duplication window: the runs it started, when "
+                "it was admitted and the digest of its record (the record itself while its "
+                "runs are being admitted). A key present is a duplicate delivery.",
             )
         ),
         runs=Staged(
@@ -255,13 +358,25 @@ def create(app: RflowApp) -> Tables:
                 app,
                 "runs",
                 "rflow.state.runs",
-                "Run state, keyed by run id: where the run is, the journal of every step "
-                "(inputs, outputs, errors, attempts) and the workflow version it is pinned to; "
-                'a settled run keeps {"settled": <status>}.',
+                "Run state of the runs that have not settled, keyed by run id: where the run "
+                "is, the journal of every step (inputs, outputs, errors, attempts) and the "
+                "workflow version it is pinned to.",
                 values=RAW_CODEC_NAME,
             ),
             encode=write_run_entry,
             decode=read_run_entry,
+        ),
+        settled=Staged(
+            _table(
+                app,
+                "settled",
+                "rflow.state.settled",
+                'Settled runs, keyed by run id, for the de-duplication window: {"settled": '
+                '<status>, "at": <when>, "workflow": <name>}, so a late event of the '
+                "run is recognised.",
+            ),
+            encode=write_settled_entry,
+            decode=read_settled_entry,
         ),
         lanes=Staged(
             _table(
@@ -274,5 +389,8 @@ def create(app: RflowApp) -> Tables:
             encode=write_lane_entry,
             decode=read_lane_entry,
             memo=True,
+            # Every firing asks whether its workflow has firings held on each partition
+            # owned here (one key per workflow and partition, seldom there).
+            memo_missing=lambda key: key.startswith("~"),
         ),
     )

@@ -31,6 +31,7 @@ from rflow.ingress.pool import RpcPool, network_endpoints
 from rflow.ingress.rpc import JsonRpc, RpcError, RpcUnavailable
 from rflow.lang.model import Project
 from rflow.relayer.build import revert_reason
+from rflow.secrets import Secrets
 from rflow.settings import Settings
 
 MISSING_STATE = (
@@ -186,9 +187,9 @@ class Fork:
                         "utf-8", "replace"
                     )
                     await self.close()
-                    raise ChainError(
-                        f"anvil could not fork --fork-url: {why.strip()[-300:]}"
-                    ) from None
+                    # anvil quotes the URL it forks, which may carry a provider's key.
+                    why = Secrets({}).hide_urls(self.url).scrub(why.strip()[-300:])
+                    raise ChainError(f"anvil could not fork --fork-url: {why}") from None
                 await asyncio.sleep(0.05)
 
     async def at(self, block: int) -> None:
@@ -203,7 +204,8 @@ class Fork:
             self.latest = False
         except RpcError as exc:
             if not missing_state(exc):
-                raise ChainError(f"anvil could not fork block {block}: {exc.message}") from None
+                why = Secrets({}).hide_urls(self.url).scrub(exc.message)
+                raise ChainError(f"anvil could not fork block {block}: {why}") from None
             await self.rpc.call("anvil_reset", {"forking": {"jsonRpcUrl": self.url}})
             self.latest = True
         self.block = block

@@ -181,7 +181,7 @@ class Sandbox:
         self.firings[firing.gate] = (replace(firing, record=record), admitted, workflow)
         paused = "in its definition" if workflow.paused else self.paused.get(name)
         decisions = admission.fired(
-            admitted, _policy(workflow), self.book, paused=paused, partition=0
+            admitted, _policy(workflow), self.book, paused=paused, partition=0, now=at
         )
         await self.carry_out(decisions, at)
 
@@ -287,7 +287,7 @@ class Sandbox:
 
     async def retract(self, firing: Firing, at: datetime) -> None:
         assert firing.retracted is not None
-        decisions = admission.retracted(firing.gate, firing.retracted.reason, self.book)
+        decisions = admission.retracted(firing.gate, firing.retracted.reason, self.book, now=at)
         await self.carry_out(decisions, at)
 
     async def tick(self, name: str, at: datetime) -> None:

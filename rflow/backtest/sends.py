@@ -28,7 +28,7 @@ from rflow.backtest.history import Firing, History, RecordedRun
 from rflow.backtest.ledger import Ledger
 from rflow.backtest.outcome import Outcome
 from rflow.backtest.simulate import Answer, SideName
-from rflow.budgets import charges, token_amount
+from rflow.budgets import charges, check_decodable, token_amount
 from rflow.codecs.backtests import Charge as ChargeView
 from rflow.codecs.backtests import Mark, Send
 from rflow.engine.effects import Execute
@@ -70,13 +70,15 @@ class Relayer:
     ) -> Answer:
         """A send checked as the relayer checks it, and never signed: permissions, the
         chain (the recorded answer of the same send, else a simulation at the firing's
-        block), gas breakers, then budgets."""
+        block), gas breakers, then budgets. A strict budget's refusal of a token amount
+        it cannot decode comes with the permissions, before the chain is asked."""
         name = outcome.workflow
         secrets = Secrets(self.env)
         try:
             action = secrets.resolve(effect.action)
             intent = build.intent(self.project, action)
             build.check_permissions(self.project, name, intent)
+            check_decodable(self.project, name, intent.shape)
         except RflowError as exc:
             error = secrets.scrub_error(exc.as_data())
             outcome.sends.append(_refused_send(effect, error, at))

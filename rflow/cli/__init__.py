@@ -90,3 +90,20 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="rflow")
 def main() -> None:
     """rflow: when this happens, do these things, in order."""
+    _scrub_logs()
+
+
+def _scrub_logs() -> None:
+    """Scrub every log line of this command of the secret-bearing settings (the RPC URLs,
+    the database URL, the tokens): what a library logs must not show them either."""
+    from pydantic import ValidationError
+
+    from rflow.secrets import process_secrets, scrub_logs
+    from rflow.settings import Settings, environ
+
+    env = environ()
+    try:
+        settings = Settings.from_env(env)
+    except ValidationError:  # the command itself reports bad settings when it reads them
+        return
+    scrub_logs(process_secrets(settings, None, env))

@@ -86,6 +86,7 @@ def emit(
     from web3 import Web3
 
     from rflow.lang.units import UnitError, parse_amount
+    from rflow.secrets import Secrets
 
     settings = Settings.from_env()
     try:
@@ -101,12 +102,14 @@ def emit(
         url = settings.rpc_url(network)
     except LookupError as exc:
         fail(str(exc))
+    # The URL may carry a provider's key, and the library's messages may quote it.
+    scrub = Secrets({}).hide_urls(url).scrub
     w3 = Web3(Web3.HTTPProvider(url, request_kwargs={"timeout": 10}))
     try:
         chain_id = w3.eth.chain_id
         accounts = w3.eth.accounts
     except Exception as exc:  # whatever the failure, the node is not usable
-        fail(f"no node answers at {url} (RFLOW_RPC_URL_{network.upper()}): {exc}")
+        fail(scrub(f"no node answers at {url} (RFLOW_RPC_URL_{network.upper()}): {exc}"))
     requester = _sender(sender, accounts)
     if w3.eth.get_code(address) in (b"", b"\x00"):
         fail(
@@ -119,7 +122,7 @@ def emit(
             {"from": requester}
         )
     except Exception as exc:  # the node refused it: say so, in its words
-        fail(f"the node refused the request from {requester}: {exc}")
+        fail(scrub(f"the node refused the request from {requester}: {exc}"))
     receipt = _receipt(w3, tx_hash)
     if receipt["status"] != 1:
         fail(f"the request transaction {tx_hash.hex()} reverted (block {receipt['blockNumber']})")

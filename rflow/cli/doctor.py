@@ -25,6 +25,7 @@ def doctor(path: str, as_json: bool) -> None:
     from rflow.cli.validate import with_signers
     from rflow.doctor import Finding, live_checks
     from rflow.lang import validate_path
+    from rflow.secrets import process_secrets, scrub_logs
 
     env = environ()
     report = with_signers(validate_path(path, env), env)
@@ -35,7 +36,9 @@ def doctor(path: str, as_json: bool) -> None:
             f"{len(report.workflows)} workflows, {len(report.errors)} errors, {len(report.warnings)} warnings",
         )
     ]
-    findings += asyncio.run(live_checks(Settings.from_env(env), report.project, env))
+    settings = Settings.from_env(env)
+    scrub_logs(process_secrets(settings, report.project, env))
+    findings += asyncio.run(live_checks(settings, report.project, env))
     failed = any(f.status == "fail" for f in findings)
     if as_json:
         document = {

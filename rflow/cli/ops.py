@@ -177,7 +177,10 @@ def worker(project: Path | None, setup: bool, rollback: bool, loglevel: str) -> 
         asyncio.run(_migrate(settings))
     use_event_loop(settings.event_loop)
     from rflow.principals import TokenConflict
-    from rflow.streams.app import create_app, tune_gc
+    from rflow.streams.app import create_app, store_url, tune_gc
+
+    if store_url(settings).startswith("rocksdb"):
+        _hold_data_dir(settings)
 
     try:
         app = create_app(settings, rollback=rollback)
@@ -188,6 +191,30 @@ def worker(project: Path | None, setup: bool, rollback: bool, loglevel: str) -> 
     from faust.worker import Worker
 
     Worker(app, loglevel=loglevel).execute_from_commandline()
+
+
+_HELD: list[object] = []
+
+
+def _hold_data_dir(settings: Settings) -> None:
+    """Hold the data directory for this process (until it exits): a second worker on the
+    same directory would wait on its RocksDB databases' locks, then crash."""
+    import fcntl
+
+    directory = settings.data_dir.resolve()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = (directory / f"{settings.app_id}.lock").open("a")
+    except OSError as exc:
+        fail(f"RFLOW_DATA_DIR {directory} cannot hold the worker's tables: {exc}")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fail(
+            f"RFLOW_DATA_DIR {directory} is in use by another worker of {settings.app_id} on "
+            "this host: give each worker a data directory of its own"
+        )
+    _HELD.append(lock)
 
 
 def use_event_loop(choice: str) -> None:

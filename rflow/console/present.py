@@ -40,6 +40,8 @@ FAILURES: dict[str, str] = {
     "assert_failed": "a check in the workflow was false",
     "gas_cap_exceeded": "the network asked more gas than the step allows",
     "budget_exceeded": "the send would take a budget over its cap: nothing was sent",
+    "budget_undecodable": "a strict budget caps the token, and how much the send moves "
+    "cannot be read: nothing was sent",
     "permission_denied": "the workflow's permissions do not allow this",
     "invalid_input": "the step's input was not valid when it ran",
     "signer_unavailable": "the relayer's HSM or KMS did not answer: nothing was signed (retried by a retry policy)",

@@ -8,10 +8,11 @@ order, and journals them; replay tests feed recorded events and expect the same 
 
 The rules, one function each:
 
-- :func:`fired`: a firing is admitted once per gate key. While its workflow is paused it
-  is held (queued per partition, in arrival order) or, with ``paused_firings: skip``,
-  recorded as skipped; otherwise its runs begin: a matrix's runs within ``max_parallel``
-  now, the rest pending. A repeated delivery starts only a run that lost its start.
+- :func:`fired`: a firing is admitted once per gate key (for the de-duplication window,
+  :mod:`rflow.engine.memory`). While its workflow is paused it is held (queued per
+  partition, in arrival order) or, with ``paused_firings: skip``, recorded as skipped;
+  otherwise its runs begin: a matrix's runs within ``max_parallel`` now, the rest
+  pending. A repeated delivery starts only a run that lost its start.
 - :func:`begun`: a run reaches its concurrency lane (:mod:`rflow.engine.lanes`) and starts,
   waits, is skipped or supersedes, by ``on_conflict``; without a lane it starts.
 - :func:`start_or_defer`: a run about to start waits for a half-open circuit's probe, or
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from rflow.engine import lanes
+from rflow.engine import lanes, memory
 from rflow.engine.lanes import Lane, OnConflict
 from rflow.engine.state import RunStatus
 
@@ -58,8 +59,11 @@ class Firing:
     group: str | None
     runs: tuple[Run, ...]
     record: Mapping[str, Any]
-    """The record as accepted (JSON), kept in the gate entry."""
+    """The record as accepted (JSON), kept in the gate entry while its runs begin."""
     retry: bool = False
+    digest: str = ""
+    """The record's :func:`~rflow.engine.memory.digest`, kept in the gate entry for the
+    window."""
 
 
 @dataclass(frozen=True)
@@ -214,14 +218,20 @@ Decision = (
 
 
 def fired(
-    firing: Firing, policy: Policy, book: Book, *, paused: str | None, partition: int
+    firing: Firing,
+    policy: Policy,
+    book: Book,
+    *,
+    paused: str | None,
+    partition: int,
+    now: datetime,
 ) -> list[Decision]:
     """Admit ``firing`` (once per gate key), as the gate entry and ``paused`` (why its
-    workflow starts no runs now, or ``None``) say."""
+    workflow starts no runs now, or ``None``) say; ``now`` is when it is admitted."""
     admitted = book.gate_of(firing.gate)
     if admitted is not None:
         return [] if firing.retry else _again(firing, policy, book, admitted)
-    entry = gate_entry(firing, policy)
+    entry = gate_entry(firing, policy, now)
     if paused and policy.paused_firings == "skip":
         reason = f"workflow paused: {paused}"
         decisions: list[Decision] = [_set_gate(book, firing.gate, {**entry, "skipped": reason})]
@@ -240,12 +250,13 @@ def fired(
     return [_set_gate(book, firing.gate, entry), *_begin_firing(firing, policy, book, entry)]
 
 
-def gate_entry(firing: Firing, policy: Policy) -> dict[str, Any]:
-    """The gate entry of a firing: the record as accepted and its runs, with a matrix's
-    bookkeeping (every combination's run is keyed like the firing, so they all settle on
-    its partition, in order)."""
+def gate_entry(firing: Firing, policy: Policy, now: datetime) -> dict[str, Any]:
+    """The gate entry of a firing: the record as accepted, its runs, when it was admitted
+    and the record's digest, with a matrix's bookkeeping (every combination's run is
+    keyed like the firing, so they all settle on its partition, in order). Once every
+    run has begun it keeps less (:func:`~rflow.engine.memory.remembered`)."""
     run_ids = [r.run_id for r in firing.runs]
-    entry = {**firing.record, "runs": run_ids}
+    entry = {**firing.record, "runs": run_ids, "at": memory.epoch(now), "digest": firing.digest}
     if policy.matrix and not firing.retry:
         limit = policy.max_parallel or len(run_ids)
         entry["matrix"] = {
@@ -391,12 +402,13 @@ def released(
     return decisions
 
 
-def retracted(gate: str, reason: str, book: Book) -> list[Decision]:
+def retracted(gate: str, reason: str, book: Book, *, now: datetime) -> list[Decision]:
     """The source withdrew firing ``gate``: its runs are asked to stop; before it is
-    admitted, the gate remembers, so a late delivery starts nothing."""
+    admitted, the gate remembers (for the window, from ``now``), so a late delivery
+    starts nothing."""
     accepted = book.gate_of(gate)
     if accepted is None:
-        return [_set_gate(book, gate, {"retracted": reason})]
+        return [_set_gate(book, gate, {"retracted": reason, "at": memory.epoch(now)})]
     why = f"trigger retracted: {reason}"
     return [
         _set_gate(book, gate, {**accepted, "retracted": reason}),
@@ -429,8 +441,10 @@ def _again(
 ) -> list[Decision]:
     """A firing delivered again. Its gate entry and its runs' states can be lost
     separately by a crash (the gate kept, a run's first state lost): such a run starts
-    again (a start is idempotent). Anything else about a repeated firing is ignored: a
-    held or skipped firing stays so, and a deferred run waits for its timer."""
+    again (a start is idempotent), from the record as accepted, which a compact entry
+    (:func:`~rflow.engine.memory.remembered`) no longer holds: the repeated delivery is
+    that record when its digest matches. Anything else about a repeated firing is
+    ignored: a held or skipped firing stays so, and a deferred run waits for its timer."""
     if "held" in admitted or "skipped" in admitted or "retracted" in admitted:
         return [Ignored(f"duplicate delivery of firing {firing.gate} ignored")]
     started = admitted.get("matrix", {}).get("active", admitted.get("runs", []))
@@ -450,6 +464,16 @@ def _again(
     if not lost:
         return [Ignored(f"duplicate delivery of firing {firing.gate} ignored")]
     decisions: list[Decision] = []
+    if memory.is_remembered(admitted):
+        full = memory.restored(admitted, firing.record, firing.digest)
+        if full is None:
+            return [
+                Ignored(
+                    f"firing {firing.gate} delivered again with another record than the one "
+                    f"accepted: run(s) {', '.join(lost)} cannot start from it"
+                )
+            ]
+        decisions.append(_set_gate(book, firing.gate, full))
     for run in firing.runs:
         if run.run_id not in lost:
             continue

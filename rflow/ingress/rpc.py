@@ -20,6 +20,7 @@ import aiohttp
 
 from rflow.ingress.blocks import BlockRef
 from rflow.lang import Project
+from rflow.secrets import Secrets, redact_url
 from rflow.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -89,11 +90,18 @@ class Calls:
 
 
 class JsonRpc(Calls):
-    """JSON-RPC over HTTP; use ``async with JsonRpc(url) as rpc``."""
+    """JSON-RPC over HTTP; use ``async with JsonRpc(url) as rpc``.
+
+    ``url`` may carry an API key (in its user, password, path or query): its messages and
+    log lines show only :attr:`shown`, its scheme and host, and scrub the key from what a
+    library or the node quotes back."""
 
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
         self.url = url
         self.label = "the node"
+        self.shown = redact_url(url)
+        """The URL as messages show it: scheme and host only."""
+        self.scrub = Secrets({}).hide_urls(url).scrub
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._ids = itertools.count(1)
         self._session: aiohttp.ClientSession | None = None
@@ -118,17 +126,34 @@ class JsonRpc(Calls):
             async with self.session.post(self.url, json=body) as resp:
                 if resp.status >= 400:
                     text = (await resp.text())[:200]
-                    raise RpcUnavailable(f"{self.url} answered HTTP {resp.status}: {text}")
+                    raise RpcUnavailable(
+                        f"{self.shown} answered HTTP {resp.status}: {self.scrub(text)}"
+                    )
                 return await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise RpcUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from None
+            raise RpcUnavailable(
+                f"{self.shown}: {type(exc).__name__}: {self.scrub(str(exc))}"
+            ) from None
 
     async def call(self, method: str, *params: Any) -> Any:
         """One call; its ``result``."""
         answer = await self._post(
             {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": list(params)}
         )
-        return _result(method, answer)
+        try:
+            return _result(method, answer)
+        except RpcError as exc:
+            raise self._scrubbed(exc) from None
+
+    def _scrubbed(self, answer: Any) -> Any:
+        """``answer`` with the key scrubbed from it if it is an error the node answered
+        (a node may quote the request's URL or headers back)."""
+        if not isinstance(answer, RpcError):
+            return answer
+        message, data = self.scrub(answer.message), self.scrub(answer.data)
+        if message == answer.message and data == answer.data:
+            return answer
+        return RpcError(answer.method, answer.code, message, data)
 
     async def batch(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
         """Several calls in one request; results in call order (the first error raised)."""
@@ -153,7 +178,7 @@ class JsonRpc(Calls):
         if not isinstance(answer, list):
             # A node (or provider plan) without batches answers with one error object:
             # ask one call at a time instead.
-            log.debug("%s refused a batch (%s); calling one by one", self.url, answer)
+            log.debug("%s refused a batch (%s); calling one by one", self.shown, self.scrub(answer))
             results: list[Any] = []
             for method, params in calls:
                 try:
@@ -164,8 +189,8 @@ class JsonRpc(Calls):
         by_id = {a.get("id"): a for a in answer if isinstance(a, dict)}
         missing = [m for i, (m, _) in zip(ids, calls, strict=True) if i not in by_id]
         if missing:
-            raise RpcUnavailable(f"{self.url} left {len(missing)} batched calls unanswered")
-        return [_answer(m, by_id[i]) for i, (m, _) in zip(ids, calls, strict=True)]
+            raise RpcUnavailable(f"{self.shown} left {len(missing)} batched calls unanswered")
+        return [self._scrubbed(_answer(m, by_id[i])) for i, (m, _) in zip(ids, calls, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -284,6 +309,7 @@ class HeadWatcher:
             await self._poll(self.ws_retry if self.ws_url else None)
 
     async def _subscribe(self, url: str) -> None:
+        shown = redact_url(url)
         try:
             async with self.rpc.session.ws_connect(url, heartbeat=10.0) as ws:
                 await ws.send_json(
@@ -291,10 +317,10 @@ class HeadWatcher:
                 )
                 reply = await ws.receive_json(timeout=10.0)
                 if not isinstance(reply, dict) or reply.get("error") or "result" not in reply:
-                    log.warning("%s refused the newHeads subscription: %s", url, reply)
+                    log.warning("%s refused the newHeads subscription: %s", shown, reply)
                     return
                 self.mode = "websocket"
-                log.info("following new heads over %s", url)
+                log.info("following new heads over %s", shown)
                 self._wake.set()  # anything mined while we were connecting
                 async for message in ws:
                     if message.type == aiohttp.WSMsgType.TEXT:
@@ -303,10 +329,13 @@ class HeadWatcher:
                         break
         except (aiohttp.ClientError, TimeoutError, ValueError, TypeError) as exc:
             log.warning(
-                "websocket %s failed (%s); polling every %.2fs", url, exc, self.poll_interval
+                "websocket %s failed (%s); polling every %.2fs",
+                shown,
+                Secrets({}).hide_urls(url).scrub(str(exc)),
+                self.poll_interval,
             )
         else:
-            log.warning("websocket %s closed; polling every %.2fs", url, self.poll_interval)
+            log.warning("websocket %s closed; polling every %.2fs", shown, self.poll_interval)
 
     async def _poll(self, duration: float | None) -> None:
         self.mode = "polling"

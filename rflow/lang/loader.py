@@ -42,6 +42,7 @@ from rflow.lang.model.resources import (
 from rflow.lang.model.steps import Step
 from rflow.lang.model.triggers import Trigger
 from rflow.lang.model.workflow import CircuitBreaker, Permissions, Strategy, Workflow
+from rflow.lang.money import MoneyChecker
 from rflow.lang.reading import read_files
 from rflow.lang.references import ReferenceChecker, check_outside_workflows
 from rflow.lang.yamlsrc import SourceMap, load_yaml
@@ -195,6 +196,7 @@ def _validate(
         view = _lenient(data)
     checker = Checker(view, source, env, files)
     diagnostics.extend(checker.run())
+    diagnostics.extend(MoneyChecker(view, source).run())
     if project is not None and checker.abi_files:
         project = _with_abis(project, checker.abi_files)
     workflows = data.get("workflows")

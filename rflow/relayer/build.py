@@ -18,7 +18,7 @@ from eth_abi.exceptions import EncodingError
 from eth_utils import function_signature_to_4byte_selector, is_address
 from eth_utils import to_checksum_address as _to_checksum_address
 
-from rflow.budgets import SendShape
+from rflow.budgets import CallShape, SendShape
 from rflow.failures import FailureKind, RflowError
 from rflow.lang.abi import SignatureError, parse_signature
 from rflow.lang.model import Project
@@ -163,14 +163,18 @@ def intent(project: Project, action: Mapping[str, Any]) -> Intent:
             [[(t, False, v, d) for t, v, d in zip(targets, values, datas, strict=True)]],
         )
         to, data, value = MULTICALL3, _AGGREGATE3_VALUE + encoded, sum(values)
-        shape = SendShape(network, relayer, value, multicall=True)
+        made = tuple(
+            CallShape(target, call.get("contract"), call.get("function"))
+            for target, call in zip(targets, calls, strict=True)
+        )
+        shape = SendShape(network, relayer, value, multicall=True, to=to, calls=made)
     else:
         to = _target(project, network, action, "send_transaction")
         function = action.get("function")
         args = action.get("args") or []
         data = calldata(function, args, "send_transaction") if function else b""
         value = _amount(action.get("value", 0), "send_transaction.value")
-        shape = SendShape(network, relayer, value, action.get("contract"), function, args)
+        shape = SendShape(network, relayer, value, action.get("contract"), function, args, to=to)
     return Intent(
         network=network,
         relayer=relayer,

@@ -89,6 +89,10 @@ def worker_factory(settings: Settings, tmp_path: Path) -> Iterator:
         env: dict[str, str] | None = None,
         **overrides,
     ) -> WorkerProcess:
+        if started and "data_dir" not in overrides:
+            # A data directory of its own, as every worker on one host has: a later worker
+            # is a new host unless the test gives it an earlier one's directory.
+            overrides["data_dir"] = tmp_path / f"data-{len(started)}"
         worker = WorkerProcess(
             settings.model_copy(update=overrides),
             tmp_path / f"worker-{len(started)}.log",

@@ -220,7 +220,13 @@ async def consumer_lag(settings: Settings) -> int:
         await admin.close()
 
 
-TRACED = ("rflow.triggers", "rflow.state.triggers", "rflow.state.runs", "rflow.events")
+TRACED = (
+    "rflow.triggers",
+    "rflow.state.triggers",
+    "rflow.state.runs",
+    "rflow.state.settled",
+    "rflow.events",
+)
 
 
 async def trace(settings: Settings, keys: set[str]) -> list[str]:

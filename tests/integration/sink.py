@@ -25,7 +25,8 @@ class Request:
 @dataclass
 class Sink:
     """Answers 200 with ``{"ok": true, "echo": <body>, "path": <path>}`` (and the request's
-    headers, with ``echo_headers``); paths in ``held`` wait for ``release``."""
+    headers, with ``echo_headers``), or the status ``statuses`` gives the path; paths in
+    ``held`` wait for ``release``."""
 
     port: int = field(default_factory=free_port)
     requests: list[Request] = field(default_factory=list)
@@ -34,6 +35,7 @@ class Sink:
     peak: int = 0
     delay: float = 0.0
     echo_headers: bool = False
+    statuses: dict[str, int] = field(default_factory=dict)
     _release: asyncio.Event = field(default_factory=asyncio.Event)
     _runner: web.AppRunner | None = None
 
@@ -71,7 +73,7 @@ class Sink:
         answer = {"ok": True, "echo": body, "path": request.path}
         if self.echo_headers:
             answer["headers"] = dict(request.headers)
-        return web.json_response(answer)
+        return web.json_response(answer, status=self.statuses.get(request.path, 200))
 
     async def start(self) -> Sink:
         app = web.Application()

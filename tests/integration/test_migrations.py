@@ -61,7 +61,7 @@ async def test_unreachable_database_is_a_storage_error_not_a_driver_error(settin
         update={"database_url": SecretStr("postgresql://rflow@127.0.0.1:1/rflow")}
     )
     with pytest.raises(
-        storage.Unavailable, match=r"cannot reach Postgres at postgresql://rflow@127.0.0.1:1/rflow"
+        storage.Unavailable, match=r"cannot reach Postgres at postgresql://127.0.0.1:1/…"
     ):
         await storage.connect(bad)
 

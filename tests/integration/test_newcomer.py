@@ -80,7 +80,8 @@ def commands() -> dict[str, click.Command]:
 
 
 def arguments(project: Path, gated: str, failed: str) -> dict[str, list[str] | None]:
-    """What the newcomer gives each command (``None``: not run, a server)."""
+    """What the newcomer gives each command (``None``: not run: a server, or a tool of
+    the local development chain that signs with its funded account)."""
     p = str(project)
     return {
         "rflow approvals approve": [gated],
@@ -88,13 +89,18 @@ def arguments(project: Path, gated: str, failed: str) -> dict[str, list[str] | N
         "rflow approvals reject": ["r0000"],
         "rflow approvals show": [gated],
         "rflow audit ls": [],
+        "rflow backtest": [str(project.parent)],
         "rflow budgets ls": ["--project", p],
         "rflow dead-letters ls": [],
         "rflow dead-letters replay": ["1"],
         "rflow dead-letters show": ["1"],
         "rflow deploy": [p],
         "rflow deployments": [],
+        "rflow dev emit": None,
         "rflow doctor": [p],
+        "rflow kafka acls": [],
+        "rflow keys address": [p, "hot"],
+        "rflow keys generate": [],
         "rflow migrate": [],
         "rflow run": ["hello", "--key", "newcomer"],
         "rflow runs approve": ["r0000"],
@@ -103,6 +109,7 @@ def arguments(project: Path, gated: str, failed: str) -> dict[str, list[str] | N
         "rflow runs reject": ["r0000"],
         "rflow runs retry": [failed],
         "rflow runs show": [failed],
+        "rflow runs signal": [gated, "go"],
         "rflow schedules disable": ["nightly"],
         "rflow schedules enable": ["nightly"],
         "rflow schedules ls": [],
@@ -111,6 +118,7 @@ def arguments(project: Path, gated: str, failed: str) -> dict[str, list[str] | N
         "rflow sends ls": [],
         "rflow sends speedup": ["s000000000000"],
         "rflow spend": [],
+        "rflow state": ["hello"],
         "rflow topics apply": [],
         "rflow trigger": ["hello", "--key", "newcomer-trigger", "--project", p],
         "rflow validate": [p],
@@ -118,6 +126,7 @@ def arguments(project: Path, gated: str, failed: str) -> dict[str, list[str] | N
         "rflow workflow ls": [],
         "rflow workflow pause": ["hello"],
         "rflow workflow resume": ["hello"],
+        "rflow workers": [],
     }
 
 

@@ -285,8 +285,14 @@ async def test_through_the_cli_each_role_does_exactly_what_it_may(world):
 
     before = await db(s, deployments.latest_id)
     await refused("deploy", "deploy", str(world.project))
+    await refused("deploy.rollback", "deploy", "--rollback", str(world.project))
     assert await db(s, deployments.latest_id) == before
     assert (await cli("operator", "deploy", str(world.project))).returncode == 0
+
+    # runs.signal and backtests.run: no signal is kept, no backtest is reported.
+    await refused("runs.signal", "runs", "signal", world.gated[0], "go")
+    await refused("backtests.run", "backtest", str(world.project.parent))
+    assert (await cli("operator", "runs", "list")).returncode == 0
 
     # Reads, and the audit trail itself.
     for who in ("viewer", "approver"):

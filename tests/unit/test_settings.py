@@ -39,7 +39,12 @@ def test_the_password_never_shows():
     settings = Settings.from_env({"RFLOW_DATABASE_URL": "postgresql://u:pw-7f3a91@db:5432/x"})
     assert "pw-7f3a91" not in repr(settings)
     assert "pw-7f3a91" not in str(settings.model_dump())
-    assert settings.database_display == "postgresql://u@db:5432/x"
+    assert settings.database_display == "postgresql://db:5432/…"
+
+
+def test_an_rpc_url_never_shows():
+    settings = Settings.from_env({"RFLOW_RPC_URL_MAINNET": "https://u:pw@rpc.test/v3/k3y-7f3a91"})
+    assert "k3y-7f3a91" not in repr(settings)
 
 
 def test_missing_network_names_the_variable():

@@ -291,6 +291,27 @@ Duration = Annotated[
 ]
 """A positive duration, read from ``10s``, ``1h30m``, ``2 hours`` and the like."""
 
+DEDUP_WINDOW_MIN = timedelta(seconds=1)
+DEDUP_WINDOW_MAX = timedelta(days=3650)
+
+
+def _dedup_window(value: timedelta) -> timedelta:
+    if value < DEDUP_WINDOW_MIN:
+        raise invalid(
+            f"a de-duplication window must be at least 1s (got {format_duration(value)}): "
+            "a repeated delivery must still be recognised when it arrives"
+        )
+    if value > DEDUP_WINDOW_MAX:
+        raise invalid(
+            f"a de-duplication window must be at most 3650d (got {format_duration(value)}): "
+            "what a worker remembers grows with it"
+        )
+    return value
+
+
+DedupWindow = Annotated[Duration, AfterValidator(_dedup_window)]
+"""How long a firing's trigger key is remembered: from 1s to 3650d."""
+
 Cron = Annotated[
     str,
     AfterValidator(_wrap(parse_cron)),

@@ -13,6 +13,7 @@ from rflow.authz import ACTION_NAMES, DEFAULT_ROLE, ROLES
 from rflow.lang.model.common import (
     Address,
     Amount,
+    DedupWindow,
     Duration,
     EnvVar,
     Model,
@@ -310,6 +311,11 @@ class Budget(Model):
     """Cap on gas paid (gas_used x effective_gas_price of settled sends) in the window."""
     scope: BudgetScope = BudgetScope()
     """Which sends charge the budget (default: every send of an attached workflow)."""
+    strict: bool = False
+    """Refuse (`budget_undecodable`, before anything is signed) a send to a token this
+    budget caps whose amount cannot be decoded: a multicall calling the token, a call to
+    its address through `to`, or any function but transfer, transferFrom and approve
+    (increaseAllowance, permit...). Off: such a send charges only its native value."""
 
     @model_validator(mode="after")
     def _has_a_cap(self) -> Budget:
@@ -331,3 +337,14 @@ class Config(Model):
     """Runs executing at once across all concurrency groups."""
     approval_timeout: Duration = timedelta(hours=24)
     """Default timeout of a human approval wait that sets none."""
+    uncapped_money: Literal["warn", "error"] = "warn"
+    """What `rflow validate` and `rflow doctor` make of a send that can move money nothing
+    caps (native value or a budgeted token without max_value_per_tx or an attached budget,
+    a recipient or value straight from trigger data, a budget's scope not attached, a token
+    call a budget cannot decode): warn, or error (the project does not validate, so no
+    worker runs it and no deploy publishes it)."""
+    dedup_window: DedupWindow = timedelta(days=7)
+    """How long a worker remembers a firing's trigger key (a repeat inside it starts
+    nothing; one after it is admitted again) and a settled run (an event for it after
+    that is dropped). A workflow may set its own (`dedup_window`). A run that has not
+    settled is remembered however long it takes."""

@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
 from rflow.lang.model.common import (
     Amount,
+    DedupWindow,
     Duration,
     EnvVar,
     Model,
@@ -159,6 +160,10 @@ class Workflow(Model):
     """dead_letter (to the DLQ), drop (log and forget) or halt (pause the workflow)."""
     retention: int | None = Field(None, ge=1, le=36_500)
     """Days of run history (runs, step logs) kept in the read model; default: forever."""
+    dedup_window: DedupWindow | None = None
+    """How long a worker remembers this workflow's firings and settled runs; default:
+    config.dedup_window (7d). A trigger key repeated inside the window starts nothing;
+    repeated after it, it is admitted again."""
 
     @model_validator(mode="before")
     @classmethod

@@ -374,3 +374,46 @@ def test_a_refusal_kind_is_decided_anew_but_a_chain_outcome_is_reused():
     assert {"reverted", "simulation_failed", "dropped", "expired"} == sends.REUSED
     assert FailureKind.BUDGET_EXCEEDED not in sends.REUSED
     assert StepError(kind=FailureKind.PERMISSION_DENIED, message="x").kind not in sends.REUSED
+
+
+def allowance(strict: bool) -> str:
+    return f"""
+contracts:
+  Token: {{ address: {{ local: "0x0000000000000000000000000000000000000077" }} }}
+budgets:
+  tokens:
+    window: 24h
+    max_token_value: {{ Token: "1000" }}
+    scope: {{ relayers: [payout] }}
+    strict: {str(strict).lower()}
+workflows:
+  allow:
+    trigger: {{ manual: {{}} }}
+    permissions: {{ relayers: [payout] }}
+    budgets: [tokens]
+    steps:
+      - id: allow
+        send_transaction:
+          network: local
+          relayer: payout
+          contract: Token
+          function: "increaseAllowance(address,uint256)"
+          args: ["{ALICE}", "5"]
+"""
+
+
+async def test_a_budget_the_candidate_makes_strict_refuses_what_it_cannot_decode_as_the_relayer():
+    chain = Chain()
+    found = await compare(
+        allowance(strict=False),
+        allowance(strict=True),
+        [firing("allow", "manual:0", {}, T0)],
+        chain,
+    )
+    [run] = found.runs
+    assert (run.old.status, run.new.status) == ("succeeded", "failed")
+    [change] = run.sends
+    assert change.new.outcome == "refused" and change.new.source == "rules"
+    assert change.new.error_kind == "budget_undecodable"
+    assert change.new.error.startswith("budget tokens is strict and caps Token: "), change.new.error
+    assert chain.asked == []  # refused before the chain is asked, as the relayer refuses it

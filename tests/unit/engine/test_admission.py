@@ -30,6 +30,7 @@ from rflow.engine.lanes import Lane, Waiting
 from rflow.engine.state import RunStatus
 
 NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
+ACCEPTED = {"kind": "trigger", "workflow": "wf", "n": 1}
 
 
 def firing(n: int = 1, *, group: str | None = None, runs: int = 1, retry: bool = False) -> Firing:
@@ -41,6 +42,7 @@ def firing(n: int = 1, *, group: str | None = None, runs: int = 1, retry: bool =
         runs=tuple(Run(f"r{n}" + (f".{i}" if runs > 1 else ""), {"i": i}) for i in range(runs)),
         record={"kind": "retry" if retry else "trigger", "workflow": "wf", "n": n},
         retry=retry,
+        digest=f"d{n}",
     )
 
 
@@ -89,9 +91,21 @@ def kinds(decisions: list[admission.Decision]) -> list[str]:
 
 def test_a_new_firing_is_gated_and_its_run_begins():
     tables = Tables()
-    decisions = admission.fired(firing(), Policy(), tables.book(), paused=None, partition=0)
+    decisions = admission.fired(
+        firing(), Policy(), tables.book(), paused=None, partition=0, now=NOW
+    )
     assert decisions == [
-        SetGate("wf:key-1", {"kind": "trigger", "workflow": "wf", "n": 1, "runs": ["r1"]}),
+        SetGate(
+            "wf:key-1",
+            {
+                "kind": "trigger",
+                "workflow": "wf",
+                "n": 1,
+                "runs": ["r1"],
+                "at": NOW.timestamp(),
+                "digest": "d1",
+            },
+        ),
         Admitted("wf:key-1"),
         Begin("r1", "wf:key-1"),
     ]
@@ -113,7 +127,7 @@ def test_a_new_firing_is_gated_and_its_run_begins():
 def test_a_paused_workflows_firing_is_held_or_skipped(policy, expected):
     tables = Tables(held={("wf", 3): ("wf:key-0",)})
     decisions = admission.fired(
-        firing(), policy, tables.book(), paused="by operator: audit", partition=3
+        firing(), policy, tables.book(), paused="by operator: audit", partition=3, now=NOW
     )
     assert kinds(decisions) == expected
     gate = decisions[0].entry
@@ -129,30 +143,41 @@ def test_a_paused_workflows_firing_is_held_or_skipped(policy, expected):
 @pytest.mark.parametrize(
     ("admitted", "started", "expected"),
     [
-        ({"runs": ["r1"]}, {"r1"}, ["Ignored"]),  # a repeated delivery
-        ({"runs": ["r1"]}, set(), ["Begin"]),  # the gate survived a crash, the start not
-        ({"runs": ["r1"], "held": "paused"}, set(), ["Ignored"]),
-        ({"runs": ["r1"], "skipped": "paused"}, set(), ["Ignored"]),
+        ({**ACCEPTED, "runs": ["r1"]}, {"r1"}, ["Ignored"]),  # a repeated delivery
+        # The gate survived a crash, the start not.
+        ({**ACCEPTED, "runs": ["r1"]}, set(), ["Begin"]),
+        ({**ACCEPTED, "runs": ["r1"], "held": "paused"}, set(), ["Ignored"]),
+        ({**ACCEPTED, "runs": ["r1"], "skipped": "paused"}, set(), ["Ignored"]),
         ({"retracted": "reorg"}, set(), ["Ignored"]),
-        ({"runs": ["r1"], "deferred": {"r1": "rate_limit"}}, set(), ["Ignored"]),
+        ({**ACCEPTED, "runs": ["r1"], "deferred": {"r1": "rate_limit"}}, set(), ["Ignored"]),
+        # Compact (every run had begun): a repeat is ignored ...
+        ({"runs": ["r1"], "at": 1.0, "digest": "d1"}, {"r1"}, ["Ignored"]),
+        # ... unless a crash lost the start: the repeat is the record as accepted ...
+        ({"runs": ["r1"], "at": 1.0, "digest": "d1"}, set(), ["SetGate", "Begin"]),
+        # ... which a repeat with another record is not.
+        ({"runs": ["r1"], "at": 1.0, "digest": "other"}, set(), ["Ignored"]),
     ],
 )
 def test_a_repeated_firing_starts_only_a_run_that_lost_its_start(admitted, started, expected):
     tables = Tables(gates={"wf:key-1": admitted}, started=started)
-    decisions = admission.fired(firing(), Policy(), tables.book(), paused=None, partition=0)
+    decisions = admission.fired(
+        firing(), Policy(), tables.book(), paused=None, partition=0, now=NOW
+    )
     assert kinds(decisions) == expected
 
 
 def test_a_repeated_retry_does_nothing():
     tables = Tables(gates={"wf:key-1": {"runs": ["r1"]}})
     retry = firing(retry=True)
-    assert admission.fired(retry, Policy(), tables.book(), paused=None, partition=0) == []
+    assert admission.fired(retry, Policy(), tables.book(), paused=None, partition=0, now=NOW) == []
 
 
 def test_a_matrix_begins_max_parallel_runs_and_the_rest_wait():
     tables = Tables()
     policy = Policy(matrix=True, max_parallel=2)
-    decisions = admission.fired(firing(runs=4), policy, tables.book(), paused=None, partition=0)
+    decisions = admission.fired(
+        firing(runs=4), policy, tables.book(), paused=None, partition=0, now=NOW
+    )
     assert decisions[0].entry["matrix"] == {
         "pending": [2, 3],
         "active": ["r1.0", "r1.1"],
@@ -270,7 +295,7 @@ def test_a_settled_run_passes_its_lane_to_the_next_waiting():
 def matrix_tables(policy: Policy, runs: int = 4) -> tuple[Tables, Firing]:
     tables = Tables()
     fire = firing(runs=runs)
-    tables.apply(admission.fired(fire, policy, tables.book(), paused=None, partition=0))
+    tables.apply(admission.fired(fire, policy, tables.book(), paused=None, partition=0, now=NOW))
     return tables, fire
 
 
@@ -337,7 +362,9 @@ def test_held_firings_begin_in_arrival_order_when_resumed():
     book = tables.book()
     for n in (1, 2):
         tables.apply(
-            admission.fired(firing(n), Policy(), tables.book(), paused="by operator", partition=5)
+            admission.fired(
+                firing(n), Policy(), tables.book(), paused="by operator", partition=5, now=NOW
+            )
         )
     decisions = admission.released(
         [(firing(1), Policy()), (firing(2), Policy())], book, workflow="wf", partition=5
@@ -352,13 +379,13 @@ def test_held_firings_begin_in_arrival_order_when_resumed():
 
 def test_a_retraction_cancels_the_runs_or_bars_a_late_firing():
     tables = Tables()
-    early = admission.retracted("wf:key-1", "reorg", tables.book())
-    assert early == [SetGate("wf:key-1", {"retracted": "reorg"})]
+    early = admission.retracted("wf:key-1", "reorg", tables.book(), now=NOW)
+    assert early == [SetGate("wf:key-1", {"retracted": "reorg", "at": NOW.timestamp()})]
     tables.apply(early)
-    late = admission.fired(firing(), Policy(), tables.book(), paused=None, partition=0)
+    late = admission.fired(firing(), Policy(), tables.book(), paused=None, partition=0, now=NOW)
     assert kinds(late) == ["Ignored"]
     tables = Tables(gates={"wf:key-1": {"runs": ["r1"]}})
-    decisions = admission.retracted("wf:key-1", "reorg", tables.book())
+    decisions = admission.retracted("wf:key-1", "reorg", tables.book(), now=NOW)
     assert decisions[1] == Cancel("r1", "trigger retracted: reorg")
 
 
@@ -372,11 +399,13 @@ def replay_queue_lane(tables: Tables) -> list[str]:
     for n in (1, 2, 3):
         tables.apply(
             admission.fired(
-                firing(n, group="acct"), policy, tables.book(), paused=None, partition=0
+                firing(n, group="acct"), policy, tables.book(), paused=None, partition=0, now=NOW
             )
         )
     tables.apply(
-        admission.fired(firing(2, group="acct"), policy, tables.book(), paused=None, partition=0)
+        admission.fired(
+            firing(2, group="acct"), policy, tables.book(), paused=None, partition=0, now=NOW
+        )
     )
     for n in (1, 2, 3):
         tables.apply(

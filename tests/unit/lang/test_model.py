@@ -16,7 +16,7 @@ from tests.unit.lang.conftest import check
 PROJECT = """\
 workflows:
   w:
-    permissions: { relayers: [payout] }
+    permissions: { relayers: [payout], max_value_per_tx: 1 ether }
     trigger:
       webhook:
         path: /hooks/w

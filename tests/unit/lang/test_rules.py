@@ -110,7 +110,7 @@ def test_a_send_value_without_a_unit_is_taken_as_wei_with_a_warning() -> None:
         workflows:
           w:
             trigger: {{ manual: {{}} }}
-            permissions: {{ relayers: [payout] }}
+            permissions: {{ relayers: [payout], max_value_per_tx: 10 ether }}
             steps:
               - id: one
                 send_transaction: {{ network: ethereum, relayer: payout, to: "{to}", value: 1 }}
@@ -144,7 +144,7 @@ def test_step_result_fields() -> None:
         f"""\
         workflows:
           w:
-            permissions: {{ relayers: [payout] }}
+            permissions: {{ relayers: [payout], max_value_per_tx: 1 gwei }}
             trigger: {{ manual: {{}} }}
             steps:
               - id: q

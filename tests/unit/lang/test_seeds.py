@@ -21,7 +21,26 @@ ENV = {
 
 def test_the_seed_snippets_validate_together() -> None:
     report = validate_path(SEEDS, ENV)
-    assert [str(d) for d in report.diagnostics] == []
+    assert report.errors == ()
+    # As the seed writes them, copy-trade and the foreach payout move USDC, which the
+    # treasury budget caps, from a relayer no budget of theirs covers: rflow says so.
+    assert [(d.path, d.message.split(":")[0]) for d in report.warnings] == [
+        (
+            "workflows.copy-trade.steps[1].send_transaction",
+            "this send can move USDC, a budgeted token, from relayer payout on ethereum "
+            "with no cap",
+        ),
+        (
+            "workflows.copy-trade.steps[1].send_transaction.args[0]",
+            "the recipient of this USDC transfer comes straight from trigger data "
+            "(trigger.args.sender) and no attached budget caps USDC",
+        ),
+        (
+            "workflows.payouts.steps[1].send_transaction",
+            "this send can move USDC, a budgeted token, from relayer payout on ethereum "
+            "with no cap",
+        ),
+    ]
     assert report.project is not None
     assert sorted(report.workflows) == [
         "across-networks",
