@@ -319,7 +319,7 @@ async def test_faust_tables_and_agents_list_everything_with_its_help(settings, p
     faust = [sys.executable, "-m", "faust", "-A", "rflow.streams.app"]
 
     tables = normalized((await run_command([*faust, "tables"], env)).stdout.decode())
-    assert set(app.tables) == {"triggers", "runs", "lanes"}
+    assert set(app.tables) == {"triggers", "runs", "settled", "lanes"}
     for name, table in app.tables.items():
         assert f"| {name} | {normalized(table.help)} |" in tables
     assert "keyed by <workflow>:<trigger key>" in tables
