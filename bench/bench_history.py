@@ -3,16 +3,16 @@
     python bench/bench_history.py [--levels N ...] [--window 60s] [--burst N] [--quick]
                                   [--python PATH] [--keep]
 
-Needs the local stack (`scripts/stack up`). One real `rflow worker` runs the README's
-`order-paid` workflow (three payload fields, 64 concurrency groups, one inline `log`
-step) with its de-duplication window shortened (`config.dedup_window`, 60 s by default)
+Needs the local stack (`scripts/stack up`). One real `rflow worker` runs the `order-paid`
+workflow of docs/producing-triggers.md (three payload fields, 64 concurrency groups, one
+inline `log` step) with its de-duplication window shortened (`config.dedup_window`, 60 s by default)
 so that firings are forgotten while the run goes on. The state changelogs' compaction
 timings are shortened in proportion (a copy of topics.yaml with `segment.ms` 5 s,
 `delete.retention.ms` 30 s and `min.cleanable.dirty.ratio` 0.01 on them), as an hour's
 segments and a day's tombstones are to a week's window.
 
 The benchmark fills settled firings up to each level in turn (each firing a new trigger
-key, produced with aiokafka as the README documents) and at each level reads:
+key, produced with aiokafka as docs/producing-triggers.md shows) and at each level reads:
 
 - the worker's VmRSS after 5 s idle, and the size of its data directory;
 - every record of the state changelogs (what a worker on a new host reads): how many,

@@ -16,7 +16,7 @@ virtualenv (`scripts/bootstrap`). The peers are installed by this script into `.
 Then it runs bench/peers/driver.py in that virtualenv. The workflow is bench_pipeline.py's
 three steps (state_set, choose, notify to a local HTTP sink) with a concurrency group:
 
-  rflow    `rflow worker` with the project, started as the README says; a client produces
+  rflow    `rflow worker` with the project, started as docs/producing-triggers.md says; a client produces
            trigger records to rflow.triggers (aiokafka, acks=all, key = the group);
   rflow-2  the same with two workers in one consumer group (one per core of a 2-core
            machine: a worker is one Python process, Restate runs a multi-threaded server

@@ -8,9 +8,9 @@ and is started fresh (its own topics, schema or data directory) and removed afte
 ``fire`` starts one run the way a user's system would, and returns once the engine has
 acknowledged it durably:
 
-- rflow: one trigger record produced to ``rflow.triggers`` as the README's "Producing
-  triggers from your own systems" shows (aiokafka, ``acks=all``, idempotent producer,
-  key = the concurrency group), for a worker started as the README says (``rflow worker``
+- rflow: one trigger record produced to ``rflow.triggers`` as docs/producing-triggers.md
+  shows (aiokafka, ``acks=all``, idempotent producer, key = the concurrency group), for a
+  worker started as that page says (``rflow worker``
   with ``RFLOW_PROJECT``, which creates its topics and tables);
 - Restate: a one-way call to its HTTP ingress, ``POST /Bench/<group>/run/send`` with an
   ``idempotency-key`` (202 Accepted once the invocation is in Restate's log), for a

@@ -102,7 +102,8 @@ def kcat_connection(settings: Settings) -> list[str]:
 
 
 async def kcat(settings: Settings, key: str, value: dict[str, Any]) -> None:
-    """Produce with kcat exactly as the README shows (murmur2, one record per line)."""
+    """Produce with kcat exactly as docs/producing-triggers.md shows (murmur2, one record per
+    line)."""
     connection = kcat_connection(settings)
     await run_command(
         [
@@ -124,7 +125,8 @@ async def kcat(settings: Settings, key: str, value: dict[str, Any]) -> None:
 async def aiokafka_send(
     settings: Settings, key: str | None, value: bytes, partition: int | None = None
 ) -> None:
-    """Produce with aiokafka as the README shows (idempotent, acknowledged by all)."""
+    """Produce with aiokafka as docs/producing-triggers.md shows (idempotent, acknowledged by
+    all)."""
     producer = kafka.producer(settings, acks="all", enable_idempotence=True)
     await producer.start()
     try:
@@ -317,7 +319,7 @@ async def test_faust_tables_and_agents_list_everything_with_its_help(settings, p
     faust = [sys.executable, "-m", "faust", "-A", "rflow.streams.app"]
 
     tables = normalized((await run_command([*faust, "tables"], env)).stdout.decode())
-    assert set(app.tables) == {"triggers", "runs", "lanes"}
+    assert set(app.tables) == {"triggers", "runs", "settled", "lanes"}
     for name, table in app.tables.items():
         assert f"| {name} | {normalized(table.help)} |" in tables
     assert "keyed by <workflow>:<trigger key>" in tables

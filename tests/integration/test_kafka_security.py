@@ -217,7 +217,8 @@ async def test_a_workflow_runs_end_to_end_with_only_the_printed_acls_and_nothing
     worker = worker_factory(setup, project_path=project, **connection)
     await worker.wait_ready(timeout=120)
 
-    # An outside producer, as principal producer, with the README's aiokafka settings.
+    # An outside producer, as principal producer, with docs/producing-triggers.md's aiokafka
+    # settings.
     record = {
         "kind": "trigger",
         "v": 1,
@@ -240,7 +241,8 @@ async def test_a_workflow_runs_end_to_end_with_only_the_printed_acls_and_nothing
         await producer.stop()
     await run_status(as_rflow, run_id("order-paid", "orders:1"), "succeeded", timeout=90)
 
-    # ... and with kcat, as the README shows (librdkafka, over PLAIN: see kcat_connection).
+    # ... and with kcat, as docs/producing-triggers.md shows (librdkafka, over PLAIN: see
+    # kcat_connection).
     line = json.dumps({**record, "trigger_key": "orders:3", "group": "acct-3",
                        "payload": {"account": "acct-3", "order": 3}})  # fmt: skip
     produced = await asyncio.to_thread(

@@ -43,14 +43,19 @@ workflows:
 """
 _FENCE = re.compile(r"^```(?:sh|bash|shell)\n(.*?)^```", re.S | re.M)
 _ANSWERS = re.compile(r"\s+#\s*answers:\s*(?P<text>.+)$")
+# A part of a page rendered from the code (scripts/docs): the kafka-acls commands of
+# docs/kafka-security.md are templates for a secured cluster (BROKERS, admin.properties),
+# applied as `rflow kafka acls` prints them by tests/integration/test_kafka_security.py.
+_GENERATED = re.compile(r"<!-- generated: (\S+) -->.*?<!-- end: \1 -->", re.S)
 
 
 def documented_commands() -> list[tuple[str, str, str | None]]:
-    """Every shell command line of the README and docs/ that runs one of Kafka's tools:
-    ``(page, command, what it answers when a '# answers:' comment says)``."""
+    """Every shell command line of the README and docs/ that runs one of Kafka's tools,
+    outside the parts generated from the code: ``(page, command, what it answers when a
+    '# answers:' comment says)``."""
     found = []
     for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
-        for block in _FENCE.findall(page.read_text()):
+        for block in _FENCE.findall(_GENERATED.sub("", page.read_text())):
             for line in block.replace("\\\n", " ").splitlines():
                 if not any(line.lstrip().startswith(t) or f"| {t}" in line for t in TOOLS):
                     continue
