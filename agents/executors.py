@@ -241,7 +241,7 @@ class Executors:
         try:
             return await self.runtime.rpc.get(network)
         except LookupError as exc:
-            raise RflowError(FailureKind.INVALID_INPUT, f"no RPC URL for {exc}") from None
+            raise RflowError(FailureKind.INVALID_INPUT, str(exc.args[0])) from None  # names the network
 
     async def _ask(self, network: str, secrets: Secrets, method: str, *params: Any) -> Any:
         """``method`` on ``network``'s endpoints (failing over): its result. No answer is
