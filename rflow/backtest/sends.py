@@ -74,6 +74,7 @@ class Relayer:
         it cannot decode comes with the permissions, before the chain is asked."""
         name = outcome.workflow
         secrets = Secrets(self.env)
+        intent = None
         try:
             action = secrets.resolve(effect.action)
             intent = build.intent(self.project, action)
@@ -81,7 +82,11 @@ class Relayer:
             check_decodable(self.project, name, intent.shape)
         except RflowError as exc:
             error = secrets.scrub_error(exc.as_data())
-            outcome.sends.append(_refused_send(effect, error, at))
+            if intent is None:  # not even built: what the step asked, as written
+                outcome.sends.append(_refused_send(effect, error, at))
+            else:  # refused by a rule: the send as built, its value and call data kept
+                view = _send_view(intent, effect, secrets, at)
+                outcome.sends.append(_sent(view, "refused", error, "rules", None))
             return Answer(error=error)
         view = _send_view(intent, effect, secrets, at)
         step = (

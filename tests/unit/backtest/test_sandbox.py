@@ -153,6 +153,8 @@ async def test_a_permission_the_candidate_narrows_refuses_before_the_chain_is_as
     [change] = run.sends
     assert change.path == "pay[1]" and change.new.outcome == "refused"
     assert change.new.error_kind == "permission_denied" and change.new.source == "rules"
+    # The send as built: only its outcome changed, not its value nor its call data.
+    assert change.what == ["outcome"] and change.new.value == 20 * MILLI
     assert chain.asked == []
 
 
