@@ -94,7 +94,7 @@ def test_a_failed_compensation_is_compensation_failed_naming_the_step():
     assert flow.status == StepStatus.FAILED
     assert flow.error.kind == "compensation_failed"
     assert flow.error.message == (
-        "compensation unfee of fee failed (assert_failed: fee desk closed); it undid: bridge down"
+        "compensation unfee of fee failed (assert_failed: fee desk closed); compensating for: bridge down"
     )
     assert state.status == RunStatus.FAILED
     assert state.error.kind == "compensation_failed"
