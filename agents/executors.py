@@ -241,7 +241,8 @@ class Executors:
         try:
             return await self.runtime.rpc.get(network)
         except LookupError as exc:
-            raise RflowError(FailureKind.INVALID_INPUT, str(exc.args[0])) from None  # names the network
+            # The message names the network and the variable that is not set.
+            raise RflowError(FailureKind.INVALID_INPUT, str(exc.args[0])) from None
 
     async def _ask(self, network: str, secrets: Secrets, method: str, *params: Any) -> Any:
         """``method`` on ``network``'s endpoints (failing over): its result. No answer is

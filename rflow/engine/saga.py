@@ -164,11 +164,7 @@ def outcome(
             else f"compensation {u.by} of {u.step} failed"
             for u in failures
         )
-        cause = (
-            f"; compensating for: {saga.error.message}"
-            if saga.error is not None
-            else ""
-        )
+        cause = f"; compensating for: {saga.error.message}" if saga.error is not None else ""
         error = StepError(kind=FailureKind.COMPENSATION_FAILED, message=what + cause)
         return Outcome(StepStatus.FAILED, error, detail)
     if saga.error is None:
