@@ -11,9 +11,9 @@ it signs for, the declared one; its balance on each of its networks) and each co
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from web3 import AsyncHTTPProvider, AsyncWeb3
 
@@ -115,8 +115,28 @@ def _web3(url: str) -> AsyncWeb3:
     return AsyncWeb3(AsyncHTTPProvider(url, request_kwargs={"timeout": RPC_TIMEOUT}))
 
 
-def _rpc_urls(project: Project, env: Mapping[str, str]) -> dict[str, str | None]:
-    return {name: env.get(network.rpc_env_name(name)) for name, network in project.networks.items()}
+def _rpc_urls(project: Project, env: Mapping[str, str]) -> dict[str, list[str]]:
+    """Each network's endpoint URLs that are set, in the order the network lists them."""
+    return {
+        name: [url for _, variable in network.rpc_env_names(name) if (url := env.get(variable))]
+        for name, network in project.networks.items()
+    }
+
+
+async def _first_answer(urls: list[str], ask: Callable[[AsyncWeb3], Awaitable[Any]]) -> Any:
+    """``ask`` each endpoint in turn, as the worker fails over: the first answer, else the
+    last endpoint's failure."""
+    failure: Exception | None = None
+    for url in urls:
+        w3 = _web3(url)
+        try:
+            return await ask(w3)
+        except Exception as exc:  # the next endpoint may answer
+            failure = exc
+        finally:
+            await w3.provider.disconnect()
+    assert failure is not None
+    raise failure
 
 
 async def check_network(name: str, chain_id: int, url: str | None, variable: str) -> Finding:
@@ -142,7 +162,7 @@ async def check_network(name: str, chain_id: int, url: str | None, variable: str
 async def check_relayer(
     name: str,
     declared: RelayerSpec,
-    networks: dict[str, str | None],
+    networks: dict[str, list[str]],
     env: Mapping[str, str],
 ) -> Finding:
     """The relayer's signer answers (its key is set and valid, its HSM or KMS gives its
@@ -160,15 +180,12 @@ async def check_relayer(
             f"{declared.address}",
         )
     balances = []
-    for network, url in networks.items():
-        if not url:
+    for network, urls in networks.items():
+        if not urls:
             balances.append(f"{network}: no RPC URL")
             continue
-        w3 = _web3(url)
-        try:
-            balances.append(f"{network}: {await w3.eth.get_balance(address)} wei")
-        finally:
-            await w3.provider.disconnect()
+        balance = await _first_answer(urls, lambda w3: w3.eth.get_balance(address))
+        balances.append(f"{network}: {balance} wei")
     zero = [b for b in balances if b.endswith(": 0 wei") or "no RPC" in b]
     return Finding(
         check,
@@ -177,15 +194,12 @@ async def check_relayer(
     )
 
 
-async def check_contract(name: str, network: str, address: str, url: str | None) -> Finding:
+async def check_contract(name: str, network: str, address: str, urls: list[str]) -> Finding:
     check = f"contract {name} on {network}"
-    if not url:
+    if not urls:
         return Finding(check, "fail", f"no RPC URL for network {network}")
-    w3 = _web3(url)
-    try:
-        code = await w3.eth.get_code(AsyncWeb3.to_checksum_address(address))
-    finally:
-        await w3.provider.disconnect()
+    where = AsyncWeb3.to_checksum_address(address)
+    code = await _first_answer(urls, lambda w3: w3.eth.get_code(where))
     if not code:
         return Finding(check, "fail", f"no contract code at {address}")
     return Finding(check, "pass", f"{len(code)} bytes of code at {address}")
@@ -215,7 +229,7 @@ async def live_checks(
                     )
                 )
         for name, relayer in project.relayers.items():
-            nets = {n: urls.get(n) for n in relayer.networks}
+            nets = {n: urls.get(n, []) for n in relayer.networks}
             checks.append(
                 (
                     f"relayer {name}",
@@ -227,7 +241,7 @@ async def live_checks(
                 checks.append(
                     (
                         f"contract {name} on {network}",
-                        check_contract(name, network, address, urls.get(network)),
+                        check_contract(name, network, address, urls.get(network, [])),
                     )
                 )
     found = await asyncio.gather(*(_guard(check, work) for check, work in checks))

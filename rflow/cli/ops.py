@@ -144,7 +144,9 @@ async def _migrate(settings: Settings) -> list[str]:
 
 @main.command()
 @click.argument("project", required=False, type=click.Path(exists=True, path_type=Path))
-@click.option("--setup/--no-setup", default=True, help="Apply topics and migrations first (the default).")
+@click.option(
+    "--setup/--no-setup", default=True, help="Apply topics and migrations first (the default)."
+)
 @click.option(
     "--rollback",
     is_flag=True,

@@ -122,3 +122,31 @@ async def test_each_failure_is_reported_with_its_reason(tmp_path, settings):
     )
     assert findings["contract Thing on local"]["detail"] == f"no contract code at {EMPTY_ADDRESS}"
     assert all(f["status"] == "fail" for name, f in findings.items() if name != "validate")
+
+
+@pytest.mark.usefixtures("applied_topics", "schema")
+async def test_a_relayer_and_a_contract_are_asked_of_the_next_endpoint_when_the_first_is_down(
+    tmp_path, settings, deployed
+):
+    # As the worker fails over: primary (nothing listens there) is down, backup answers.
+    path = project(tmp_path, chain_id=31337, contract=deployed)
+    path.write_text(
+        path.read_text().replace(
+            "local: { chain_id: 31337 }",
+            "local:\n    chain_id: 31337\n    endpoints:\n"
+            "      - { name: primary, url_env: DOCTOR_PRIMARY_RPC }\n"
+            "      - { name: backup, url_env: DOCTOR_BACKUP_RPC }",
+        )
+    )
+    code, findings = doctor(
+        path,
+        settings,
+        DOCTOR_TEST_KEY=DEV_KEY,
+        DOCTOR_PRIMARY_RPC="http://127.0.0.1:9/",
+        DOCTOR_BACKUP_RPC=settings.rpc_url("local"),
+    )
+    assert findings["network local endpoint primary"]["status"] == "fail"
+    assert findings["network local endpoint backup"]["status"] == "pass"
+    assert findings["relayer ops"]["status"] == "pass", findings["relayer ops"]
+    assert findings["contract Thing on local"]["status"] == "pass", findings
+    assert code == 1  # the endpoint that is down is still a failure to fix

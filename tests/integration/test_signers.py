@@ -422,7 +422,7 @@ async def test_doctor_reports_the_address_each_signer_gives_and_fails_a_differen
 
     address = hsm.make_key("doctored")
     key_id = await kms_server.create_key()
-    url = {"local": os.environ.get("RFLOW_RPC_URL_LOCAL")}
+    url = {"local": [os.environ["RFLOW_RPC_URL_LOCAL"]]}
     env = {"HSM_PIN": PIN, **kms_server.env}
     project = project_with(address, vault=("pkcs11", hsm.yaml("doctored")))
     good = await check_relayer("vault", project.relayers["vault"], url, env)
