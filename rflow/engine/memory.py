@@ -38,8 +38,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-RECEIVED_FIELDS = ("received_at", "requested_at")
-"""Record fields a digest leaves out: when a copy of the firing was made, not what it is."""
+RECEIVED_FIELDS = ("received_at", "requested_at", "v", "proof")
+"""Record fields a digest leaves out: when and how a copy of the firing was made (its
+time, the version of its shape, the proof rflow's ingress signed it with), not what it
+is."""
 
 
 def epoch(moment: datetime) -> float:

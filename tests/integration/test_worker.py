@@ -158,7 +158,10 @@ async def test_killed_worker_loses_no_accepted_trigger(settings, worker_factory)
     [
         (b"\xff not json", "not JSON"),
         (b"[1, 2]", "not a JSON object: the record is a list"),
-        (b'{"kind": "trigger"}', 'no "v" (record version): a \'trigger\' record carries "v": 1'),
+        (
+            b'{"kind": "trigger"}',
+            'no "v" (record version): a \'trigger\' record carries one of "v": 1, "v": 2',
+        ),
         (
             b'{"kind": "trigger", "v": 9}',
             "\"v\" (record version) is 9: this worker reads 'trigger'",

@@ -47,6 +47,9 @@ def book(live=(), begun=("r1",), windows=None) -> Book:
 def test_a_digest_is_the_same_for_every_copy_of_a_firing_and_differs_for_another():
     copy = {**RECORD, "received_at": "2026-12-01T11:00:05Z"}  # sent again later
     assert memory.digest(copy) == memory.digest(RECORD)
+    # Vouched for by rflow's ingress (version 2, its proof): the same firing.
+    vouched = {**copy, "v": 2, "proof": "v1:k1:0f3a"}
+    assert memory.digest(vouched) == memory.digest(RECORD)
     other = {**RECORD, "payload": {"order": "o-1", "amount": 11}}
     assert memory.digest(other) != memory.digest(RECORD)
 
