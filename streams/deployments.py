@@ -267,6 +267,22 @@ def attach(app: RflowApp, follower: Deployments) -> None:
         return workers.assignment(actives, standbys, prefix)
 
     follower.assignment = held
+    reporting: set[asyncio.Task[None]] = set()
+
+    async def report_now() -> None:
+        try:
+            await follower.report(force=True)
+        except Exception:  # the next look, a second later, reports it
+            log.exception("reporting the partitions taken failed")
+
+    async def opened(partitions: frozenset[int]) -> None:
+        # What this worker owns changed: say so now (`rflow runs show --live` finds a
+        # run's owner by it), not at the next look, and without holding up the opening.
+        task = asyncio.create_task(report_now())
+        reporting.add(task)
+        task.add_done_callback(reporting.discard)
+
+    follower.runtime.consumption.on_open.append(opened)
 
     @every(app, POLL_INTERVAL, "rflow.deployments")
     async def follow_deployments() -> None:
