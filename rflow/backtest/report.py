@@ -148,7 +148,11 @@ def headline(report: BacktestReport) -> str:
     if report.outcome == "failed":
         return f"The backtest could not run: {report.reason}"
     if report.outcome == "same" and not report.firings:
-        return "No firing of these workflows in the window: nothing to compare."
+        return (
+            "No firing of these workflows in the window: nothing was compared (exit 0 says "
+            "nothing differs, not that the candidate was tried; widen --since, or backtest "
+            "where the workflows fire)."
+        )
     if report.outcome == "same":
         return f"No difference: the candidate does what the deployed version does with all {report.firings} firings."
     money = "; money moves differently" if report.money_moves else "; no money moves differently"
