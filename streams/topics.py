@@ -262,15 +262,17 @@ def _mismatch(name: str, actual: int, declared: int) -> str:
 
 
 async def _verify(admin: AIOKafkaAdminClient, catalog: Catalog, timeout: float = 15.0) -> None:
-    """Wait until the broker's metadata lists every declared topic, then check counts."""
+    """Wait until the broker's metadata lists every declared topic with its partitions
+    (on a cluster, the broker asked may list a topic just created before it knows its
+    partitions: no topic has none), then check counts."""
     want = {catalog.prefix + spec.name: spec.partitions for spec in catalog}
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         counts = await _partition_counts(admin, list(want))
-        if set(counts) == set(want):
+        if set(counts) == set(want) and all(counts.values()):
             break
         if asyncio.get_running_loop().time() > deadline:
-            absent = ", ".join(sorted(set(want) - set(counts)))
+            absent = ", ".join(sorted(name for name in want if not counts.get(name)))
             raise TopicsError(
                 f"topics not visible on the broker {timeout:.0f}s after creation: {absent}"
             )
