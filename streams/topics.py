@@ -185,7 +185,16 @@ async def apply(
     """
     catalog = catalog or Catalog.from_settings(settings)
     async with _admin(settings) as admin:
-        shapes = await _shapes(admin, [catalog.prefix + s.name for s in catalog])
+        names = [catalog.prefix + s.name for s in catalog]
+        shapes = await _shapes(admin, names)
+        deadline = asyncio.get_running_loop().time() + 15.0
+        while any(count == 0 for count, _ in shapes.values()):
+            # On a cluster, a broker may list a topic created a moment ago before it knows
+            # its partitions: no topic has none, so ask again (briefly) before judging.
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.1)
+            shapes = await _shapes(admin, names)
         problems, missing, unchanged, fewer = [], [], [], []
         for spec in catalog:
             name = catalog.prefix + spec.name
@@ -199,12 +208,7 @@ async def apply(
                 continue
             unchanged.append(name)
             if copies < spec.replication_factor:
-                fewer.append(
-                    f"topic {name} has {copies} cop{'y' if copies == 1 else 'ies'} but "
-                    f"{spec.replication_factor} are asked for: rflow does not change the "
-                    "replication of a live topic; give it more with Kafka's "
-                    "kafka-reassign-partitions (docs/cluster.md)"
-                )
+                fewer.append(_fewer(name, copies, spec))
         if problems:
             raise TopicsError("\n".join(problems))
         if missing:
@@ -215,13 +219,35 @@ async def apply(
                 for n, s in missing
             ]
             response = await admin.create_topics(new, timeout_ms=15000)
+            existed = set()
             for name, code, message in (tuple(e)[:3] for e in response.topic_errors):
-                # 36: it exists already (a racing apply, or metadata that lagged behind);
-                # the verification below checks its partition count like any other.
-                if code not in (0, _TOPIC_ALREADY_EXISTS):
+                # 36: it exists already (a racing apply, or, on a cluster, a broker whose
+                # metadata lagged behind): a live topic, checked below like any other.
+                if code == _TOPIC_ALREADY_EXISTS:
+                    existed.add(name)
+                elif code != 0:
                     raise TopicsError(f"creating topic {name} failed (error {code}): {message}")
             await _verify(admin, catalog)
+            if existed:
+                shapes = await _shapes(admin, sorted(existed))
+                for name, spec in missing:
+                    if name in existed:
+                        unchanged.append(name)
+                        copies = shapes[name][1]
+                        if copies < spec.replication_factor:
+                            fewer.append(_fewer(name, copies, spec))
+                missing = [(n, s) for n, s in missing if n not in existed]
+                unchanged.sort(key=names.index)
         return ApplyResult([n for n, _ in missing], unchanged, fewer)
+
+
+def _fewer(name: str, copies: int, spec: TopicSpec) -> str:
+    return (
+        f"topic {name} has {copies} cop{'y' if copies == 1 else 'ies'} but "
+        f"{spec.replication_factor} are asked for: rflow does not change the "
+        "replication of a live topic; give it more with Kafka's "
+        "kafka-reassign-partitions (docs/cluster.md)"
+    )
 
 
 async def describe(settings: Settings, names: Iterable[str]) -> dict[str, int]:
