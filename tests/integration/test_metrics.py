@@ -38,7 +38,7 @@ workflows:
   busy:
     trigger: {{ manual: {{}} }}
     concurrency: {{ group: "${{{{ trigger.account }}}}" }}
-    rate_limit: {{ max: 3, per: 2s }}
+    rate_limit: {{ max: 3, per: 10s }}
     circuit_breaker: {{ max_failures: 50, window: 1m }}
     steps:
       - id: hit
@@ -127,13 +127,20 @@ async def test_every_dashboard_query_is_valid_and_returns_series_from_a_loaded_w
     # Load: a lane with a queue and a rate limit, a run that retries and is dead-lettered,
     # and a send charged to a budget.
     sink.held.add("/hit")
-    busy = [
-        await fire(settings, project, "busy", f"manual:busy:{n}", {"account": "a", "n": n})
-        for n in range(4)
-    ] + [
-        await fire(settings, project, "busy", f"manual:busy:b{n}", {"account": f"b{n}", "n": n})
-        for n in range(4)
-    ]
+    # Fired together: five lanes start within the rate limit's window, so two are deferred
+    # however slowly a busy machine produces.
+    busy = list(
+        await asyncio.gather(
+            *(
+                fire(settings, project, "busy", f"manual:busy:{n}", {"account": "a", "n": n})
+                for n in range(4)
+            ),
+            *(
+                fire(settings, project, "busy", f"manual:busy:b{n}", {"account": f"b{n}", "n": n})
+                for n in range(4)
+            ),
+        )
+    )
     flaky = await fire(settings, project, "flaky", "manual:flaky:1", {})
     to = chain.Account.create().address
     pay = await fire(settings, project, "pay", "manual:pay:1", {"to": to})
