@@ -246,7 +246,9 @@ async def test_a_restarted_follower_fires_what_it_missed_once(
     settings, tmp_path, w3, producer, database, triggers
 ):
     account, emitter, start = await deployed(w3)
-    path = write_project(tmp_path, emitter)
+    # One concurrency group (one sender): every firing on one partition, where the order
+    # they are read in is the order the follower produced them.
+    path = write_project(tmp_path, emitter, group=True)
     async with following(settings, path, producer, database, start_block=start):
         first = await swap(w3, emitter, account, 1)
         await triggers.wait_for(1)
@@ -564,7 +566,7 @@ async def test_a_follower_far_behind_catches_up_in_batches(
         first = await swap(w3, emitter, account, 1)
         await chain.mine(w3, 450)
         last = await swap(w3, emitter, account, 2)
-        path = write_project(tmp_path, emitter, confirmations=3)
+        path = write_project(tmp_path, emitter, confirmations=3, group=True)  # one partition
         async with following(
             local, path, producer, database, start_block=start, batch_size=64
         ) as follower:
