@@ -46,6 +46,7 @@ from rflow.lang.model import Project
 from rflow.lang.model.resources import Config
 from rflow.secrets import Secrets
 from rflow.storage import controls, keys, sends, timers, waits
+from rflow.streams.consumption import Checkpoint, current_checkpoint, deciding
 from rflow.streams.tables import WRITES_AT_ONCE
 from rflow.triggering import group_of
 
@@ -94,6 +95,8 @@ class EffectRunner:
         self.rows = asyncio.Semaphore(MAX_CONCURRENT_ROWS)
         self.journal: dict[str, list[Journal | Settle]] = {}
         """Each run's journal entries decided since the last checkpoint, in order."""
+        self.journal_partition: dict[str, int | None] = {}
+        """The partition each run of :attr:`journal` is decided on."""
         self._wait_key: bytes | None = None
         app.rflow.on_deployment.append(
             lambda deployment: self.slots.resize(max_concurrent_runs(deployment.project))
@@ -266,11 +269,14 @@ class EffectRunner:
         await _until_delivered(produce, f"to {topic.get_topic_name()} for run {run_id}")
 
     def publish(self, entries: list[Journal | Settle]) -> None:
-        """Keep journal entries for the next checkpoint (:meth:`flush_journal`)."""
+        """Keep journal entries for the next checkpoint (:meth:`flush_journal`), each
+        run's with the partition it is decided on (whose transaction writes them)."""
+        number = deciding()
         for entry in entries:
             found = self.journal.get(entry.run_id)
             if found is None:
                 self.journal[entry.run_id] = [entry]
+                self.journal_partition[entry.run_id] = number
             else:
                 found.append(entry)
 
@@ -279,24 +285,33 @@ class EffectRunner:
         run's as one record (or a few, see :func:`journal_records`), and returns when the
         broker has them all, trying again while Kafka is away."""
         taken, self.journal = self.journal, {}
+        numbers, self.journal_partition = self.journal_partition, {}
 
         async def write() -> None:
             if not taken:
                 return
             topic = self.runtime.topics.events.get_topic_name()
-            producer = self.app.producer
+            checkpoint = current_checkpoint()
+            if checkpoint is None:
+                checkpoint = Checkpoint(self.app.producer, None)
 
             async def produce() -> None:
                 sent = []
                 for run_id, entries in taken.items():
+                    number = numbers.get(run_id)
                     for value in journal_records(entries):
                         key = run_id.encode()
-                        sent.append(await producer.send(topic, key, value, None, None, None))
+                        sent.append(await checkpoint.send(number, topic, key, value))
                         if not len(sent) % WRITES_AT_ONCE:
                             await asyncio.sleep(0)  # let other work run
                 await asyncio.gather(*sent)
 
-            await _until_delivered(produce, "the journal")
+            if checkpoint.transactional:
+                # A transaction that failed is aborted whole: writing again would only
+                # duplicate; the checkpoint fails (WritesLost) and commits nothing.
+                await produce()
+            else:
+                await _until_delivered(produce, "the journal")
 
         return write
 

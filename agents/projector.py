@@ -30,8 +30,12 @@ def attach(app: RflowApp) -> None:
     async def project(stream):
         """Upsert runs, step logs and dead-lettered runs from journal entries, in batches."""
         async for batch in consumption.batches(stream, topic, BATCH):
-            await project_batch(batch)
-            consumption.processed_all(batch)
+            await consumption.handle(
+                "the projector", batch, project_batch, dead_letter, passes=(Unavailable,)
+            )
+
+    async def dead_letter(message, reason: str) -> None:
+        await send_dead_letter(app, message, reason)
 
     async def project_batch(batch: list) -> None:
         """Project a batch's journals; dead-letter what cannot be read or stored."""

@@ -38,7 +38,7 @@ from rflow.relayer.fees import Fees, suggest
 from rflow.relayer.node import Broadcast, Node, Probe
 from rflow.relayer.signing import Signer, open_signer
 from rflow.secrets import Secrets
-from rflow.storage import budgets, sends
+from rflow.storage import Unavailable, budgets, sends
 from rflow.storage.sends import SendRow
 
 if TYPE_CHECKING:
@@ -687,8 +687,18 @@ def attach(app: RflowApp) -> Relayer:
         """Sign, store and broadcast sends a batch at a time, in order per relayer, and
         carry out operators' speed-ups and cancels of them."""
         async for events in consumption.batches(stream, topic, BATCH):
-            await relay_batch(events)
-            consumption.processed_all(events)
+            await consumption.handle(
+                "the relayer",
+                events,
+                relay_batch,
+                dead_letter,
+                passes=(Unavailable,),
+                # No text: it could quote a value a send's step filled in.
+                reason=lambda exc: f"{type(exc).__name__} (see the worker's log)",
+            )
+
+    async def dead_letter(message: Any, reason: str) -> None:
+        await send_dead_letter(app, message, reason)
 
     async def relay_batch(events: list) -> None:
         """Sign, store and broadcast a batch's sends, then carry out its controls."""

@@ -28,6 +28,7 @@ _VARIABLES = {
     "PROJECT": "project_path",
     "DATA_DIR": "data_dir",
     "TABLE_STORE": "table_store",
+    "KAFKA_TRANSACTIONS": "kafka_transactions",
     "WEB_PORT": "web_port",
     "BROKER_SESSION_TIMEOUT": "broker_session_timeout",
     "BROKER_HEARTBEAT_INTERVAL": "broker_heartbeat_interval",
@@ -168,6 +169,12 @@ class Settings(BaseModel):
         description="where a worker writes its Prometheus file-SD target while it runs "
         "(scripts/stack env: .stack/prometheus/targets, which the shipped prometheus.yml "
         "reads); unset: none is written",
+    )
+    kafka_transactions: bool = Field(
+        True,
+        description="write each checkpoint (table changes, run journals, consumed offsets) "
+        "in Kafka transactions, one per partition, so that a worker that lost a partition "
+        "is fenced by the broker; off only to measure what transactions cost",
     )
     broker_session_timeout: float = Field(
         30.0,

@@ -59,10 +59,12 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import faust
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.consumer.subscription_state import SubscriptionState
 from faust.serializers import codecs as faust_codecs
 from faust.stores import memory as memory_store
 from faust.stores import rocksdb as rocksdb_store
+from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP
@@ -162,6 +164,47 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
             and _defines(rocksdb_store.RocksDBOptions, "as_options")
             and _assigns(rocksdb_store.RocksDBOptions.open, "as_options")
         ),
+    ),
+    "aiokafka AIOKafkaConsumer._isolation_level (read_committed for the worker's consumer)": (
+        "aiokafka",
+        lambda: (
+            _assigns(AIOKafkaConsumer.__init__, "_isolation_level")
+            and _assigns(AIOKafkaConsumer.start, "_isolation_level")
+        ),
+    ),
+    "aiokafka AIOKafkaConsumer._subscription, SubscriptionState.subscription.assignment"
+    ".state_value(tp).position (how far the fetcher has read, control records included)": (
+        "aiokafka",
+        lambda: (
+            _assigns(AIOKafkaConsumer.__init__, "_subscription")
+            and isinstance(vars(SubscriptionState).get("subscription"), property)
+        ),
+    ),
+    "faust AIOKafkaConsumerThread.getmany, _ensure_consumer": (
+        "faust-streaming",
+        lambda: all(
+            _defines(aiokafka_driver.AIOKafkaConsumerThread, name)
+            for name in ("getmany", "_ensure_consumer")
+        ),
+    ),
+    "faust App._on_partitions_assigned (fenced before the tables recover)": (
+        "faust-streaming",
+        lambda: _defines(faust.App, "_on_partitions_assigned"),
+    ),
+    "faust Recovery.active_remaining, active_highwaters, active_offsets (a recovery ends "
+    "once the fetcher has read past the changelog's last transaction marker)": (
+        "faust-streaming",
+        lambda: (
+            _defines(faust_recovery.Recovery, "active_remaining")
+            and _assigns(faust_recovery.Recovery.need_recovery, "active_remaining")
+            and _assigns(faust_recovery.Recovery.__init__, "active_highwaters")
+            and _assigns(faust_recovery.Recovery.__init__, "active_offsets")
+        ),
+    ),
+    "faust Table.changelog_topic, key_serializer, value_serializer, app.producer.send "
+    "(streams/tables.py writes a table's changelog records as Faust would)": (
+        "faust-streaming",
+        lambda: all(hasattr(faust.Table, name) for name in ("changelog_topic", "data")),
     ),
 }
 """Each private name this module uses: the distribution it belongs to, and how to tell it
@@ -586,14 +629,49 @@ def table_store(table: Any) -> TableStore:
 
 
 class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
-    """Faust's consumer thread, with a short fetch wait (:data:`FETCH_MAX_WAIT_MS`)."""
+    """Faust's consumer thread, with a short fetch wait (:data:`FETCH_MAX_WAIT_MS`),
+    reading ``read_committed``, and telling the app how far each TP was read
+    (:attr:`ConsumingApp.read_to`)."""
+
+    _fetched: tuple[dict[TP, int], dict[TP, int]] | None = None
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         # Faust passes its own value and no setting reaches it; the fetcher reads this
         # attribute when the consumer starts.
         consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
+        # Faust reads committed records only in its own exactly_once mode: an aborted
+        # checkpoint's records (a fenced worker's) must never reach an agent or a table.
+        consumer._isolation_level = "read_committed"
         return consumer
+
+    async def getmany(self, active_partitions: Any, timeout: float) -> Any:
+        app = self.app
+        # Faust's consumer asks for the next records once every record of the last
+        # fetch is in a queue: how far that fetch read is now how far the queues hold.
+        fetched, self._fetched = self._fetched, None
+        if fetched is not None:
+            positions, seeks = fetched
+            sought = app.sought
+            for tp, position in positions.items():
+                if sought.get(tp, 0) == seeks.get(tp, 0):
+                    app.read_to[tp] = position
+        records = await super().getmany(active_partitions, timeout)
+        try:
+            assignment = self._ensure_consumer()._subscription.subscription.assignment
+        except Exception:  # no consumer or subscription (yet, or any more)
+            return records
+        positions = {}
+        for tp in set(active_partitions or ()) | set(records):
+            try:
+                position = assignment.state_value(tp).position
+            except Exception:  # not assigned (any more)
+                continue
+            if position is not None:
+                positions[TP(tp.topic, tp.partition)] = position
+        sought = app.sought
+        self._fetched = (positions, {tp: sought.get(tp, 0) for tp in positions})
+        return records
 
 
 class RflowConsumer(aiokafka_driver.Consumer):
@@ -626,15 +704,25 @@ class RflowConsumer(aiokafka_driver.Consumer):
                 )
                 offset = 0
             fixed[tp] = offset
+            self._sought(tp)
         await super().seek_wait(fixed)
+        for tp in fixed:
+            self._sought(tp)
 
     async def commit_offsets(self, offsets: Mapping[TP, int]) -> bool:
         """Commit ``offsets`` as they are (Faust commits only what its streams acked)."""
         return await self._commit(offsets)
 
+    def _sought(self, partition: Any) -> None:
+        tp = TP(partition.topic, partition.partition)
+        self.app.handed.pop(tp, None)
+        self.app.read_to.pop(tp, None)
+        self.app.sought[tp] = self.app.sought.get(tp, 0) + 1
+
     async def seek(self, partition: TP, offset: int) -> None:
+        self._sought(partition)
         await super().seek(partition, offset)
-        self.app.handed.pop(TP(partition.topic, partition.partition), None)
+        self._sought(partition)
 
     def handed_over(self, tp: TP) -> int | None:
         """The offset of the last record of ``tp`` the fetcher put into a queue since
@@ -705,14 +793,64 @@ class ConsumingApp(faust.App):
         self.handed: dict[TP, int] = {}
         """The offset of the last record of each TP put into the app's queues since the
         TP was last sought (:meth:`RflowConsumer.handed_over`)."""
+        self.read_to: dict[TP, int] = {}
+        """Each TP's fetch position (transaction markers and aborted records included)
+        below which every record is in the app's queues or taken from them, since the TP
+        was last sought."""
+        self.sought: dict[TP, int] = {}
+        """Seeks of each TP so far (a position read before a seek is not used after)."""
         super().__init__(*args, **kwargs)
         self.before_revoke = []
+        self._recovery_watched = False
 
     async def _on_partitions_revoked(self, revoked: Any) -> None:
         if not self.should_stop:
             for hook in self.before_revoke:
                 await hook()
         await super()._on_partitions_revoked(revoked)
+
+    async def _on_partitions_assigned(self, assigned: Any, generation_id: int = 0) -> None:
+        consumption = self.consumption
+        if not self.should_stop and consumption is not None and consumption.fence is not None:
+            # Fence the partitions' earlier owners before their tables recover: once the
+            # broker has aborted an earlier owner's open transaction, what recovery reads
+            # (read_committed) and the committed offsets are final.
+            numbers = {tp.partition for tp in assigned if tp.topic in consumption.joined}
+            try:
+                await consumption.fence.release(keep=numbers)
+                await consumption.fence.take(numbers)
+            except Exception as exc:
+                log.error("fencing the partitions' earlier owners failed: %r", exc)
+                await self.crash(exc)
+                return
+        self._watch_recovery()
+        await super()._on_partitions_assigned(assigned, generation_id)
+
+    def _watch_recovery(self) -> None:
+        """End a table recovery once every changelog record below the changelog's end is
+        applied: a transaction's last record is followed by its commit marker (and an
+        aborted one's records are never read), so the last record read is not at the
+        end offset less one, where Faust waits for it."""
+        if self._recovery_watched:
+            return
+        self._recovery_watched = True
+        recovery = self.tables.recovery
+        remaining = recovery.active_remaining
+
+        def active_remaining() -> Counter[TP]:
+            found = remaining()
+            for tp, left in found.items():
+                if left > 0 and self.read_past(tp, recovery.active_highwaters[tp]):
+                    recovery.active_offsets[tp] = recovery.active_highwaters[tp]
+                    found[tp] = 0
+            return found
+
+        recovery.active_remaining = active_remaining
+
+    def read_past(self, tp: Any, last: int) -> bool:
+        """Whether every record of ``tp`` up to offset ``last`` has left the app's queues."""
+        key = TP(tp.topic, tp.partition)
+        return self.read_to.get(key, -1) > last and self.queued[key] == 0
 
     def FlowControlQueue(
         self, maxsize: int | None = None, *, clear_on_resume: bool = False
@@ -722,9 +860,15 @@ class ConsumingApp(faust.App):
         return queue(self, maxsize)
 
     async def on_stop(self) -> None:
-        if self.consumption is not None:
-            await self.consumption.stop_taking()
-            await self.consumption.close()
+        consumption = self.consumption
+        if consumption is not None:
+            await consumption.stop_taking()
+            try:
+                await consumption.close()
+            except Exception as exc:
+                log.error("the last checkpoint before stopping failed: %r", exc)
+            if consumption.fence is not None:
+                await consumption.fence.release()
         await super().on_stop()
 
     def _new_consumer(self) -> RflowConsumer:
@@ -736,6 +880,135 @@ class ConsumingApp(faust.App):
             beacon=self.beacon,
             loop=self.transport.loop,
         )
+
+
+# --- transactions -----------------------------------------------------------------------
+
+
+class Fenced(RuntimeError):
+    """A checkpoint would write for a partition this worker holds no producer of: it was
+    given up (its next owner writes it)."""
+
+
+class Fence:
+    """One transactional producer per partition *n* of the joined topics this worker
+    owns, its ``transactional.id`` named after the app and *n*: starting it (as the
+    partition is assigned, before its tables recover) fences every earlier owner's, whose
+    open transaction the broker aborts and whose later writes it refuses. So a worker that
+    lost a partition, however late it wakes, never gets a write seen by a
+    ``read_committed`` reader, and the next owner recovers only what was committed."""
+
+    def __init__(self, make: Callable[[str], Any], prefix: str) -> None:
+        self.make = make
+        """Builds a transactional producer (not started) for a ``transactional.id``."""
+        self.prefix = prefix
+        self.producers: dict[int, Any] = {}
+
+    def transactional_id(self, number: int) -> str:
+        return f"{self.prefix}-rflow-{number}"
+
+    async def take(self, numbers: Iterable[int]) -> None:
+        """Hold a started producer for each of ``numbers`` (fencing earlier owners)."""
+        new = sorted(set(numbers) - set(self.producers))
+        if new:
+            await asyncio.gather(*(self._start(number) for number in new))
+            log.info("fenced the earlier owners of %d partitions", len(new))
+
+    async def _start(self, number: int) -> None:
+        producer = self.make(self.transactional_id(number))
+        await producer.start()  # init_transactions: the epoch moves on
+        self.producers[number] = producer
+
+    async def release(self, keep: Iterable[int] = ()) -> None:
+        """Stop the producers of every partition but ``keep`` (given up)."""
+        kept = set(keep)
+        gone = [self.producers.pop(n) for n in sorted(set(self.producers) - kept)]
+        for producer in gone:
+            try:
+                await asyncio.wait_for(producer.stop(), timeout=10)
+            except Exception as exc:  # a fenced producer may fail to stop cleanly
+                log.warning("stopping a transactional producer failed: %r", exc)
+
+    def producer(self, number: int) -> Any:
+        found = self.producers.get(number)
+        if found is None:
+            raise Fenced(f"partition {number} is not this worker's: nothing is written for it")
+        return found
+
+
+_CHECKPOINT: contextvars.ContextVar[Checkpoint | None] = contextvars.ContextVar(
+    "rflow_checkpoint", default=None
+)
+
+
+def current_checkpoint() -> Checkpoint | None:
+    """The checkpoint whose writes are being made (:meth:`Consumption.checkpoint`)."""
+    return _CHECKPOINT.get()
+
+
+class Checkpoint:
+    """What one checkpoint writes. With a :class:`Fence`, the records decided on
+    partition *n* of the joined topics go in *n*'s transaction, with the offsets consumed
+    there; what the writers change locally once the broker has the records (a table's
+    store) waits until every transaction is committed (:meth:`then`): a store never holds
+    a value or an offset of an aborted transaction."""
+
+    def __init__(self, producer: Any, fence: Fence | None) -> None:
+        self.producer = producer
+        """The app's producer: the records of a checkpoint without transactions."""
+        self.fence = fence
+        self.begun: dict[int, Any] = {}
+        self.afterwards: list[Callable[[], None]] = []
+
+    @property
+    def transactional(self) -> bool:
+        return self.fence is not None
+
+    async def send(
+        self,
+        number: int | None,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+    ) -> Awaitable[Any]:
+        """Hand a record to the producer of partition ``number`` of the joined topics (the
+        app's producer without transactions, or for a record no partition decided); the
+        result resolves to its metadata once the broker has it."""
+        if self.fence is None or number is None:
+            return await self.producer.send(topic, key, value, partition, None, None)
+        producer = await self.begin(number)
+        return await producer.send(topic, value, key=key, partition=partition)
+
+    async def begin(self, number: int) -> Any:
+        """Partition ``number``'s producer, in this checkpoint's transaction."""
+        assert self.fence is not None
+        found = self.begun.get(number)
+        if found is None:
+            found = self.fence.producer(number)
+            await found.begin_transaction()
+            self.begun[number] = found
+        return found
+
+    def then(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once every record of the checkpoint is committed."""
+        self.afterwards.append(callback)
+
+    async def commit(self, offsets: Mapping[int, Mapping[TP, int]], group: str) -> None:
+        """Add each partition's consumed ``offsets`` to its transaction and commit every
+        transaction begun."""
+        for number, consumed in sorted(offsets.items()):
+            producer = await self.begin(number)
+            await producer.send_offsets_to_transaction(
+                {TopicPartition(tp.topic, tp.partition): offset for tp, offset in consumed.items()},
+                group,
+            )
+        if self.begun:
+            await asyncio.gather(*(p.commit_transaction() for p in self.begun.values()))
+
+    def done(self) -> None:
+        for callback in self.afterwards:
+            callback()
 
 
 # --- the layer --------------------------------------------------------------------------
@@ -791,6 +1064,12 @@ class Consumption:
         tables, so that no table says a run is settled whose journal may be lost)."""
         self.on_open: list[Callable[[frozenset[int]], Awaitable[None]]] = []
         """Called with the joined partitions opened, after each rebalance."""
+        self.on_handler_failure: list[Callable[[str], None]] = []
+        """Called with the agent's name for each record dead-lettered because its
+        handler raised (:meth:`handle`)."""
+        self.on_stall: list[Callable[[TP], None]] = []
+        """Called with each TP found stalled (:meth:`stalled`): records wait past its
+        cursor and none was taken for :data:`STALL`."""
         self.on_close: list[Callable[[], None]] = []
         """Called when every TP is closed (after the last checkpoint before a rebalance):
         what was kept of the tables' entries is dropped, since another owner may change
@@ -807,6 +1086,11 @@ class Consumption:
         """Checkpoints that committed something (for tests and metrics)."""
         self.failed: Exception | None = None
         """The first write the broker did not acknowledge (:meth:`checkpoint`)."""
+        self.fence: Fence | None = None
+        """The transactional producers of the joined partitions owned (``None``: the
+        checkpoints write without transactions)."""
+        self.group = getattr(getattr(app, "conf", None), "id", "")
+        """The consumer group whose offsets the transactions commit."""
 
     # --- records ------------------------------------------------------------------
 
@@ -867,6 +1151,67 @@ class Consumption:
         for event in events:
             self.processed(event.message)
 
+    async def handle(
+        self,
+        agent: str,
+        batch: list[Any],
+        handler: Callable[[list[Any]], Awaitable[None]],
+        dead_letter: Callable[[Any, str], Awaitable[None]],
+        *,
+        passes: tuple[type[BaseException], ...] = (),
+        reason: Callable[[BaseException], str] | None = None,
+    ) -> None:
+        """Process a batch of taken events with ``handler``, then mark it processed. If the
+        handler raises (anything but ``passes``: the worker is stopping, and the batch is
+        read again), each event is handled on its own, and one whose handler raises still
+        is dead-lettered with the reason (``reason(exc)``; the exception's type and text
+        by default), counted (:attr:`on_handler_failure`) and processed: a partition's
+        commits never stop behind a record its agent cannot handle."""
+        try:
+            await handler(batch)
+        except passes:
+            raise
+        except Exception as exc:
+            if len(batch) == 1:
+                await self._give_up(agent, batch[0], exc, dead_letter, reason)
+            else:
+                log.error(
+                    "%s raised on a batch of %d (%s): handling them one by one",
+                    agent,
+                    len(batch),
+                    type(exc).__name__,
+                )
+                for event in batch:
+                    try:
+                        await handler([event])
+                    except passes:
+                        raise
+                    except Exception as each:
+                        await self._give_up(agent, event, each, dead_letter, reason)
+        self.processed_all(batch)
+
+    async def _give_up(
+        self,
+        agent: str,
+        event: Any,
+        exc: BaseException,
+        dead_letter: Callable[[Any, str], Awaitable[None]],
+        reason: Callable[[BaseException], str] | None,
+    ) -> None:
+        why = reason(exc) if reason is not None else f"{type(exc).__name__}: {exc}"
+        message = event.message
+        log.error(
+            "%s raised on %s[%d]@%d; dead-lettered: %s",
+            agent,
+            message.topic,
+            message.partition,
+            message.offset,
+            why,
+        )
+        await dead_letter(message, f"{agent} failed on this record: {why}")
+        for callback in self.on_handler_failure:
+            callback(agent)
+
     # --- partitions of the joined topics ------------------------------------------
 
     def partition(self, number: int) -> Partition:
@@ -906,23 +1251,47 @@ class Consumption:
 
     async def checkpoint(self) -> bool:
         """Write what was decided, then commit what is processed; True if offsets were
-        committed. Once a write has failed, every checkpoint raises :class:`WritesLost`
-        and nothing more is committed: the records whose decisions were lost are read
-        again by the worker that recovers the tables from their changelogs."""
+        committed. With a :class:`Fence`, what was decided on partition *n* of the joined
+        topics and the offsets processed there go in one transaction of *n*'s producer.
+        Once a write has failed, every checkpoint raises :class:`WritesLost` and nothing
+        more is committed: the records whose decisions were lost are read again by the
+        worker that recovers the tables from their changelogs."""
         async with self._checkpoint:
             if self.failed is not None:
                 raise WritesLost(self.failed)
             offsets = {tp: c.done for tp, c in self.cursors.items() if c.done > c.committed}
+            fence = self.fence
+            within: dict[int, dict[TP, int]] = {}
+            plain: dict[TP, int] = {}
+            for tp, offset in offsets.items():
+                if fence is not None and tp.topic in self.joined:
+                    within.setdefault(tp.partition, {})[tp] = offset
+                else:
+                    plain[tp] = offset
+            checkpoint = Checkpoint(getattr(self.app, "producer", None), fence)
+            token = _CHECKPOINT.set(checkpoint)
             try:
                 writes = [flush() for flush in self.flushers]  # one instant: nothing awaits
                 for write in writes:
                     await write()  # returns once the broker has acknowledged all of it
+                if fence is not None:
+                    await checkpoint.commit(within, self.group)
             except Exception as exc:
                 self.failed = exc
                 raise WritesLost(exc) from exc
-            if not offsets:
-                return False
-            return await self._commit(offsets)
+            finally:
+                _CHECKPOINT.reset(token)
+            checkpoint.done()
+            for tp, offset in (item for each in within.values() for item in each.items()):
+                cursor = self.cursors.get(tp)
+                if cursor is not None:
+                    cursor.committed = max(cursor.committed, offset)
+            committed = bool(within)
+            if plain and await self._commit(plain):
+                committed = True
+            if committed:
+                self.commits += 1
+            return committed
 
     async def _commit(self, offsets: dict[TP, int]) -> bool:
         if not await self.app.consumer.commit_offsets(offsets):
@@ -931,7 +1300,6 @@ class Consumption:
             cursor = self.cursors.get(tp)
             if cursor is not None:
                 cursor.committed = max(cursor.committed, offset)
-        self.commits += 1
         return True
 
     def committed(self) -> dict[TP, int]:
@@ -953,19 +1321,19 @@ class Consumption:
 
     async def close(self) -> None:
         """After :meth:`stop_taking`, once Faust's streams are idle: write what was
-        decided, commit, and own nothing until the next opening."""
+        decided, commit, and own nothing until the next opening. A failed last
+        checkpoint is raised (after owning nothing): :class:`WritesLost` stops the worker
+        (:func:`attach`), a refused commit is the next owner's to read again."""
         self.reading = False
         try:
             await self.checkpoint()
-        except WritesLost as exc:  # the worker stops (run); nothing more is committed
-            log.error("the last checkpoint before the rebalance failed: %s", exc)
-        except Exception as exc:  # the next owner reads from the last commit instead
-            log.warning("the last checkpoint before the rebalance failed: %r", exc)
-        self.epoch += 1
-        self.cursors.clear()
-        self.opening.clear()
-        for callback in self.on_close:
-            callback()
+        finally:
+            # Whatever the checkpoint did, nothing is taken or committed here any more.
+            self.epoch += 1
+            self.cursors.clear()
+            self.opening.clear()
+            for callback in self.on_close:
+                callback()
 
     def assigned(self, tps: Iterable[TP]) -> None:
         """The rebalance is complete: these TPs of ours open when Faust seeks them."""
@@ -979,15 +1347,21 @@ class Consumption:
         if not opening:
             return
         consumer = self.app.consumer
+        epoch = self.epoch
         fresh = [tp for tp in opening if not found[tp]]
         earliest = await consumer.earliest_offsets(*fresh) if fresh else {}
-        epoch = self.epoch
+        cursors = {}
         for tp in opening:
+            if epoch != self.epoch:
+                return  # closed meanwhile (a revocation): nothing opens
             offset = found[tp] or earliest.get(tp) or 0
             await consumer.seek(tp, offset)
-            self.cursors[tp] = Cursor(tp, next=offset, done=offset, committed=found[tp] or 0)
+            cursors[tp] = Cursor(tp, next=offset, done=offset, committed=found[tp] or 0)
         if epoch != self.epoch:
             return
+        # At one instant, after every seek: a close() during a seek leaves no cursor of a
+        # TP this worker no longer owns (whose offset a checkpoint would then commit).
+        self.cursors.update(cursors)
         self.opening.difference_update(opening)
         numbers = frozenset(tp.partition for tp in opening if tp.topic in self.joined)
         for number in sorted(numbers):
@@ -1069,6 +1443,8 @@ class Consumption:
             if stuck or (handed is not None and handed >= cursor.next) or waited >= STALL_ANYWAY:
                 found.append(tp)
                 self._reread(cursor, f"no record taken for {waited:.0f}s")
+                for callback in self.on_stall:
+                    callback(tp)
         return found
 
     async def run(self) -> None:
@@ -1094,12 +1470,32 @@ def attach(app: RflowApp, topics: Iterable[str], joined: Iterable[str]) -> Consu
     """Give ``app`` its consumption layer (see :class:`Consumption` for the arguments)."""
     consumption = Consumption(app, topics, joined)
     app.consumption = app.consumer.consumption = consumption
+    settings = app.rflow.settings
+    if settings.kafka_transactions:
+        from rflow.streams import kafka
+
+        consumption.fence = Fence(
+            lambda transactional_id: kafka.transactional_producer(settings, transactional_id),
+            settings.app_id,
+        )
 
     async def on_rebalance_complete(sender: Any = None, **kwargs: Any) -> None:
         consumption.assigned(app.assignor.assigned_actives())
 
     async def on_revoked(sender: Any = None, *args: Any, **kwargs: Any) -> None:
-        await consumption.close()
+        try:
+            await consumption.close()
+        except WritesLost as exc:
+            # The tables here are ahead of their changelogs (or this worker was fenced):
+            # only a restart recovers them from what was committed.
+            log.error("the last checkpoint before the rebalance failed: %s; stopping", exc)
+            await app.crash(exc)
+        except Exception as exc:
+            log.error(
+                "the last checkpoint before the rebalance failed to commit (%r): the "
+                "next owner reads again from the last commit",
+                exc,
+            )
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
     app.before_revoke.append(consumption.stop_taking)

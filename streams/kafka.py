@@ -118,8 +118,32 @@ def producer(settings: Settings, **options: Any) -> AIOKafkaProducer:
     return AIOKafkaProducer(**client_options(settings), **options)
 
 
+TRANSACTION_TIMEOUT_MS = 30_000
+"""How long a checkpoint's transaction may stay open before the broker aborts it (and
+fences its producer): a checkpoint takes milliseconds; a worker stopped in the middle of
+one holds back every ``read_committed`` reader of its partitions this long at most,
+unless the partition's next owner fences it sooner."""
+
+
+def transactional_producer(settings: Settings, transactional_id: str) -> AIOKafkaProducer:
+    """A transactional aiokafka producer of ``settings`` (not started): starting it
+    fences every earlier producer of ``transactional_id`` (its open transaction is
+    aborted, its later writes refused by the broker)."""
+    return AIOKafkaProducer(
+        **client_options(settings),
+        transactional_id=transactional_id,
+        transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=0,
+    )
+
+
 def consumer(settings: Settings, *topics: str, **options: Any) -> AIOKafkaConsumer:
-    """An aiokafka consumer of ``settings`` (not started), with ``options`` on top."""
+    """An aiokafka consumer of ``settings`` (not started), with ``options`` on top. It
+    reads ``read_committed`` unless told otherwise: what an aborted checkpoint wrote
+    (a fenced worker's) is never seen."""
+    options.setdefault("isolation_level", "read_committed")
     return AIOKafkaConsumer(*topics, **client_options(settings), **options)
 
 

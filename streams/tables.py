@@ -30,7 +30,14 @@ from rflow.codecs.tables import (
     write_run_entry,
     write_settled_entry,
 )
-from rflow.streams.consumption import TableStore, current_partition, deciding, table_store
+from rflow.streams.consumption import (
+    Checkpoint,
+    TableStore,
+    current_checkpoint,
+    current_partition,
+    deciding,
+    table_store,
+)
 
 if TYPE_CHECKING:
     from rflow.streams.app import RflowApp
@@ -161,16 +168,22 @@ class Staged:
     def flush(self) -> Callable[[], Awaitable[None]]:
         """Take the changes made so far; the returned function writes them to the
         changelog, each to the partition it was decided on (letting other work run every
-        :data:`WRITES_AT_ONCE` records), and once the broker has every record, to the
-        store, with the offset each partition reached."""
+        :data:`WRITES_AT_ONCE` records) in the checkpoint's transaction of that partition,
+        and once the checkpoint is committed, to the store, with the offset each
+        partition reached: a store (RocksDB's, on disk) never holds a value or an offset
+        of an aborted transaction."""
         taken, self.changed = self.changed, {}
         self.writing.update(taken)
 
         async def write() -> None:
             # The record is the one Faust would send (the table's codecs, the partition
-            # decided on), handed to the producer at once; the store follows the broker.
+            # decided on), handed to the producer at once, in the checkpoint's transaction
+            # of that partition; the store follows once the broker has committed it.
             table = self.table
-            producer = table.app.producer
+            checkpoint = current_checkpoint()
+            own = checkpoint is None
+            if checkpoint is None:
+                checkpoint = Checkpoint(table.app.producer, None)
             topic = table.changelog_topic.get_topic_name()
             dump_key = faust_codecs.get_codec(table.key_serializer).dumps
             dump_value = faust_codecs.get_codec(table.value_serializer).dumps
@@ -188,7 +201,7 @@ class Staged:
                     stored = self.encode(value)
                     record = dump_value(stored)
                 sent.append(
-                    await producer.send(topic, dump_key(key), record, partition, None, None)
+                    await checkpoint.send(partition, topic, dump_key(key), record, partition)
                 )
                 changes.setdefault(partition, []).append((key, stored))
                 if not done % WRITES_AT_ONCE:
@@ -198,19 +211,26 @@ class Staged:
                 offset = getattr(metadata, "offset", None)
                 if offset is not None:
                     reached[metadata.partition] = max(offset, reached.get(metadata.partition, -1))
-            for partition, written in changes.items():
-                store.write(partition, written, reached.get(partition))
-            memo = self.memo
-            for key, entry in taken.items():
-                if memo is not None:
-                    if entry[1] is not _DELETED:
-                        memo[key] = entry[1]
-                    elif self.memo_missing is not None and self.memo_missing(key):
-                        memo[key] = None
-                    else:
-                        memo.pop(key, None)
-                if self.writing.get(key) is entry:
-                    del self.writing[key]
+
+            def written() -> None:
+                for partition, each in changes.items():
+                    store.write(partition, each, reached.get(partition))
+                memo = self.memo
+                for key, entry in taken.items():
+                    if memo is not None:
+                        if entry[1] is not _DELETED:
+                            memo[key] = entry[1]
+                        elif self.memo_missing is not None and self.memo_missing(key):
+                            memo[key] = None
+                        else:
+                            memo.pop(key, None)
+                    if self.writing.get(key) is entry:
+                        del self.writing[key]
+
+            if own:
+                written()
+            else:
+                checkpoint.then(written)
 
         return write
 

@@ -396,8 +396,9 @@ async def test_a_write_the_broker_refused_fails_the_checkpoint_and_commits_nothi
     with pytest.raises(WritesLost, match="not enough replicas"):
         await made.checkpoint()
     await made.stop_taking()
-    await made.close()
-    assert fetcher.commits == []
+    with pytest.raises(WritesLost, match="not enough replicas"):  # not swallowed
+        await made.close()
+    assert fetcher.commits == [] and made.cursors == {}
 
 
 async def test_a_write_that_fails_before_the_broker_has_it_commits_nothing():
