@@ -51,7 +51,7 @@ import bisect
 import contextvars
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -650,6 +650,7 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
         # Faust's consumer asks for the next records once every record of the last
         # fetch is in a queue: how far that fetch read is now how far the queues hold.
         fetched, self._fetched = self._fetched, None
+        issued = dict(app.sought)
         if fetched is not None:
             positions, seeks = fetched
             sought = app.sought
@@ -657,6 +658,9 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
                 if sought.get(tp, 0) == seeks.get(tp, 0):
                     app.read_to[tp] = position
         records = await super().getmany(active_partitions, timeout)
+        # The records of this fetch follow the ones before only for TPs not sought since
+        # it was asked for (a fetch under way may still return what preceded a seek).
+        app.fetch_sought = issued
         try:
             assignment = self._ensure_consumer()._subscription.subscription.assignment
         except Exception:  # no consumer or subscription (yet, or any more)
@@ -713,16 +717,21 @@ class RflowConsumer(aiokafka_driver.Consumer):
         """Commit ``offsets`` as they are (Faust commits only what its streams acked)."""
         return await self._commit(offsets)
 
-    def _sought(self, partition: Any) -> None:
+    def _sought(self, partition: Any, offset: int | None = None) -> None:
         tp = TP(partition.topic, partition.partition)
-        self.app.handed.pop(tp, None)
-        self.app.read_to.pop(tp, None)
-        self.app.sought[tp] = self.app.sought.get(tp, 0) + 1
+        app = self.app
+        app.handed.pop(tp, None)
+        app.read_to.pop(tp, None)
+        app.sought[tp] = app.sought.get(tp, 0) + 1
+        if offset is None:
+            app.put_last.pop(tp, None)
+        else:
+            app.put_last[tp] = offset - 1
 
     async def seek(self, partition: TP, offset: int) -> None:
         self._sought(partition)
         await super().seek(partition, offset)
-        self._sought(partition)
+        self._sought(partition, offset)
 
     def handed_over(self, tp: TP) -> int | None:
         """The offset of the last record of ``tp`` the fetcher put into a queue since
@@ -747,14 +756,29 @@ class Queue(ThrowableQueue):
     def __init__(self, *args: Any, counts: Any, **kwargs: Any) -> None:
         self.counts = counts
         self.queued: Counter[TP] = counts.queued
+        self.follows: dict[TP, deque[tuple[int, int | None]]] = {}
+        """For each record of a TP held, in order: its offset, and the offset the fetcher
+        handed over just before it in the same run of fetches since a seek
+        (:attr:`ConsumingApp.put_last`; ``None``: unknown)."""
         super().__init__(*args, **kwargs)
 
     def _put(self, item: Any) -> None:
         tp = _tp_of(item)
         if tp is not None:
+            counts = self.counts
             self.queued[tp] += 1
-            self.counts.arrived += 1
-            self.counts.handed[tp] = getattr(item, "message", item).offset
+            counts.arrived += 1
+            offset = getattr(item, "message", item).offset
+            follows = self.follows.get(tp)
+            if follows is None:
+                follows = self.follows[tp] = deque()
+            sought = getattr(counts, "sought", {})
+            if sought.get(tp, 0) == getattr(counts, "fetch_sought", {}).get(tp, 0):
+                follows.append((offset, counts.put_last.get(tp)))
+                counts.put_last[tp] = offset
+            else:  # fetched before the TP's last seek: it follows nothing known
+                follows.append((offset, None))
+            counts.handed[tp] = offset
         super()._put(item)
 
     def _get(self) -> Any:
@@ -762,6 +786,13 @@ class Queue(ThrowableQueue):
         tp = _tp_of(item)
         if tp is not None:
             self.queued[tp] -= 1
+            follows = self.follows.get(tp)
+            offset = getattr(item, "message", item).offset
+            while follows:
+                found, before = follows.popleft()
+                if found == offset:
+                    self.counts.got[tp] = (offset, before)
+                    break
         return item
 
 
@@ -799,6 +830,16 @@ class ConsumingApp(faust.App):
         was last sought."""
         self.sought: dict[TP, int] = {}
         """Seeks of each TP so far (a position read before a seek is not used after)."""
+        self.fetch_sought: dict[TP, int] = {}
+        """:attr:`sought` when the records being put into the queues were asked for."""
+        self.put_last: dict[TP, int] = {}
+        """The offset of the last record of each TP put into the app's queues, or the
+        offset less one a seek set the TP's fetch position to since."""
+        self.got: dict[TP, tuple[int, int | None]] = {}
+        """The last record of each TP taken from the app's queues: its offset, and
+        what the fetcher handed over just before it (:attr:`put_last` then): the records
+        between the two were none a ``read_committed`` reader sees (transaction
+        markers, aborted records)."""
         super().__init__(*args, **kwargs)
         self.before_revoke = []
         self._recovery_watched = False
@@ -1105,13 +1146,24 @@ class Consumption:
         offset = message.offset
         if offset < cursor.next:
             return False  # taken before
-        if offset > cursor.next:
+        if offset > cursor.next and not self._follows(message, cursor.next):
             self._reread(cursor, f"offset {offset} arrived")
             return False
         cursor.next = offset + 1
         cursor.taken_at = time.monotonic()
         cursor.rereading = 0
         return True
+
+    def _follows(self, message: Any, expected: int) -> bool:
+        """Whether the fetcher handed ``message`` over right after the record below
+        ``expected`` (or right after a seek to ``expected`` or below): the offsets in
+        between hold nothing a ``read_committed`` reader sees (a transaction's marker,
+        an aborted transaction's records)."""
+        got = getattr(self.app, "got", {}).get(message.tp)
+        if got is None or got[0] != message.offset:
+            return False
+        before = got[1]
+        return before is not None and before < expected
 
     def processed(self, message: Any) -> None:
         """``message`` (taken) is processed: a checkpoint may commit past it."""
@@ -1438,6 +1490,9 @@ class Consumption:
             highwater = consumer.highwater(tp)
             if highwater is None or highwater <= cursor.next or now - cursor.taken_at < STALL:
                 continue
+            read_to = getattr(self.app, "read_to", {}).get(tp)
+            if read_to is not None and read_to >= highwater:
+                continue  # read to the end: what lies past the cursor is no record
             handed = consumer.handed_over(tp)
             waited = now - cursor.taken_at
             if stuck or (handed is not None and handed >= cursor.next) or waited >= STALL_ANYWAY:

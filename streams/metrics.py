@@ -135,6 +135,19 @@ class Metrics:
             "reason",
             "source",
         )
+        self.handler_failures = self._counter(
+            "rflow_handler_failures",
+            "Records an agent's handler raised on, dead-lettered with the reason so that "
+            "their partition's commits go on, by agent",
+            "agent",
+        )
+        self.partition_stalls = self._counter(
+            "rflow_partition_stalls",
+            "Times a partition had records waiting past what was taken and none was taken "
+            "for a while (it is then read again), by topic and partition",
+            "topic",
+            "partition",
+        )
         self.runs_started = self._counter(
             "rflow_runs_started", "Runs started, by workflow", "workflow"
         )
@@ -419,6 +432,14 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
 def attach(app: RflowApp) -> Metrics:
     """Give ``app`` its metrics and the loop that refreshes the gauges."""
     metrics = Metrics()
+    consumption = app.rflow.consumption
+    if consumption is not None:
+        consumption.on_handler_failure.append(
+            lambda agent: metrics.handler_failures.labels(agent).inc()
+        )
+        consumption.on_stall.append(
+            lambda tp: metrics.partition_stalls.labels(tp.topic, str(tp.partition)).inc()
+        )
 
     @every(app, REFRESH_INTERVAL, "rflow.metrics")
     async def refresh_gauges() -> None:

@@ -142,6 +142,20 @@ async def opened(made: Consumption, committed: dict[TP, int | None]) -> None:
     await made.open(committed)
 
 
+async def until(condition: Any, what: str, timeout: float = 10.0) -> None:
+    """Wait until ``condition()`` holds (a re-read's backoff has run its course)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"waited {timeout}s for {what}")
+        await asyncio.sleep(0.005)
+
+
+async def reread(made: Consumption) -> None:
+    """Wait until every re-read under way has sought (its backoff run out)."""
+    await until(lambda: not made._seeking, "the re-reads under way to seek")
+
+
 async def settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
@@ -208,7 +222,7 @@ async def test_a_stretch_thrown_away_by_a_flow_resume_is_read_again_before_what_
             assert processed == [0, 1, 2, 3, 4, 8, 9]  # Faust's own: 5..7 lost
             continue
         assert processed == [0, 1, 2, 3, 4]  # nothing past the gap
-        await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
+        await reread(made)
         assert fetcher.seeks[-1] == (TRIGGERS, 5) and TRIGGERS not in fetcher.paused
         process(made, fetcher.fetch(TRIGGERS), processed)
         assert processed == list(range(10))
@@ -239,7 +253,7 @@ async def test_a_stale_batch_yielded_before_the_records_read_again_keeps_the_ord
         stale = [Message(TRIGGERS, 8), Message(TRIGGERS, 9)]
         fetcher.logs[TRIGGERS] = 10
         process(taker or made, stale, processed)
-        await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
+        await reread(made)
         process(taker or made, fetcher.fetch(TRIGGERS), processed)
         if taker is not None:
             assert processed == [8, 9, 5, 6, 7, 8, 9]
@@ -251,14 +265,14 @@ async def test_a_gap_read_again_while_the_stale_batch_goes_on_is_attempted_again
     made, fetcher = layer()
     await opened(made, {TRIGGERS: 0})
     assert not made.take(Message(TRIGGERS, 3))
-    await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
+    await reread(made)
     assert fetcher.seeks[-1] == (TRIGGERS, 0)
     # The fetcher yielded more of what it had fetched before the seek: still a gap,
     # and once the first attempt is old, a second one seeks again.
     assert not made.take(Message(TRIGGERS, 4))
     made.cursors[TRIGGERS].taken_at -= consumption.REREAD_BACKOFF[-1]
     assert not made.take(Message(TRIGGERS, 5))
-    await asyncio.sleep(consumption.REREAD_BACKOFF[1] * 2)
+    await reread(made)
     assert [s for s in fetcher.seeks if s[0] == TRIGGERS] == [(TRIGGERS, 0)] * 3
     assert made.take(Message(TRIGGERS, 0))
 
@@ -271,7 +285,7 @@ async def test_records_handed_over_that_never_reached_the_agent_are_read_again()
     now = made.cursors[TRIGGERS].taken_at
     assert made.stalled(now + 1) == []
     assert made.stalled(now + consumption.STALL) == [TRIGGERS]
-    await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
+    await reread(made)
     assert fetcher.seeks[-1] == (TRIGGERS, 4)
 
 
@@ -298,7 +312,7 @@ async def test_records_waiting_in_the_fetcher_behind_a_full_queue_are_not_read_a
     assert sorted(fetcher.seeks) == sorted([(TRIGGERS, 0), (EVENTS, 4)])  # the openings' only
     # A wait that long is read again anyway: a fetch of that TP alone may be stuck.
     assert made.stalled(now + consumption.STALL_ANYWAY) == [EVENTS]
-    await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
+    await reread(made)
     assert fetcher.seeks[-1] == (EVENTS, 4)
     assert made.stalled(made.cursors[EVENTS].taken_at + 1) == []  # not again at once
 
@@ -310,7 +324,7 @@ async def test_a_partition_read_again_is_not_read_again_until_its_records_come_o
     fetcher.fetch(EVENTS)  # 4..8 handed over and thrown away: read again
     now = made.cursors[EVENTS].taken_at
     assert made.stalled(now + consumption.STALL) == [EVENTS]
-    await asyncio.sleep(consumption.REREAD_BACKOFF[0] * 2)
+    await reread(made)
     assert fetcher.seeks[-1] == (EVENTS, 4)
     # After the seek the fetcher waits behind the runner's full queue: nothing of EVENTS
     # has been handed over since, so the seek is not taken for a record thrown away.
@@ -700,3 +714,207 @@ async def test_an_agent_takes_in_batches_what_has_arrived_by_the_time_it_is_read
     # A burst of three, then one alone (nothing behind it), then a burst of four, cut at 3.
     assert got == [[0, 1, 2], [3], [4, 5, 6], [7]]
     assert made.cursors[EVENTS].done == 8
+
+
+# --- transactions, handlers and the open/close race ------------------------------------
+
+
+async def test_a_close_during_the_seeks_of_an_opening_leaves_no_cursor_to_commit():
+    made, fetcher = layer()
+    release = asyncio.Event()
+    seeking = asyncio.Event()
+    seek = fetcher.seek
+
+    async def slow_seek(tp: TP, offset: int) -> None:
+        seeking.set()
+        await release.wait()
+        await seek(tp, offset)
+
+    fetcher.seek = slow_seek
+    other = TP(TRIGGERS.topic, 1)
+    made.assigned({TRIGGERS: 5, other: 7})
+    opening = asyncio.create_task(made.open({TRIGGERS: 5, other: 7}))
+    await seeking.wait()
+    await made.stop_taking()
+    await made.close()  # a revocation while the opening awaits its first seek
+    release.set()
+    await opening
+    assert made.cursors == {} and not made.reading and not made.owns(0)
+    assert await made.checkpoint() is False
+    assert fetcher.commits == []
+
+
+async def test_offsets_a_read_committed_fetch_skips_are_no_gap():
+    made, fetcher = layer()
+    app = made.app
+    app.handed, app.put_last, app.got, app.flow_control = {}, {}, {}, asyncio.Event()
+    queue = consumption.queue(app, maxsize=100)
+    await opened(made, {TRIGGERS: 0})
+    app.put_last[TRIGGERS] = -1  # as the opening's seek to 0 leaves it
+    # 0 and 1 committed in one transaction (its marker at 2), 3 in the next (marker at 4),
+    # 5..7 aborted (marker at 8), then 9.
+    for offset in (0, 1, 3, 9):
+        queue.put_nowait(Message(TRIGGERS, offset))
+    taken = []
+    while not queue.empty():
+        message = queue.get_nowait()
+        if made.take(message):
+            taken.append(message.offset)
+            made.processed(message)
+    assert taken == [0, 1, 3, 9]
+    assert fetcher.seeks == [(TRIGGERS, 0)]  # nothing read again
+    # A record handed over after one that never reached the agent (thrown away) is a
+    # gap: the TP is read again from the cursor.
+    queue.put_nowait(Message(TRIGGERS, 10))
+    queue.put_nowait(Message(TRIGGERS, 11))
+    queue.get_nowait()  # 10 never reaches the agent
+    assert made.take(queue.get_nowait()) is False
+    await until(lambda: fetcher.seeks[-1] == (TRIGGERS, 10), "the gap read again")
+    # After the seek, a record of a fetch asked for before it (still being handed over)
+    # follows nothing known: past the cursor, it is not taken.
+    app.put_last[TRIGGERS] = 9
+    app.sought, app.fetch_sought = {TRIGGERS: 2}, {TRIGGERS: 1}
+    queue.put_nowait(Message(TRIGGERS, 12))
+    assert made.take(queue.get_nowait()) is False
+    app.fetch_sought = {TRIGGERS: 2}  # a fetch asked for since: 12 follows 9's seek
+    queue.put_nowait(Message(TRIGGERS, 12))
+    message = queue.get_nowait()
+    made.cursors[TRIGGERS].taken_at -= consumption.REREAD_BACKOFF[-1]
+    assert made.take(message) is True
+
+
+class FakeProducer:
+    """A transactional producer: what it was given, per transaction."""
+
+    def __init__(self, number: int, log: list) -> None:
+        self.number, self.log = number, log
+        self.fail_commit: Exception | None = None
+
+    async def begin_transaction(self) -> None:
+        self.log.append((self.number, "begin"))
+
+    async def send(self, topic, value, key=None, partition=None):
+        self.log.append((self.number, "send", topic, key, partition))
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(SimpleNamespace(offset=len(self.log), partition=partition))
+        return future
+
+    async def send_offsets_to_transaction(self, offsets, group) -> None:
+        self.log.append((self.number, "offsets", {tp.partition: o for tp, o in offsets.items()}))
+
+    async def commit_transaction(self) -> None:
+        if self.fail_commit is not None:
+            raise self.fail_commit
+        self.log.append((self.number, "commit"))
+
+
+async def test_a_checkpoint_writes_each_partition_in_its_own_transaction_with_its_offsets():
+    made, fetcher = layer()
+    log: list = []
+    producers = {n: FakeProducer(n, log) for n in (0, 1)}
+    fence = consumption.Fence(lambda tid: None, "app")
+    fence.producers = dict(producers)
+    made.fence, made.group = fence, "app"
+    other = TP(RUNS.topic, 1)
+    await opened(made, {TRIGGERS: 0, other: 4, EVENTS: 0})
+    applied = []
+
+    def flush():
+        async def write() -> None:
+            checkpoint = consumption.current_checkpoint()
+            await checkpoint.send(1, "t.changelog", b"k", b"v", 1)
+            checkpoint.then(lambda: applied.append("store"))
+            assert applied == []  # not before the commit
+
+        return write
+
+    made.flushers.append(flush)
+    for message in (Message(TRIGGERS, 0), Message(other, 4), Message(EVENTS, 0)):
+        assert made.take(message)
+        made.processed(message)
+    assert await made.checkpoint() is True
+    assert (1, "send", "t.changelog", b"k", 1) in log
+    assert (0, "offsets", {0: 1}) in log and (1, "offsets", {1: 5}) in log
+    assert {entry for entry in log if entry[1] == "commit"} == {(0, "commit"), (1, "commit")}
+    assert applied == ["store"]
+    # The events topic is not joined: its offsets go the consumer's way (generation-fenced).
+    assert fetcher.commits == [{EVENTS: 1}]
+
+
+async def test_a_fenced_checkpoint_loses_its_writes_and_its_store_is_untouched():
+    from aiokafka.errors import ProducerFenced
+
+    made, _ = layer()
+    log: list = []
+    producer = FakeProducer(0, log)
+    producer.fail_commit = ProducerFenced()
+    fence = consumption.Fence(lambda tid: None, "app")
+    fence.producers = {0: producer}
+    made.fence = fence
+    await opened(made, {TRIGGERS: 0})
+    applied = []
+
+    def flush():
+        async def write() -> None:
+            checkpoint = consumption.current_checkpoint()
+            await checkpoint.send(0, "t.changelog", b"k", b"v", 0)
+            checkpoint.then(lambda: applied.append("store"))
+
+        return write
+
+    made.flushers.append(flush)
+    assert made.take(Message(TRIGGERS, 0))
+    made.processed(Message(TRIGGERS, 0))
+    with pytest.raises(WritesLost, match="ProducerFenced"):
+        await made.checkpoint()
+    assert applied == [] and made.committed() == {TRIGGERS: 0}
+    # A partition given up has no producer: nothing is written for it.
+    fence.producers = {}
+    with pytest.raises(consumption.Fenced):
+        await consumption.Checkpoint(None, fence).send(3, "t", b"k", b"v")
+
+
+async def test_a_record_whose_handler_raises_is_dead_lettered_and_its_partition_commits_go_on():
+    made, fetcher = layer()
+    await opened(made, {EVENTS: 0})
+    lettered: list[tuple[int, str]] = []
+    counted: list[str] = []
+    made.on_handler_failure.append(counted.append)
+
+    async def handler(batch: list) -> None:
+        if any(event.message.offset == 1 for event in batch):
+            raise ValueError("a journal entry no one expected")
+
+    async def dead_letter(message: Any, reason: str) -> None:
+        lettered.append((message.offset, reason))
+
+    batch = [SimpleNamespace(message=Message(EVENTS, offset)) for offset in range(3)]
+    for event in batch:
+        assert made.take(event.message)
+    await made.handle("the projector", batch, handler, dead_letter)
+    assert lettered == [
+        (1, "the projector failed on this record: ValueError: a journal entry no one expected")
+    ]
+    assert counted == ["the projector"]
+    assert await made.checkpoint() is True
+    assert fetcher.commits == [{EVENTS: 3}]
+
+
+async def test_a_handler_stopped_by_the_worker_stopping_marks_nothing_processed():
+    made, _ = layer()
+    await opened(made, {EVENTS: 0})
+
+    class Stopping(Exception):
+        pass
+
+    async def handler(batch: list) -> None:
+        raise Stopping()
+
+    async def dead_letter(message: Any, reason: str) -> None:
+        raise AssertionError("nothing is dead-lettered")
+
+    event = SimpleNamespace(message=Message(EVENTS, 0))
+    assert made.take(event.message)
+    with pytest.raises(Stopping):
+        await made.handle("the projector", [event], handler, dead_letter, passes=(Stopping,))
+    assert await made.checkpoint() is False
