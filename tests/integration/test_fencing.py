@@ -11,6 +11,7 @@ import signal
 from collections import Counter, defaultdict
 
 import pytest
+from aiokafka import TopicPartition
 
 from rflow.codecs import RunJournal, decode
 from rflow.engine import Settle
@@ -36,27 +37,25 @@ pytestmark = [pytest.mark.usefixtures("applied_topics", "schema"), pytest.mark.o
 async def aborted_records(settings: Settings, name: str) -> int:
     """Records of topic ``name`` a ``read_uncommitted`` reader sees and a
     ``read_committed`` one does not (aborted transactions' records)."""
-    committed = len(await topic_messages(settings, name))
-    consumer = kafka.consumer(
-        settings, enable_auto_commit=False, isolation_level="read_uncommitted"
-    )
-    await consumer.start()
-    try:
-        topic = settings.topic_prefix + name
-        from aiokafka import TopicPartition
-
-        tps = [TopicPartition(topic, p) for p in sorted(await consumer.partitions_for_topic(topic))]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
+    counts = []
+    for isolation in ("read_committed", "read_uncommitted"):
+        consumer = kafka.consumer(settings, enable_auto_commit=False, isolation_level=isolation)
+        await consumer.start()
         seen = 0
-        for tp in tps:
-            while await consumer.position(tp) < ends[tp]:
-                batch = await consumer.getmany(tp, timeout_ms=2000)
-                seen += len(batch.get(tp, []))
-    finally:
-        await consumer.stop()
-    return seen - committed
+        try:
+            topic = settings.topic_prefix + name
+            tps = [TopicPartition(topic, p) for p in range(len(PARTITIONS))]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            for tp in tps:
+                end = (await consumer.end_offsets([tp]))[tp]
+                while await consumer.position(tp) < end:
+                    batch = await consumer.getmany(tp, timeout_ms=2000)
+                    seen += len(batch.get(tp, []))
+        finally:
+            await consumer.stop()
+        counts.append(seen)
+    return counts[1] - counts[0]
 
 
 def check_state_never_goes_back(records: list) -> None:
@@ -140,6 +139,8 @@ async def test_a_worker_stopped_past_its_session_is_fenced_and_none_of_its_late_
         assert in_start_order == list(range(len(in_start_order))), (group, in_start_order)
 
     log = first.log_path.read_text(errors="replace")
+    # A worker that stopped did so because the broker refused its late writes.
+    assert outcome == "rejoined" or "ProducerFenced" in log, first.tail()
     aborted = {
         name: await aborted_records(settings, name)
         for name in ("rflow.state.runs", "rflow.state.lanes", "rflow.events")
@@ -148,3 +149,61 @@ async def test_a_worker_stopped_past_its_session_is_fenced_and_none_of_its_late_
         f"{len(fired)} firings; the stopped worker {outcome}; aborted records it left: "
         f"{aborted}; fenced in its log: {'Fenc' in log or 'fenc' in log}"
     )
+
+
+async def check_exactly_once_in_order(settings: Settings, fired: list[tuple[str, int]]) -> None:
+    expected = {run_id(WORKFLOW, f"load:{group}:{n}"): (group, n) for group, n in fired}
+    rows = await settled(settings, expected)
+    assert sorted(row["run_id"] for row in rows) == sorted(expected)
+    assert {row["status"] for row in rows} == {"succeeded"}
+    settles = settles_per_run(await topic_messages(settings, "rflow.events"))
+    assert set(settles) == set(expected)
+    assert {rid: n for rid, n in settles.items() if n != 1} == {}
+    check_state_never_goes_back(await topic_messages(settings, "rflow.state.runs"))
+    started = defaultdict(list)
+    for row in rows:
+        group, n = expected[row["run_id"]]
+        started[group].append((row["created_at"], n))
+    for group in GROUPS:
+        in_start_order = [n for _, n in sorted(started[group])]
+        assert in_start_order == list(range(len(in_start_order))), (group, in_start_order)
+
+
+async def test_a_broker_restarted_in_the_middle_of_checkpoints_loses_and_doubles_nothing(
+    settings, worker_factory, tmp_path, sink
+):
+    """Kafka stops and starts again (its data kept) under a steady load, with checkpoints
+    every quarter of a second: a checkpoint whose transaction the broker cannot finish
+    fails whole, and the worker stops rather than commit a part of it (started again,
+    as a supervisor would, it recovers what was committed)."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    project = tmp_path / "load.yaml"
+    project.write_text(PROJECT.format(sink=sink.url))
+    worker = worker_factory(project_path=project, data_dir=tmp_path / "data-0")
+    await worker.wait_ready()
+    load = Load(settings, project, rate=RATE * 3)
+    producing = asyncio.create_task(load.run())
+    restarts = 0
+    try:
+        await load.fire_more(30, "before the broker restarts")
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [str(root / "scripts" / "stack"), "restart", "kafka"],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, done.stderr
+        if worker.proc.poll() is not None:
+            restarts += 1
+            worker = worker_factory(project_path=project, data_dir=tmp_path / "data-0")
+        await worker.wait_ready(timeout=120)
+        await load.fire_more(30, "after the broker restarted")
+    finally:
+        load.stopping.set()
+        await producing
+    await check_exactly_once_in_order(settings, list(load.fired))
+    print(f"{len(load.fired)} firings across a broker restart; the worker restarted {restarts}x")
