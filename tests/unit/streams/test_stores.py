@@ -163,3 +163,68 @@ def test_a_key_that_names_another_partition_is_found_there_while_deciding_one(tm
         assert staged.get("~held:wf:3") is None  # not partition 5's
         assert staged.get_in(3, "~held:wf:3") == {"held": ["wf:a"]}
     assert staged.get("~held:wf:3") == {"held": ["wf:a"]}  # outside a decision: any
+
+
+class TransactionalProducer:
+    """A transactional producer whose transaction the broker aborts (or commits)."""
+
+    def __init__(self, fenced: bool) -> None:
+        self.fenced = fenced
+        self.offset = 10
+
+    async def begin_transaction(self) -> None:
+        pass
+
+    async def send(self, topic, value, key=None, partition=None):
+        import asyncio
+        from types import SimpleNamespace
+
+        self.offset += 1
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(SimpleNamespace(partition=partition, offset=self.offset))
+        return future
+
+    async def commit_transaction(self) -> None:
+        if self.fenced:
+            from aiokafka.errors import ProducerFenced
+
+            raise ProducerFenced()
+
+
+@pytest.mark.parametrize("fenced", [True, False])
+async def test_rocksdb_never_holds_a_value_or_offset_of_an_aborted_transaction(tmp_path, fenced):
+    from rflow.streams import consumption
+    from rflow.streams.consumption import Checkpoint, Fence, writing_to
+    from rflow.streams.tables import Staged
+
+    table = faust_table(tmp_path, "rocksdb")
+    store = table_store(table)
+    store.write(2, [("wf:a", {"n": 0})], 10)
+    staged = Staged(table, store=store)
+    with writing_to(2):
+        staged["wf:a"] = {"n": 1}
+        staged["wf:b"] = {"n": 2}
+    fence = Fence(lambda transactional_id: None, "app")
+    fence.producers = {2: TransactionalProducer(fenced)}
+    checkpoint = Checkpoint(None, fence)
+    token = consumption._CHECKPOINT.set(checkpoint)
+    try:
+        await staged.flush()()  # the records reach the broker, in the transaction
+    finally:
+        consumption._CHECKPOINT.reset(token)
+    assert store.get(2, "wf:a") == {"n": 0}  # nothing on disk before the commit
+    if fenced:
+        from aiokafka.errors import ProducerFenced
+
+        with pytest.raises(ProducerFenced):
+            await checkpoint.commit({}, "group")
+        # Aborted: the database keeps the value and the offset it had (a restart on this
+        # host reads the changelog from offset 11, where a read_committed reader skips
+        # the aborted records).
+        assert store.get(2, "wf:a") == {"n": 0} and store.get(2, "wf:b") is None
+        assert table.data.persisted_offset(TP("changelog", 2)) == 10
+    else:
+        await checkpoint.commit({}, "group")
+        checkpoint.done()
+        assert store.get(2, "wf:a") == {"n": 1} and store.get(2, "wf:b") == {"n": 2}
+        assert table.data.persisted_offset(TP("changelog", 2)) == 12
