@@ -107,6 +107,11 @@ class WritesLost(RuntimeError):
         )
 
 
+class CommitRefused(RuntimeError):
+    """The consumer group refused a commit: the records after the last commit are read
+    again by the partition's next owner."""
+
+
 class InternalsChanged(RuntimeError):
     """An installed streaming library is not the version rflow's consumption relies on,
     or no longer has a name it uses."""
@@ -1379,6 +1384,16 @@ class Consumption:
         self.reading = False
         try:
             await self.checkpoint()
+            behind = sorted(
+                f"{tp.topic}[{tp.partition}] at {c.committed} of {c.done}"
+                for tp, c in self.cursors.items()
+                if c.done > c.committed
+            )
+            if behind:
+                raise CommitRefused(
+                    "the group refused the last commit before the partitions were given up "
+                    f"({', '.join(behind)}): their next owner reads them again from there"
+                )
         finally:
             # Whatever the checkpoint did, nothing is taken or committed here any more.
             self.epoch += 1

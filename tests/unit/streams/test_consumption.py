@@ -918,3 +918,15 @@ async def test_a_handler_stopped_by_the_worker_stopping_marks_nothing_processed(
     with pytest.raises(Stopping):
         await made.handle("the projector", [event], handler, dead_letter, passes=(Stopping,))
     assert await made.checkpoint() is False
+
+
+async def test_a_last_commit_the_group_refuses_is_raised_by_the_close():
+    made, fetcher = layer()
+    await opened(made, {EVENTS: 0})
+    assert made.take(Message(EVENTS, 0))
+    made.processed(Message(EVENTS, 0))
+    fetcher.refuse_commit = True
+    await made.stop_taking()
+    with pytest.raises(consumption.CommitRefused, match=r"events\[3\] at 0 of 1"):
+        await made.close()
+    assert made.cursors == {}
