@@ -1043,12 +1043,16 @@ class Checkpoint:
     async def commit(self, offsets: Mapping[int, Mapping[TP, int]], group: str) -> None:
         """Add each partition's consumed ``offsets`` to its transaction and commit every
         transaction begun."""
-        for number, consumed in sorted(offsets.items()):
+
+        async def add(number: int, consumed: Mapping[TP, int]) -> None:
             producer = await self.begin(number)
             await producer.send_offsets_to_transaction(
                 {TopicPartition(tp.topic, tp.partition): offset for tp, offset in consumed.items()},
                 group,
             )
+
+        # Each partition's transaction is its own producer's: they go on side by side.
+        await asyncio.gather(*(add(number, consumed) for number, consumed in offsets.items()))
         if self.begun:
             await asyncio.gather(*(p.commit_transaction() for p in self.begun.values()))
 

@@ -31,7 +31,7 @@ from tests.integration.test_scaling import (
     shares,
 )
 
-pytestmark = [pytest.mark.usefixtures("applied_topics", "schema"), pytest.mark.ordering]
+pytestmark = pytest.mark.usefixtures("applied_topics", "schema")
 
 
 async def aborted_records(settings: Settings, name: str) -> int:
@@ -78,6 +78,7 @@ def settles_per_run(records: list) -> Counter[str]:
     return found
 
 
+@pytest.mark.ordering
 async def test_a_worker_stopped_past_its_session_is_fenced_and_none_of_its_late_writes_is_seen(
     settings, worker_factory, tmp_path, sink
 ):
@@ -114,29 +115,10 @@ async def test_a_worker_stopped_past_its_session_is_fenced_and_none_of_its_late_
         load.stopping.set()
         await producing
 
+    # Exactly once (in the read model and in the journal a read_committed reader sees),
+    # no run back in time on the runs table's changelog, and per-group order.
     fired = list(load.fired)
-    expected = {run_id(WORKFLOW, f"load:{group}:{n}"): (group, n) for group, n in fired}
-    rows = await settled(settings, expected)
-
-    # Exactly once: one run per firing, each settled once, successfully, in the read
-    # model and in the journal a read_committed reader sees.
-    assert sorted(row["run_id"] for row in rows) == sorted(expected)
-    assert {row["status"] for row in rows} == {"succeeded"}
-    settles = settles_per_run(await topic_messages(settings, "rflow.events"))
-    assert set(settles) == set(expected)
-    assert {rid: n for rid, n in settles.items() if n != 1} == {}
-
-    # No state back in time on the runs table's changelog.
-    check_state_never_goes_back(await topic_messages(settings, "rflow.state.runs"))
-
-    # Per-group order: each group's runs started in the order they were fired.
-    started = defaultdict(list)
-    for row in rows:
-        group, n = expected[row["run_id"]]
-        started[group].append((row["created_at"], n))
-    for group in GROUPS:
-        in_start_order = [n for _, n in sorted(started[group])]
-        assert in_start_order == list(range(len(in_start_order))), (group, in_start_order)
+    await check_exactly_once_in_order(settings, fired)
 
     log = first.log_path.read_text(errors="replace")
     # A worker that stopped did so because the broker refused its late writes.
@@ -169,6 +151,7 @@ async def check_exactly_once_in_order(settings: Settings, fired: list[tuple[str,
         assert in_start_order == list(range(len(in_start_order))), (group, in_start_order)
 
 
+@pytest.mark.chaos
 async def test_a_broker_restarted_in_the_middle_of_checkpoints_loses_and_doubles_nothing(
     settings, worker_factory, tmp_path, sink
 ):
