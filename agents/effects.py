@@ -295,13 +295,19 @@ class EffectRunner:
             if checkpoint is None:
                 checkpoint = Checkpoint(self.app.producer, None)
 
+            # A run is always decided on one partition n: its journal goes to partition n
+            # of the events topic (in order), so that n's transaction touches one events
+            # partition, not every partition its runs' ids hash to.
+            spread = self.runtime.catalog.spec("rflow.events").partitions
+
             async def produce() -> None:
                 sent = []
                 for run_id, entries in taken.items():
                     number = numbers.get(run_id)
+                    partition = None if number is None else number % spread
                     for value in journal_records(entries):
                         key = run_id.encode()
-                        sent.append(await checkpoint.send(number, topic, key, value))
+                        sent.append(await checkpoint.send(number, topic, key, value, partition))
                         if not len(sent) % WRITES_AT_ONCE:
                             await asyncio.sleep(0)  # let other work run
                 await asyncio.gather(*sent)

@@ -655,7 +655,6 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
         # Faust's consumer asks for the next records once every record of the last
         # fetch is in a queue: how far that fetch read is now how far the queues hold.
         fetched, self._fetched = self._fetched, None
-        issued = dict(app.sought)
         if fetched is not None:
             positions, seeks = fetched
             sought = app.sought
@@ -663,9 +662,13 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
                 if sought.get(tp, 0) == seeks.get(tp, 0):
                     app.read_to[tp] = position
         records = await super().getmany(active_partitions, timeout)
-        # The records of this fetch follow the ones before only for TPs not sought since
-        # it was asked for (a fetch under way may still return what preceded a seek).
-        app.fetch_sought = issued
+        # aiokafka hands over only records at the position a finished seek set: the
+        # records of this fetch follow the ones before, unless a seek of their TP is
+        # under way now (they may precede it) or begins before they are in a queue.
+        seeking = app.seeking
+        app.fetch_sought = {
+            tp: -1 if seeking.get(tp) else count for tp, count in app.sought.items()
+        }
         try:
             assignment = self._ensure_consumer()._subscription.subscription.assignment
         except Exception:  # no consumer or subscription (yet, or any more)
@@ -713,30 +716,50 @@ class RflowConsumer(aiokafka_driver.Consumer):
                 )
                 offset = 0
             fixed[tp] = offset
-            self._sought(tp)
-        await super().seek_wait(fixed)
-        for tp in fixed:
-            self._sought(tp)
+            self._sought(tp, done=False)
+        try:
+            await super().seek_wait(fixed)
+        finally:
+            for tp, offset in fixed.items():
+                self._sought(tp, offset)
+
+    async def highwaters(self, *partitions: TP) -> Mapping[TP, int]:
+        """The end offsets (``read_committed``: the last stable offsets), told as the
+        offset after the last record where this worker has read a TP to its end: Faust
+        recovers a table until it has applied the record at the end offset less one,
+        which, after a transaction, is its commit marker. A worker taking back a
+        partition whose standby copy it kept current then ends its recovery at once."""
+        found = dict(await super().highwaters(*partitions))
+        app = self.app
+        for tp, end in found.items():
+            key = TP(tp.topic, tp.partition)
+            last = app.handed.get(key)
+            if end and last is not None and last + 1 < end and app.read_to.get(key, -1) >= end:
+                found[tp] = last + 1
+        return found
 
     async def commit_offsets(self, offsets: Mapping[TP, int]) -> bool:
         """Commit ``offsets`` as they are (Faust commits only what its streams acked)."""
         return await self._commit(offsets)
 
-    def _sought(self, partition: Any, offset: int | None = None) -> None:
+    def _sought(self, partition: Any, offset: int | None = None, done: bool = True) -> None:
         tp = TP(partition.topic, partition.partition)
         app = self.app
         app.handed.pop(tp, None)
         app.read_to.pop(tp, None)
         app.sought[tp] = app.sought.get(tp, 0) + 1
+        app.seeking[tp] = app.seeking.get(tp, 0) + (-1 if done else 1)
         if offset is None:
             app.put_last.pop(tp, None)
         else:
             app.put_last[tp] = offset - 1
 
     async def seek(self, partition: TP, offset: int) -> None:
-        self._sought(partition)
-        await super().seek(partition, offset)
-        self._sought(partition, offset)
+        self._sought(partition, done=False)
+        try:
+            await super().seek(partition, offset)
+        finally:
+            self._sought(partition, offset)
 
     def handed_over(self, tp: TP) -> int | None:
         """The offset of the last record of ``tp`` the fetcher put into a queue since
@@ -835,8 +858,11 @@ class ConsumingApp(faust.App):
         was last sought."""
         self.sought: dict[TP, int] = {}
         """Seeks of each TP so far (a position read before a seek is not used after)."""
+        self.seeking: dict[TP, int] = {}
+        """Seeks of each TP under way."""
         self.fetch_sought: dict[TP, int] = {}
-        """:attr:`sought` when the records being put into the queues were asked for."""
+        """:attr:`sought` when the records being put into the queues were handed over by
+        aiokafka (-1: a seek of the TP was under way)."""
         self.put_last: dict[TP, int] = {}
         """The offset of the last record of each TP put into the app's queues, or the
         offset less one a seek set the TP's fetch position to since."""

@@ -281,10 +281,10 @@ def worker_acls(settings: Settings) -> list[Acl]:
             app,
             "prefixed",
             ("Write",),
-            "transactional producers, whose ids start with the app id: one checkpoint's "
-            "table changes, journals and offsets in one transaction, so that a worker that "
-            "lost its partitions is fenced (granted ahead, so the cluster needs no change "
-            "when checkpoints become transactions)",
+            "the checkpoints' transactional producers, one per partition of the runs "
+            "topic, `<app id>-rflow-<n>`: a partition's table changes, journals and "
+            "offsets in one transaction, so that a worker that lost the partition is "
+            "fenced",
         ),
     ]
 
