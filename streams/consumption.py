@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import contextvars
 import logging
 import time
@@ -64,6 +65,7 @@ from aiokafka.consumer.subscription_state import SubscriptionState
 from faust.serializers import codecs as faust_codecs
 from faust.stores import memory as memory_store
 from faust.stores import rocksdb as rocksdb_store
+from faust.tables import manager as faust_manager
 from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as aiokafka_driver
@@ -196,11 +198,14 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
         "faust-streaming",
         lambda: _defines(faust.App, "_on_partitions_assigned"),
     ),
-    "faust Recovery.active_remaining, active_highwaters, active_offsets (a recovery ends "
-    "once the fetcher has read past the changelog's last transaction marker)": (
+    "faust Recovery.active_remaining, active_highwaters, active_offsets, TableManager"
+    ".changelog_queue (a recovery ends once the fetcher has read past the changelog's "
+    "last transaction marker; a record at or below the offset recovered is not applied "
+    "again)": (
         "faust-streaming",
         lambda: (
-            _defines(faust_recovery.Recovery, "active_remaining")
+            isinstance(vars(faust_manager.TableManager).get("changelog_queue"), property)
+            and _defines(faust_recovery.Recovery, "active_remaining")
             and _assigns(faust_recovery.Recovery.need_recovery, "active_remaining")
             and _assigns(faust_recovery.Recovery.__init__, "active_highwaters")
             and _assigns(faust_recovery.Recovery.__init__, "active_offsets")
@@ -661,6 +666,8 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
             for tp, position in positions.items():
                 if sought.get(tp, 0) == seeks.get(tp, 0):
                     app.read_to[tp] = position
+            if app.in_recovery:
+                app.nudge_recovery()
         records = await super().getmany(active_partitions, timeout)
         # aiokafka hands over only records at the position a finished seek set: the
         # records of this fetch follow the ones before, unless a seek of their TP is
@@ -821,6 +828,9 @@ class Queue(ThrowableQueue):
                 if found == offset:
                     self.counts.got[tp] = (offset, before)
                     break
+            last = getattr(self.counts, "last_item", None)
+            if last is not None:
+                last[tp] = item
         return item
 
 
@@ -863,6 +873,11 @@ class ConsumingApp(faust.App):
         self.fetch_sought: dict[TP, int] = {}
         """:attr:`sought` when the records being put into the queues were handed over by
         aiokafka (-1: a seek of the TP was under way)."""
+        self.last_item: dict[TP, Any] = {}
+        """The last record (event) of each TP taken from the app's queues."""
+        self.nudged: dict[TP, int] = {}
+        """The recovery offset at which each TP's recovery was last looked at again
+        (:meth:`nudge_recovery`)."""
         self.put_last: dict[TP, int] = {}
         """The offset of the last record of each TP put into the app's queues, or the
         offset less one a seek set the TP's fetch position to since."""
@@ -918,6 +933,30 @@ class ConsumingApp(faust.App):
             return found
 
         recovery.active_remaining = active_remaining
+
+    def nudge_recovery(self) -> None:
+        """Have Faust's recovery look again at once at a TP the fetcher has read to its
+        end with nothing left in the queues: Faust looks when a changelog record arrives
+        or after 5 s without one, and past a transaction's last record only its marker
+        comes. The TP's last record, applied already, is handed to the recovery again: a
+        record at or below the offset recovered is not applied, and is followed by the
+        look."""
+        recovery = self.tables.recovery
+        offsets = recovery.active_offsets
+        for tp, highwater in list(recovery.active_highwaters.items()):
+            seen = offsets.get(tp)
+            if seen is None or seen >= highwater or not self.read_past(tp, highwater):
+                continue
+            key = TP(tp.topic, tp.partition)
+            item = self.last_item.get(key)
+            if item is None or getattr(item, "message", item).offset > seen:
+                continue
+            if self.nudged.get(key) == seen:
+                continue
+            self.nudged[key] = seen
+            # A full queue holds records: the recovery looks at each of them anyway.
+            with contextlib.suppress(asyncio.QueueFull):
+                self.tables.changelog_queue.put_nowait(item)
 
     def read_past(self, tp: Any, last: int) -> bool:
         """Whether every record of ``tp`` up to offset ``last`` has left the app's queues."""
