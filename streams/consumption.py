@@ -23,7 +23,15 @@ a topic an agent reads (a *TP*), while this worker owns it:
    tables recovered), at the group's committed offset, and closed when a rebalance
    revokes partitions: decisions under way finish, and a last checkpoint writes and
    commits before Faust hands the partitions over.
-6. **One lock per partition.** Records of partition *n* of the topics joined by key and
+6. **Fenced by the broker.** With transactions (the default), what was decided on
+   partition *n* of the joined topics and the offsets consumed there are written in one
+   Kafka transaction of *n*'s producer (:class:`Fence`, :class:`Checkpoint`), started
+   when *n* is assigned and before its tables recover: the broker aborts an earlier
+   owner's open transaction and refuses its later writes. Every topic is read
+   ``read_committed``, so the offsets a transaction marker (or an aborted record) takes
+   are no gap (:meth:`Consumption.take`), and a table's store takes a value only once its
+   transaction is committed.
+7. **One lock per partition.** Records of partition *n* of the topics joined by key and
    the results of this worker's own actions for runs on partition *n* are decided under
    one lock (:meth:`Consumption.decide`), and their table writes go to partition *n*.
 
