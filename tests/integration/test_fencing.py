@@ -79,6 +79,7 @@ def settles_per_run(records: list) -> Counter[str]:
 
 
 @pytest.mark.ordering
+@pytest.mark.timeout(600)  # its own waits name what is missing first, on a loaded machine
 async def test_a_worker_stopped_past_its_session_is_fenced_and_none_of_its_late_writes_is_seen(
     settings, worker_factory, tmp_path, sink
 ):
@@ -152,6 +153,7 @@ async def check_exactly_once_in_order(settings: Settings, fired: list[tuple[str,
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(600)
 async def test_a_broker_restarted_in_the_middle_of_checkpoints_loses_and_doubles_nothing(
     settings, worker_factory, tmp_path, sink
 ):
