@@ -912,7 +912,10 @@ class ConsumingApp(faust.App):
             # (read_committed) and the committed offsets are final.
             numbers = {tp.partition for tp in assigned if tp.topic in consumption.joined}
             try:
-                await consumption.fence.release(keep=numbers)
+                # Afresh at every assignment: a producer kept across a rebalance may have
+                # been fenced meanwhile (this worker stopped, its partitions moved away
+                # and back), and the epoch it takes now fences every earlier one.
+                await consumption.fence.release()
                 await consumption.fence.take(numbers)
             except Exception as exc:
                 log.error("fencing the partitions' earlier owners failed: %r", exc)

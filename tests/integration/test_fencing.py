@@ -130,7 +130,7 @@ async def test_a_worker_stopped_past_its_session_is_fenced_and_none_of_its_late_
     }
     print(
         f"{len(fired)} firings; the stopped worker {outcome}; aborted records it left: "
-        f"{aborted}; fenced in its log: {'Fenc' in log or 'fenc' in log}"
+        f"{aborted}; refused as fenced in its log: {'ProducerFenced' in log}"
     )
 
 
