@@ -313,6 +313,8 @@ def create_app(
         joined=[catalog.full_name("rflow.triggers"), catalog.full_name("rflow.runs")],
     )
 
+    # Of the topics read, only the runs' journals are written in transactions.
+    runtime.consumption.marked = frozenset({catalog.full_name("rflow.events")})
     runtime.tables = tables.create(app)
     runtime.consumption.on_close.append(runtime.tables.forget)
 

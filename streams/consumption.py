@@ -1178,6 +1178,11 @@ class Consumption:
         self.topics = frozenset(topics)
         self.joined = frozenset(joined)
         self.cursors: dict[TP, Cursor] = {}
+        self.marked = self.topics - self.joined
+        """The topics the checkpoints' transactions write (their markers take offsets):
+        on them alone, a record the fetcher handed over right after the last one taken
+        is the next one whatever offsets lie between (:meth:`_follows`). On the others,
+        every offset holds a record, and a gap is always read again."""
         self.partitions: dict[int, Partition] = {}
         self.reading = False
         """Whether records are taken at all (not between a revocation and an opening)."""
@@ -1231,7 +1236,9 @@ class Consumption:
         offset = message.offset
         if offset < cursor.next:
             return False  # taken before
-        if offset > cursor.next and not self._follows(message, cursor.next):
+        if offset > cursor.next and (
+            message.topic not in self.marked or not self._follows(message, cursor.next)
+        ):
             self._reread(cursor, f"offset {offset} arrived")
             return False
         cursor.next = offset + 1

@@ -749,12 +749,12 @@ async def test_offsets_a_read_committed_fetch_skips_are_no_gap():
     app = made.app
     app.handed, app.put_last, app.got, app.flow_control = {}, {}, {}, asyncio.Event()
     queue = consumption.queue(app, maxsize=100)
-    await opened(made, {TRIGGERS: 0})
-    app.put_last[TRIGGERS] = -1  # as the opening's seek to 0 leaves it
+    await opened(made, {EVENTS: 0})
+    app.put_last[EVENTS] = -1  # as the opening's seek to 0 leaves it
     # 0 and 1 committed in one transaction (its marker at 2), 3 in the next (marker at 4),
     # 5..7 aborted (marker at 8), then 9.
     for offset in (0, 1, 3, 9):
-        queue.put_nowait(Message(TRIGGERS, offset))
+        queue.put_nowait(Message(EVENTS, offset))
     taken = []
     while not queue.empty():
         message = queue.get_nowait()
@@ -762,25 +762,38 @@ async def test_offsets_a_read_committed_fetch_skips_are_no_gap():
             taken.append(message.offset)
             made.processed(message)
     assert taken == [0, 1, 3, 9]
-    assert fetcher.seeks == [(TRIGGERS, 0)]  # nothing read again
+    assert fetcher.seeks == [(EVENTS, 0)]  # nothing read again
     # A record handed over after one that never reached the agent (thrown away) is a
     # gap: the TP is read again from the cursor.
-    queue.put_nowait(Message(TRIGGERS, 10))
-    queue.put_nowait(Message(TRIGGERS, 11))
+    queue.put_nowait(Message(EVENTS, 10))
+    queue.put_nowait(Message(EVENTS, 11))
     queue.get_nowait()  # 10 never reaches the agent
     assert made.take(queue.get_nowait()) is False
-    await until(lambda: fetcher.seeks[-1] == (TRIGGERS, 10), "the gap read again")
+    await until(lambda: fetcher.seeks[-1] == (EVENTS, 10), "the gap read again")
     # After the seek, a record of a fetch asked for before it (still being handed over)
     # follows nothing known: past the cursor, it is not taken.
-    app.put_last[TRIGGERS] = 9
-    app.sought, app.fetch_sought = {TRIGGERS: 2}, {TRIGGERS: 1}
-    queue.put_nowait(Message(TRIGGERS, 12))
+    app.put_last[EVENTS] = 9
+    app.sought, app.fetch_sought = {EVENTS: 2}, {EVENTS: 1}
+    queue.put_nowait(Message(EVENTS, 12))
     assert made.take(queue.get_nowait()) is False
-    app.fetch_sought = {TRIGGERS: 2}  # a fetch asked for since: 12 follows 9's seek
-    queue.put_nowait(Message(TRIGGERS, 12))
+    app.fetch_sought = {EVENTS: 2}  # a fetch asked for since: 12 follows 9's seek
+    queue.put_nowait(Message(EVENTS, 12))
     message = queue.get_nowait()
-    made.cursors[TRIGGERS].taken_at -= consumption.REREAD_BACKOFF[-1]
+    made.cursors[EVENTS].taken_at -= consumption.REREAD_BACKOFF[-1]
     assert made.take(message) is True
+
+
+async def test_on_a_topic_no_transaction_writes_a_gap_is_read_again_however_it_follows():
+    made, fetcher = layer()
+    app = made.app
+    app.handed, app.put_last, app.got, app.flow_control = {}, {}, {}, asyncio.Event()
+    queue = consumption.queue(app, maxsize=100)
+    await opened(made, {TRIGGERS: 0})
+    app.put_last[TRIGGERS] = -1
+    queue.put_nowait(Message(TRIGGERS, 2))
+    assert made.take(queue.get_nowait()) is False
+    await reread(made)
+    assert fetcher.seeks[-1] == (TRIGGERS, 0)
 
 
 class FakeProducer:
