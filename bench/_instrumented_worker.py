@@ -7,7 +7,10 @@ engine changes. Environment variables:
 
     BENCH_DIAG   file receiving one JSON line per second: event-loop lag samples (how
                  late a 10 ms sleep woke up, in seconds) and garbage-collector pauses
-                 (generation, seconds) of that second, with the wall-clock time
+                 (generation, seconds) of that second, with the wall-clock time; how
+                 long each trigger took from its producer to the runner's queue
+                 ("fetched") and in that queue ("queued"); each checkpoint's duration
+                 and its transactions' commit ("checkpoints")
     BENCH_CPROFILE  file receiving the worker's cProfile statistics: profiling starts when
                  a file named like it plus ".start" appears, and is written out when one
                  plus ".stop" does (read it with pstats; profiled, the worker runs about
@@ -42,6 +45,57 @@ def main() -> None:
         gc.callbacks.append(on_gc)
 
     from rflow.streams import app as app_module
+    from rflow.streams import consumption
+
+    # Where a trigger's admission waits: produced -> put into the runner's queue (the
+    # broker and the fetcher) -> taken by the runner (the queue); and how long each
+    # checkpoint takes, and its transactions' commit within it.
+    fetched: list[float] = []
+    queued: list[float] = []
+    checkpoints: list[tuple[float, float]] = []
+    put_at: dict[tuple[Any, int], float] = {}
+    commit_took = [0.0]
+
+    original_put = consumption.Queue._put
+    original_take = consumption.Consumption.take
+    original_checkpoint = consumption.Consumption.checkpoint
+    original_commit = consumption.Checkpoint.commit
+
+    def _put(self: Any, item: Any) -> None:
+        message = getattr(item, "message", item)
+        if getattr(message, "topic", "").endswith("rflow.triggers"):
+            now = time.time()
+            put_at[(message.tp, message.offset)] = now
+            fetched.append(now - message.timestamp / 1000)
+        original_put(self, item)
+
+    def take(self: Any, message: Any) -> bool:
+        taken = original_take(self, message)
+        put = put_at.pop((message.tp, message.offset), None)
+        if taken and put is not None:
+            queued.append(time.time() - put)
+        return taken
+
+    async def checkpoint(self: Any) -> bool:
+        began = time.perf_counter()
+        commit_took[0] = 0.0
+        try:
+            return await original_checkpoint(self)
+        finally:
+            checkpoints.append((time.perf_counter() - began, commit_took[0]))
+
+    async def commit(self: Any, *args: Any, **kwargs: Any) -> None:
+        began = time.perf_counter()
+        try:
+            await original_commit(self, *args, **kwargs)
+        finally:
+            commit_took[0] = time.perf_counter() - began
+
+    if diag_path:
+        consumption.Queue._put = _put
+        consumption.Consumption.take = take
+        consumption.Consumption.checkpoint = checkpoint
+        consumption.Checkpoint.commit = commit
 
     original = app_module.create_app
 
@@ -60,9 +114,16 @@ def main() -> None:
 
             @app.timer(interval=1.0, name="bench.diag")
             async def flush() -> None:
-                line = {"t": time.time(), "lag": lags[:], "gc": pauses[:]}
-                lags.clear()
-                pauses.clear()
+                line = {
+                    "t": time.time(),
+                    "lag": lags[:],
+                    "gc": pauses[:],
+                    "fetched": fetched[:],
+                    "queued": queued[:],
+                    "checkpoints": checkpoints[:],
+                }
+                for each in (lags, pauses, fetched, queued, checkpoints):
+                    each.clear()
                 out.write(json.dumps(line) + "\n")
 
         if cprofile:

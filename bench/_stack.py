@@ -226,9 +226,13 @@ def memory_of(pid: int) -> dict[str, float]:
 
 
 def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]:
-    """Event-loop lag and GC pauses an instrumented worker noted between two wall times."""
+    """Event-loop lag, GC pauses, where triggers waited and how long checkpoints took, as
+    an instrumented worker noted them between two wall times."""
     lags: list[float] = []
     pauses: list[tuple[int, float]] = []
+    fetched: list[float] = []
+    queued: list[float] = []
+    checkpoints: list[tuple[float, float]] = []
     if path.exists():
         for line in path.read_text().splitlines():
             try:
@@ -238,6 +242,9 @@ def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]
             if since <= entry["t"] <= until + 1.0:
                 lags.extend(entry["lag"])
                 pauses.extend((int(g), float(d)) for g, d in entry["gc"])
+                fetched.extend(entry.get("fetched", ()))
+                queued.extend(entry.get("queued", ()))
+                checkpoints.extend((float(a), float(b)) for a, b in entry.get("checkpoints", ()))
     full = [d for g, d in pauses if g == 2]
     return {
         "lag_p50": percentile(lags, 50) if lags else 0.0,
@@ -248,6 +255,14 @@ def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]
         "gc2_count": len(full),
         "gc2_max": max(full) if full else 0.0,
         "gc_max": max((d for _, d in pauses), default=0.0),
+        "fetched_p50": percentile(fetched, 50) if fetched else 0.0,
+        "fetched_p99": percentile(fetched, 99) if fetched else 0.0,
+        "queued_p50": percentile(queued, 50) if queued else 0.0,
+        "queued_p99": percentile(queued, 99) if queued else 0.0,
+        "checkpoints": len(checkpoints),
+        "checkpoint_p50": percentile([a for a, _ in checkpoints], 50) if checkpoints else 0.0,
+        "checkpoint_p99": percentile([a for a, _ in checkpoints], 99) if checkpoints else 0.0,
+        "commit_p50": percentile([b for _, b in checkpoints], 50) if checkpoints else 0.0,
     }
 
 

@@ -48,6 +48,7 @@ import asyncio
 import logging
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -152,6 +153,7 @@ class RflowRig:
         workers: int,
         diagnose: bool = False,
         project: str = PROJECT,
+        transactions: bool | None = None,
     ) -> None:
         self.project = project
         self.diagnose = diagnose
@@ -159,6 +161,8 @@ class RflowRig:
         self.workdir = workdir
         self.sink = sink
         self.settings = fresh_settings(tag, workdir)
+        if transactions is not None:
+            self.settings = self.settings.model_copy(update={"kafka_transactions": transactions})
         self.tag = tag
         self.worker_count = workers
         self.workers: list[Worker] = []
@@ -354,7 +358,14 @@ def describe_diag(diag: dict | None) -> str:
         f"        event-loop lag p50 {diag['lag_p50'] * 1000:.1f} ms, "
         f"p99 {diag['lag_p99'] * 1000:.1f} ms, max {diag['lag_max'] * 1000:.1f} ms; "
         f"GC: {diag['gc_count']} collections, {diag['gc_total'] * 1000:.0f} ms in all, "
-        f"{diag['gc2_count']} full (longest {diag['gc2_max'] * 1000:.0f} ms)"
+        f"{diag['gc2_count']} full (longest {diag['gc2_max'] * 1000:.0f} ms)\n"
+        f"        a trigger from its producer to the runner's queue p50 "
+        f"{diag['fetched_p50'] * 1000:.1f} ms, p99 {diag['fetched_p99'] * 1000:.1f} ms; "
+        f"in the queue p50 {diag['queued_p50'] * 1000:.1f} ms, "
+        f"p99 {diag['queued_p99'] * 1000:.1f} ms\n"
+        f"        {diag['checkpoints']} checkpoints: p50 {diag['checkpoint_p50'] * 1000:.1f} ms, "
+        f"p99 {diag['checkpoint_p99'] * 1000:.1f} ms (their commit p50 "
+        f"{diag['commit_p50'] * 1000:.1f} ms)"
     )
 
 
@@ -597,6 +608,71 @@ async def profile_peak(rig: RflowRig, producer, workdir: Path, n: int) -> str:
 async def warm_up_rflow(rig: RflowRig, producer, count: int) -> None:
     phase = Phase(f"warm{rig.tag}", count)
     await rflow_peak(rig, producer, phase)
+
+
+async def compare_transactions(args: argparse.Namespace, workdir: Path) -> None:
+    """Phases 1 and 2 with the checkpoints' Kafka transactions off, then on (and so for
+    ``rounds``), each beside the other in the same run: what fencing costs."""
+    probe = Settings.from_env()
+    await check_stack(probe)
+    n, duration = args.runs, args.duration
+    warm = min(100, max(20, n // 10))
+    print(
+        f"bench_pipeline --compare-transactions: {n} runs per peak phase, {duration:g}s "
+        f"latency phases, {args.rounds} round(s); logs in {workdir}",
+        flush=True,
+    )
+    sink = await TimingSink().start()
+    producer = await start_producer(probe, linger_ms=args.linger_ms)
+    found: dict[bool, list[dict]] = {False: [], True: []}
+    try:
+        for round_ in range(args.rounds):
+            for transactions in (False, True):
+                label = "on" if transactions else "off"
+                tag = f"t{label}{round_}"
+                rig = RflowRig(
+                    tag,
+                    workdir,
+                    sink,
+                    workers=1,
+                    diagnose=args.diagnose,
+                    project=PROJECTS[args.variant],
+                    transactions=transactions,
+                )
+                try:
+                    await rig.start()
+                    await warm_up_rflow(rig, producer, warm)
+                    peak = await rflow_peak(rig, producer, Phase(f"{tag}peak", n))
+                    rate = peak["rate"] / 2
+                    count = max(10, round(rate * duration))
+                    lat = await rflow_latency(rig, producer, Phase(f"{tag}lat", count), rate)
+                finally:
+                    await rig.stop()
+                found[transactions].append({"peak": peak, "lat": lat})
+                kafka_cpu = peak["machine_per_item"]["Kafka"]
+                print(
+                    f"  round {round_ + 1}, transactions {label}: peak {peak['rate']:.1f} runs/s "
+                    f"(worker CPU {peak['cpu_per_item'] * 1000:.2f} ms/run, Kafka "
+                    f"{kafka_cpu * 1000:.2f} ms/run); at {rate:.1f}/s p50 "
+                    f"{lat['p50'] * 1000:.1f} ms, p99 {lat['p99'] * 1000:.1f} ms",
+                    flush=True,
+                )
+                for name, p50, p99 in lat["stages"]:
+                    print(f"      {name:46s} p50 {p50 * 1000:7.1f} ms  p99 {p99 * 1000:7.1f} ms")
+                if lat["diag"]:
+                    print(describe_diag(lat["diag"]), flush=True)
+    finally:
+        await producer.stop()
+        await sink.stop()
+    for key, what in (("p50", "p50 at half peak"), ("p99", "p99 at half peak")):
+        off = statistics.median(r["lat"][key] for r in found[False])
+        on = statistics.median(r["lat"][key] for r in found[True])
+        print(
+            f"  {what:18s} on {on * 1000:7.1f} ms  off {off * 1000:7.1f} ms  on/off {on / off:.2f}"
+        )
+    off = statistics.median(r["peak"]["rate"] for r in found[False])
+    on = statistics.median(r["peak"]["rate"] for r in found[True])
+    print(f"  {'peak runs/s':18s} on {on:7.1f}     off {off:7.1f}     on/off {on / off:.2f}")
 
 
 async def run(args: argparse.Namespace, workdir: Path) -> None:
@@ -874,6 +950,14 @@ def main() -> None:
         action="store_true",
         help="run the one-worker phases in bench/_instrumented_worker.py: event-loop lag, GC",
     )
+    parser.add_argument(
+        "--compare-transactions",
+        action="store_true",
+        help="only phases 1 and 2, with the checkpoints' Kafka transactions off, then on",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="rounds of --compare-transactions (default 1)"
+    )
     args = parser.parse_args()
     args.runs = args.runs or (300 if args.quick else 2000)
     args.duration = args.duration or (5.0 if args.quick else 20.0)
@@ -882,7 +966,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="rflow-bench-pipeline-"))
     failed = False
     try:
-        asyncio.run(run(args, workdir))
+        asyncio.run((compare_transactions if args.compare_transactions else run)(args, workdir))
     except BenchError as exc:
         failed = True
         print(f"bench_pipeline: {exc}", file=sys.stderr)
