@@ -9,12 +9,14 @@ engine changes. Environment variables:
                  late a 10 ms sleep woke up, in seconds) and garbage-collector pauses
                  (generation, seconds) of that second, with the wall-clock time; how
                  long each trigger took from its producer to the runner's queue
-                 ("fetched") and in that queue ("queued"); each checkpoint's duration
+                 ("fetched") and in that queue ("queued"), and so for the runs topic's
+                 records ("fetched_runs", "queued_runs"); each checkpoint's duration
                  and its transactions' commit ("checkpoints")
     BENCH_CPROFILE  file receiving the worker's cProfile statistics: profiling starts when
                  a file named like it plus ".start" appears, and is written out when one
                  plus ".stop" does (read it with pstats; profiled, the worker runs about
                  half as fast)
+    BENCH_COMMIT_INTERVAL  seconds between checkpoints instead of COMMIT_INTERVAL
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ def main() -> None:
     # checkpoint takes, and its transactions' commit within it.
     fetched: list[float] = []
     queued: list[float] = []
+    fetched_runs: list[float] = []
+    queued_runs: list[float] = []
     checkpoints: list[tuple[float, float]] = []
     put_at: dict[tuple[Any, int], float] = {}
     commit_took = [0.0]
@@ -63,17 +67,20 @@ def main() -> None:
 
     def _put(self: Any, item: Any) -> None:
         message = getattr(item, "message", item)
-        if getattr(message, "topic", "").endswith("rflow.triggers"):
+        topic = getattr(message, "topic", "")
+        if topic.endswith(("rflow.triggers", "rflow.runs")):
             now = time.time()
             put_at[(message.tp, message.offset)] = now
-            fetched.append(now - message.timestamp / 1000)
+            into = fetched if topic.endswith("rflow.triggers") else fetched_runs
+            into.append(now - message.timestamp / 1000)
         original_put(self, item)
 
     def take(self: Any, message: Any) -> bool:
         taken = original_take(self, message)
         put = put_at.pop((message.tp, message.offset), None)
         if taken and put is not None:
-            queued.append(time.time() - put)
+            into = queued if message.topic.endswith("rflow.triggers") else queued_runs
+            into.append(time.time() - put)
         return taken
 
     async def checkpoint(self: Any) -> bool:
@@ -91,6 +98,9 @@ def main() -> None:
         finally:
             commit_took[0] = time.perf_counter() - began
 
+    interval = os.environ.get("BENCH_COMMIT_INTERVAL")
+    if interval:
+        consumption.COMMIT_INTERVAL = float(interval)
     if diag_path:
         consumption.Queue._put = _put
         consumption.Consumption.take = take
@@ -120,9 +130,11 @@ def main() -> None:
                     "gc": pauses[:],
                     "fetched": fetched[:],
                     "queued": queued[:],
+                    "fetched_runs": fetched_runs[:],
+                    "queued_runs": queued_runs[:],
                     "checkpoints": checkpoints[:],
                 }
-                for each in (lags, pauses, fetched, queued, checkpoints):
+                for each in (lags, pauses, fetched, queued, fetched_runs, queued_runs, checkpoints):
                     each.clear()
                 out.write(json.dumps(line) + "\n")
 

@@ -232,6 +232,8 @@ def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]
     pauses: list[tuple[int, float]] = []
     fetched: list[float] = []
     queued: list[float] = []
+    fetched_runs: list[float] = []
+    queued_runs: list[float] = []
     checkpoints: list[tuple[float, float]] = []
     if path.exists():
         for line in path.read_text().splitlines():
@@ -244,6 +246,8 @@ def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]
                 pauses.extend((int(g), float(d)) for g, d in entry["gc"])
                 fetched.extend(entry.get("fetched", ()))
                 queued.extend(entry.get("queued", ()))
+                fetched_runs.extend(entry.get("fetched_runs", ()))
+                queued_runs.extend(entry.get("queued_runs", ()))
                 checkpoints.extend((float(a), float(b)) for a, b in entry.get("checkpoints", ()))
     full = [d for g, d in pauses if g == 2]
     return {
@@ -259,6 +263,8 @@ def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]
         "fetched_p99": percentile(fetched, 99) if fetched else 0.0,
         "queued_p50": percentile(queued, 50) if queued else 0.0,
         "queued_p99": percentile(queued, 99) if queued else 0.0,
+        "fetched_runs_p50": percentile(fetched_runs, 50) if fetched_runs else 0.0,
+        "queued_runs_p50": percentile(queued_runs, 50) if queued_runs else 0.0,
         "checkpoints": len(checkpoints),
         "checkpoint_p50": percentile([a for a, _ in checkpoints], 50) if checkpoints else 0.0,
         "checkpoint_p99": percentile([a for a, _ in checkpoints], 99) if checkpoints else 0.0,

@@ -154,7 +154,9 @@ class RflowRig:
         diagnose: bool = False,
         project: str = PROJECT,
         transactions: bool | None = None,
+        commit_interval: float | None = None,
     ) -> None:
+        self.commit_interval = commit_interval
         self.project = project
         self.diagnose = diagnose
         self.diag_paths: list[Path] = []
@@ -185,8 +187,15 @@ class RflowRig:
             worker = Worker(
                 worker_settings,
                 self.workdir / f"worker-{self.tag}-{i}.log",
-                instrumented=self.diagnose,
-                extra_env={"BENCH_DIAG": str(diag)} if self.diagnose else None,
+                instrumented=self.diagnose or self.commit_interval is not None,
+                extra_env={
+                    **({"BENCH_DIAG": str(diag)} if self.diagnose else {}),
+                    **(
+                        {"BENCH_COMMIT_INTERVAL": str(self.commit_interval)}
+                        if self.commit_interval is not None
+                        else {}
+                    ),
+                },
             )
             self.workers.append(worker.start())
         for worker in self.workers:
@@ -362,7 +371,9 @@ def describe_diag(diag: dict | None) -> str:
         f"        a trigger from its producer to the runner's queue p50 "
         f"{diag['fetched_p50'] * 1000:.1f} ms, p99 {diag['fetched_p99'] * 1000:.1f} ms; "
         f"in the queue p50 {diag['queued_p50'] * 1000:.1f} ms, "
-        f"p99 {diag['queued_p99'] * 1000:.1f} ms\n"
+        f"p99 {diag['queued_p99'] * 1000:.1f} ms; a runs-topic record: p50 "
+        f"{diag['fetched_runs_p50'] * 1000:.1f} ms to the queue, "
+        f"{diag['queued_runs_p50'] * 1000:.1f} ms in it\n"
         f"        {diag['checkpoints']} checkpoints: p50 {diag['checkpoint_p50'] * 1000:.1f} ms, "
         f"p99 {diag['checkpoint_p99'] * 1000:.1f} ms (their commit p50 "
         f"{diag['commit_p50'] * 1000:.1f} ms)"
@@ -638,6 +649,7 @@ async def compare_transactions(args: argparse.Namespace, workdir: Path) -> None:
                     diagnose=args.diagnose,
                     project=PROJECTS[args.variant],
                     transactions=transactions,
+                    commit_interval=args.commit_interval if transactions else None,
                 )
                 try:
                     await rig.start()
@@ -954,6 +966,11 @@ def main() -> None:
         "--compare-transactions",
         action="store_true",
         help="only phases 1 and 2, with the checkpoints' Kafka transactions off, then on",
+    )
+    parser.add_argument(
+        "--commit-interval",
+        type=float,
+        help="with --compare-transactions: seconds between checkpoints with transactions on",
     )
     parser.add_argument(
         "--rounds", type=int, default=1, help="rounds of --compare-transactions (default 1)"
