@@ -17,6 +17,7 @@ engine changes. Environment variables:
                  plus ".stop" does (read it with pstats; profiled, the worker runs about
                  half as fast)
     BENCH_COMMIT_INTERVAL  seconds between checkpoints instead of COMMIT_INTERVAL
+    BENCH_SWITCH_INTERVAL  Python's thread switch interval (sys.setswitchinterval)
 """
 
 from __future__ import annotations
@@ -98,6 +99,9 @@ def main() -> None:
         finally:
             commit_took[0] = time.perf_counter() - began
 
+    switch = os.environ.get("BENCH_SWITCH_INTERVAL")
+    if switch:  # how often Python's threads (the worker's and the fetcher's) take turns
+        sys.setswitchinterval(float(switch))
     interval = os.environ.get("BENCH_COMMIT_INTERVAL")
     if interval:
         consumption.COMMIT_INTERVAL = float(interval)
