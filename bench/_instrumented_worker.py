@@ -73,7 +73,7 @@ def main() -> None:
             now = time.time()
             put_at[(message.tp, message.offset)] = now
             into = fetched if topic.endswith("rflow.triggers") else fetched_runs
-            into.append(now - message.timestamp / 1000)
+            into.append(now - message.timestamp)  # Faust's: seconds
         original_put(self, item)
 
     def take(self: Any, message: Any) -> bool:
@@ -113,8 +113,8 @@ def main() -> None:
 
     original = app_module.create_app
 
-    def create_app(settings: Any = None, project: Any = None) -> Any:
-        app = original(settings, project)
+    def create_app(*args: Any, **kwargs: Any) -> Any:
+        app = original(*args, **kwargs)
         if diag_path:
             out = open(diag_path, "a", buffering=1)  # noqa: SIM115 - lives with the process
 

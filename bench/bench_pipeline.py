@@ -655,7 +655,7 @@ async def compare_transactions(args: argparse.Namespace, workdir: Path) -> None:
                     await rig.start()
                     await warm_up_rflow(rig, producer, warm)
                     peak = await rflow_peak(rig, producer, Phase(f"{tag}peak", n))
-                    rate = peak["rate"] / 2
+                    rate = args.rate or peak["rate"] / 2
                     count = max(10, round(rate * duration))
                     lat = await rflow_latency(rig, producer, Phase(f"{tag}lat", count), rate)
                 finally:
@@ -971,6 +971,11 @@ def main() -> None:
         "--commit-interval",
         type=float,
         help="with --compare-transactions: seconds between checkpoints with transactions on",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        help="with --compare-transactions: runs/s of the latency phases (half each peak)",
     )
     parser.add_argument(
         "--rounds", type=int, default=1, help="rounds of --compare-transactions (default 1)"
