@@ -685,18 +685,10 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
         # thread drives: records that thread drained before a seek come back after it,
         # and its taking them may move the position past them again, undoing the seek.
         seeking = app.seeking
-        fetch_sought = {}
-        for tp, count in app.sought.items():
-            if seeking.get(tp):
-                fetch_sought[tp] = -1
-            elif before.get(tp, 0) != count:
-                fetch_sought[tp] = -1
-                # Undone past what it drained (transaction markers alone, it may be),
-                # the seek says nothing of what the fetcher hands over next either.
-                app.put_last.pop(tp, None)
-            else:
-                fetch_sought[tp] = count
-        app.fetch_sought = fetch_sought
+        app.fetch_sought = {
+            tp: -1 if seeking.get(tp) or before.get(tp, 0) != count else count
+            for tp, count in app.sought.items()
+        }
         try:
             assignment = self._ensure_consumer()._subscription.subscription.assignment
         except Exception:  # no consumer or subscription (yet, or any more)
