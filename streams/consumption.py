@@ -829,11 +829,6 @@ class Queue(ThrowableQueue):
                 counts.put_last[tp] = offset
             else:  # fetched before the TP's last seek: it follows nothing known
                 follows.append((offset, None))
-                # Nor does what comes after it, if the seek was undone past it (the
-                # fetcher's thread taking a batch drained before the seek moves the
-                # position past that batch): it follows this record at best.
-                last = counts.put_last.get(tp)
-                counts.put_last[tp] = offset if last is None else max(last, offset)
             counts.handed[tp] = offset
         super()._put(item)
 
