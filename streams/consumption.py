@@ -676,18 +676,13 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
                     app.read_to[tp] = position
             if app.in_recovery:
                 app.nudge_recovery()
-        before = dict(app.sought)
         records = await super().getmany(active_partitions, timeout)
         # aiokafka hands over only records at the position a finished seek set: the
-        # records of this fetch follow the ones before, unless a seek of their TP was
-        # made while the fetch was under way or is under way now, or begins before they
-        # are in a queue. Faust seeks from this thread on the consumer the fetcher's
-        # thread drives: records that thread drained before a seek come back after it,
-        # and its taking them may move the position past them again, undoing the seek.
+        # records of this fetch follow the ones before, unless a seek of their TP is
+        # under way now (they may precede it) or begins before they are in a queue.
         seeking = app.seeking
         app.fetch_sought = {
-            tp: -1 if seeking.get(tp) or before.get(tp, 0) != count else count
-            for tp, count in app.sought.items()
+            tp: -1 if seeking.get(tp) else count for tp, count in app.sought.items()
         }
         try:
             assignment = self._ensure_consumer()._subscription.subscription.assignment
@@ -701,10 +696,7 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
                 continue
             if position is not None:
                 positions[TP(tp.topic, tp.partition)] = position
-        # A position read after a seek made meanwhile may be the seek's or the fetch's:
-        # it says nothing of what is in the queues.
         sought = app.sought
-        positions = {tp: p for tp, p in positions.items() if sought.get(tp, 0) == before.get(tp, 0)}
         self._fetched = (positions, {tp: sought.get(tp, 0) for tp in positions})
         return records
 

@@ -690,43 +690,6 @@ async def test_what_the_fetcher_hands_over_is_told_by_the_queues_until_a_seek(mo
     assert app.consumer.handed_over(tp) is None  # nothing handed over since
 
 
-async def test_records_of_a_fetch_under_way_while_a_seek_is_made_follow_nothing_known(monkeypatch):
-    """Faust seeks from the worker's thread on the consumer its fetcher thread drives: a
-    fetch that drained a batch before the seek returns it after, and aiokafka may even
-    move the position back past the batch, undoing the seek. Such records must not count
-    as following the seek's offset (on the events topic, the offsets between would be
-    taken for transaction markers and never projected)."""
-    from rflow.streams.app import create_app
-
-    app = create_app(Settings(api_token="t"))
-    tp = TP(app.rflow.catalog.full_name("rflow.events"), 5)
-    made = Consumption(app, [tp.topic], [])
-    made.marked = frozenset({tp.topic})
-    made.cursors[tp] = consumption.Cursor(tp, next=100, done=100, committed=100)
-    made.reading = True
-    rereads: list[str] = []
-    made._reread = lambda cursor, why: rereads.append(why)
-
-    async def _seek(self, partition, offset):
-        pass
-
-    monkeypatch.setattr(consumption.aiokafka_driver.Consumer, "_seek", _seek)
-    app.put_last[tp] = 149  # the batch 150..152 was fetched after 149 was handed over
-
-    async def getmany(self, active_partitions, timeout):
-        await app.consumer.seek(tp, 100)  # a re-read seeks while the fetch is under way
-        return {tp: [Message(tp, offset) for offset in (150, 151, 152)]}
-
-    monkeypatch.setattr(consumption.aiokafka_driver.AIOKafkaConsumerThread, "getmany", getmany)
-    records = await app.consumer._thread.getmany({tp}, 1.0)
-    queue = app.FlowControlQueue(maxsize=10)
-    for message in records[tp]:
-        queue.force_put_nowait(SimpleNamespace(message=message))  # as Faust puts them
-    taken = [m.offset for m in (queue.get_nowait().message for _ in range(3)) if made.take(m)]
-    assert taken == []
-    assert made.cursors[tp].next == 100 and rereads  # 100..149 are read again
-
-
 class Stream:
     """An agent's stream: each event arrives with how many more wait behind it."""
 
