@@ -1155,6 +1155,11 @@ class Cursor:
     taken_at: float = field(default_factory=time.monotonic)
     rereading: int = 0
     """Attempts to read a gap again since the last record taken (0: none under way)."""
+    skipped: deque[tuple[int, int]] = field(default_factory=deque)
+    """Stretches of offsets ``[start, end)`` taken past while records before them were
+    still being processed: they hold nothing to process (a transaction's marker, an
+    aborted transaction's records), so :attr:`done` moves over them (:meth:`Consumption
+    .take`)."""
 
 
 @dataclass
@@ -1241,6 +1246,11 @@ class Consumption:
         ):
             self._reread(cursor, f"offset {offset} arrived")
             return False
+        if offset > cursor.next:  # what lies between holds nothing to process
+            if cursor.done == cursor.next:
+                cursor.done = offset
+            else:
+                cursor.skipped.append((cursor.next, offset))
         cursor.next = offset + 1
         cursor.taken_at = time.monotonic()
         cursor.rereading = 0
@@ -1262,6 +1272,9 @@ class Consumption:
         cursor = self.cursors.get(message.tp)
         if cursor is not None and message.offset == cursor.done < cursor.next:
             cursor.done += 1
+            skipped = cursor.skipped
+            while skipped and skipped[0][0] == cursor.done:
+                cursor.done = skipped.popleft()[1]
 
     async def process(self, message: Any, work: Callable[[], Awaitable[Any]]) -> bool:
         """Process ``message`` (taken, of a joined topic) with ``work`` under its

@@ -783,6 +783,45 @@ async def test_offsets_a_read_committed_fetch_skips_are_no_gap():
     assert made.take(message) is True
 
 
+async def test_offsets_a_read_committed_fetch_skips_are_committed_past_once_processed():
+    made, fetcher = layer()
+    app = made.app
+    app.handed, app.put_last, app.got, app.flow_control = {}, {}, {}, asyncio.Event()
+    queue = consumption.queue(app, maxsize=100)
+    await opened(made, {EVENTS: 0})
+    app.put_last[EVENTS] = -1
+    # As in the test above: markers at 2, 4 and 8, aborted records at 5..7.
+    for offset in (0, 1, 3, 9):
+        queue.put_nowait(Message(EVENTS, offset))
+    taken = []
+    while not queue.empty():
+        message = queue.get_nowait()
+        if made.take(message):
+            taken.append(message)
+    cursor = made.cursors[EVENTS]
+    assert cursor.next == 10 and cursor.done == 0
+    # Processed in order (a batch agent marks them after its batch): the offsets between
+    # are passed over as each record before them is done, never before.
+    made.processed(taken[0])
+    assert cursor.done == 1
+    made.processed(taken[1])
+    assert cursor.done == 3  # the marker at 2 is no record to wait for
+    made.processed(taken[2])
+    assert cursor.done == 9
+    assert await made.checkpoint() is True
+    assert fetcher.commits[-1] == {EVENTS: 9}
+    made.processed(taken[3])
+    assert await made.checkpoint() is True
+    assert fetcher.commits[-1] == {EVENTS: 10}
+    # Taken past a marker while everything before it is processed: done moves at once.
+    app.put_last[EVENTS] = 9
+    queue.put_nowait(Message(EVENTS, 11))
+    message = queue.get_nowait()
+    assert made.take(message) and cursor.done == 11
+    made.processed(message)
+    assert cursor.done == 12 and not cursor.skipped
+
+
 async def test_on_a_topic_no_transaction_writes_a_gap_is_read_again_however_it_follows():
     made, fetcher = layer()
     app = made.app
