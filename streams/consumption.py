@@ -59,6 +59,7 @@ import bisect
 import contextlib
 import contextvars
 import logging
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
@@ -98,6 +99,9 @@ fetcher seems to be doing (a fetch of that TP alone may be stuck)."""
 REREAD_BACKOFF = (0.05, 0.2, 1.0)
 """Seconds before each further attempt to read a gap again (the fetcher may still be
 yielding a batch fetched before the seek; its records are dropped meanwhile)."""
+STALE = -2
+"""What a record drained before its TP's last seek follows (:class:`Queue`): it is never
+taken, and moves nothing; the seek reads its TP again from where it set it."""
 FETCH_MAX_WAIT_MS = 50
 """How long the broker may hold a fetch with nothing new. The fetcher leaves out of its
 next request every TP whose records the worker has not taken yet and sends that broker
@@ -195,11 +199,16 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
             and isinstance(vars(SubscriptionState).get("subscription"), property)
         ),
     ),
-    "faust AIOKafkaConsumerThread.getmany, _ensure_consumer": (
+    "faust AIOKafkaConsumerThread.getmany, _fetch_records, _ensure_consumer, call_thread, "
+    "ThreadDelegateConsumer._seek (a seek runs on the consumer's own thread, between two fetches)": (
         "faust-streaming",
-        lambda: all(
-            _defines(aiokafka_driver.AIOKafkaConsumerThread, name)
-            for name in ("getmany", "_ensure_consumer")
+        lambda: (
+            all(
+                _defines(aiokafka_driver.AIOKafkaConsumerThread, name)
+                for name in ("getmany", "_fetch_records", "_ensure_consumer")
+            )
+            and hasattr(aiokafka_driver.AIOKafkaConsumerThread, "call_thread")
+            and _defines(faust_consumer.ThreadDelegateConsumer, "_seek")
         ),
     ),
     "faust App._on_partitions_assigned (fenced before the tables recover)": (
@@ -652,6 +661,7 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
     (:attr:`ConsumingApp.read_to`)."""
 
     _fetched: tuple[dict[TP, int], dict[TP, int]] | None = None
+    _drained: tuple[dict[TP, int], dict[TP, int]] | None = None
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
@@ -676,29 +686,52 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
                     app.read_to[tp] = position
             if app.in_recovery:
                 app.nudge_recovery()
+        self._drained = None
         records = await super().getmany(active_partitions, timeout)
-        # aiokafka hands over only records at the position a finished seek set: the
-        # records of this fetch follow the ones before, unless a seek of their TP is
-        # under way now (they may precede it) or begins before they are in a queue.
-        seeking = app.seeking
-        app.fetch_sought = {
-            tp: -1 if seeking.get(tp) else count for tp, count in app.sought.items()
-        }
-        try:
-            assignment = self._ensure_consumer()._subscription.subscription.assignment
-        except Exception:  # no consumer or subscription (yet, or any more)
-            return records
-        positions = {}
-        for tp in set(active_partitions or ()) | set(records):
-            try:
-                position = assignment.state_value(tp).position
-            except Exception:  # not assigned (any more)
-                continue
-            if position is not None:
-                positions[TP(tp.topic, tp.partition)] = position
-        sought = app.sought
-        self._fetched = (positions, {tp: sought.get(tp, 0) for tp in positions})
+        drained, self._drained = self._drained, None
+        if drained is not None:
+            app.fetch_sought, positions = drained
+            self._fetched = (positions, dict(app.fetch_sought))
+        else:  # no fetch made (flow stopped): nothing is known of these records
+            app.fetch_sought = {}
         return records
+
+    async def _fetch_records(self, consumer: Any, active_partitions: Any, **kwargs: Any) -> Any:
+        records = await super()._fetch_records(consumer, active_partitions, **kwargs)
+        # On the consumer's own loop, at the instant aiokafka drained these records (it
+        # hands over only records at each TP's position, and a seek runs on this loop
+        # too, see :meth:`seek_now`): which seeks they follow, and how far each TP was
+        # read. A seek of their TP made after this makes them stale (:class:`Queue`);
+        # so does one under way now (a table recovery's seeks await between seeking
+        # and returning).
+        app = self.app
+        with app.books:
+            seeking = app.seeking
+            stamp = {tp: -1 if seeking.get(tp) else count for tp, count in app.sought.items()}
+            positions: dict[TP, int] = {}
+            try:
+                assignment = consumer._subscription.subscription.assignment
+            except Exception:  # no subscription (yet, or any more)
+                assignment = None
+            for tp in set(active_partitions or ()) | set(records):
+                try:
+                    position = assignment.state_value(tp).position
+                except Exception:  # not assigned (any more)
+                    continue
+                if position is not None:
+                    key = TP(tp.topic, tp.partition)
+                    if stamp.get(key, 0) == app.sought.get(key, 0):
+                        positions[key] = position
+            self._drained = (stamp, positions)
+        return records
+
+    async def seek_now(self, partition: Any, offset: int) -> None:
+        """Seek ``partition`` to ``offset`` on the consumer's own loop: never while
+        aiokafka hands a fetch over (seeking from another thread then, the handing over
+        moved the position past its records again, undoing the seek), and with the
+        records drained before it told apart from those after it."""
+        self.app.sought_to(partition, offset)
+        self._ensure_consumer().seek(partition, offset)
 
 
 class RflowConsumer(aiokafka_driver.Consumer):
@@ -758,23 +791,15 @@ class RflowConsumer(aiokafka_driver.Consumer):
         return await self._commit(offsets)
 
     def _sought(self, partition: Any, offset: int | None = None, done: bool = True) -> None:
-        tp = TP(partition.topic, partition.partition)
         app = self.app
-        app.handed.pop(tp, None)
-        app.read_to.pop(tp, None)
-        app.sought[tp] = app.sought.get(tp, 0) + 1
-        app.seeking[tp] = app.seeking.get(tp, 0) + (-1 if done else 1)
-        if offset is None:
-            app.put_last.pop(tp, None)
-        else:
-            app.put_last[tp] = offset - 1
+        with app.books:
+            tp = TP(partition.topic, partition.partition)
+            app.seeking[tp] = app.seeking.get(tp, 0) + (-1 if done else 1)
+            app.sought_to(tp, offset)
 
-    async def seek(self, partition: TP, offset: int) -> None:
-        self._sought(partition, done=False)
-        try:
-            await super().seek(partition, offset)
-        finally:
-            self._sought(partition, offset)
+    async def _seek(self, partition: TP, offset: int) -> None:
+        thread = self._thread
+        await thread.call_thread(thread.seek_now, partition, offset)
 
     def handed_over(self, tp: TP) -> int | None:
         """The offset of the last record of ``tp`` the fetcher put into a queue since
@@ -815,13 +840,15 @@ class Queue(ThrowableQueue):
             follows = self.follows.get(tp)
             if follows is None:
                 follows = self.follows[tp] = deque()
-            sought = getattr(counts, "sought", {})
-            if sought.get(tp, 0) == getattr(counts, "fetch_sought", {}).get(tp, 0):
-                follows.append((offset, counts.put_last.get(tp)))
-                counts.put_last[tp] = offset
-            else:  # fetched before the TP's last seek: it follows nothing known
-                follows.append((offset, None))
-            counts.handed[tp] = offset
+            books = getattr(counts, "books", None)
+            with books if books is not None else contextlib.nullcontext():
+                sought = getattr(counts, "sought", {})
+                if sought.get(tp, 0) == getattr(counts, "fetch_sought", {}).get(tp, 0):
+                    follows.append((offset, counts.put_last.get(tp)))
+                    counts.put_last[tp] = offset
+                    counts.handed[tp] = offset
+                else:  # drained before the TP's last seek, which reads it again if due
+                    follows.append((offset, STALE))
         super()._put(item)
 
     def _get(self) -> Any:
@@ -886,6 +913,10 @@ class ConsumingApp(faust.App):
         self.nudged: dict[TP, int] = {}
         """The recovery offset at which each TP's recovery was last looked at again
         (:meth:`nudge_recovery`)."""
+        self.books = threading.RLock()
+        """Held while the seek counts, what each TP's records follow and how far each was
+        read are read or changed: seeks and fetches run on the consumer's thread, the
+        queues are filled on this one."""
         self.put_last: dict[TP, int] = {}
         """The offset of the last record of each TP put into the app's queues, or the
         offset less one a seek set the TP's fetch position to since."""
@@ -897,6 +928,19 @@ class ConsumingApp(faust.App):
         super().__init__(*args, **kwargs)
         self.before_revoke = []
         self._recovery_watched = False
+
+    def sought_to(self, partition: Any, offset: int | None) -> None:
+        """A seek of ``partition`` to ``offset`` (``None``: unknown) is made now: the
+        records drained before it are stale from here on, and the next one follows it."""
+        with self.books:
+            tp = TP(partition.topic, partition.partition)
+            self.sought[tp] = self.sought.get(tp, 0) + 1
+            self.handed.pop(tp, None)
+            self.read_to.pop(tp, None)
+            if offset is None:
+                self.put_last.pop(tp, None)
+            else:
+                self.put_last[tp] = offset - 1
 
     async def _on_partitions_revoked(self, revoked: Any) -> None:
         if not self.should_stop:
@@ -1241,6 +1285,9 @@ class Consumption:
         offset = message.offset
         if offset < cursor.next:
             return False  # taken before
+        got = getattr(self.app, "got", {}).get(message.tp)
+        if got is not None and got == (offset, STALE):
+            return False  # drained before the TP's last seek: read again after it
         if offset > cursor.next and (
             message.topic not in self.marked or not self._follows(message, cursor.next)
         ):

@@ -682,12 +682,23 @@ async def test_what_the_fetcher_hands_over_is_told_by_the_queues_until_a_seek(mo
     queue.force_put_nowait(SimpleNamespace(message=Message(tp, 23)))
     assert app.consumer.handed_over(tp) == 23
 
-    async def _seek(self, partition, offset):
-        pass
+    seeks = []
 
-    monkeypatch.setattr(consumption.aiokafka_driver.Consumer, "_seek", _seek)
+    async def call_thread(self, fun, *args, **kwargs):
+        return await fun(*args, **kwargs)  # as the consumer's thread runs it
+
+    def aiokafka_consumer(self):
+        return SimpleNamespace(seek=lambda partition, offset: seeks.append((partition, offset)))
+
+    monkeypatch.setattr(consumption.RflowConsumerThread, "call_thread", call_thread)
+    monkeypatch.setattr(consumption.RflowConsumerThread, "_ensure_consumer", aiokafka_consumer)
     await app.consumer.seek(tp, 17)  # Faust's seek, as a re-read makes it
+    assert seeks == [(tp, 17)]  # made on the consumer's thread
     assert app.consumer.handed_over(tp) is None  # nothing handed over since
+    # Records drained before the seek and put into a queue after it are stale.
+    queue.force_put_nowait(SimpleNamespace(message=Message(tp, 24)))
+    assert app.consumer.handed_over(tp) is None
+    assert queue.follows[tp][-1] == (24, consumption.STALE)
 
 
 class Stream:
@@ -770,17 +781,22 @@ async def test_offsets_a_read_committed_fetch_skips_are_no_gap():
     queue.get_nowait()  # 10 never reaches the agent
     assert made.take(queue.get_nowait()) is False
     await until(lambda: fetcher.seeks[-1] == (EVENTS, 10), "the gap read again")
-    # After the seek, a record of a fetch asked for before it (still being handed over)
-    # follows nothing known: past the cursor, it is not taken.
+    # After the seek, records aiokafka drained before it (still being handed over) are
+    # stale: never taken, and no cause to read again (the seek does), however long ago
+    # the last attempt was: a seek made while a fetch is under way must not make another.
+    seeks = len(fetcher.seeks)
     app.put_last[EVENTS] = 9
     app.sought, app.fetch_sought = {EVENTS: 2}, {EVENTS: 1}
-    queue.put_nowait(Message(EVENTS, 12))
-    assert made.take(queue.get_nowait()) is False
-    app.fetch_sought = {EVENTS: 2}  # a fetch asked for since: 12 follows 9's seek
-    queue.put_nowait(Message(EVENTS, 12))
-    message = queue.get_nowait()
     made.cursors[EVENTS].taken_at -= consumption.REREAD_BACKOFF[-1]
-    assert made.take(message) is True
+    for offset in (10, 12):
+        queue.put_nowait(Message(EVENTS, offset))
+        assert made.take(queue.get_nowait()) is False
+    assert app.put_last[EVENTS] == 9  # what comes next still follows the seek
+    await asyncio.sleep(0)
+    assert len(fetcher.seeks) == seeks
+    app.fetch_sought = {EVENTS: 2}  # drained since: 12 follows the seek to 10 (a marker)
+    queue.put_nowait(Message(EVENTS, 12))
+    assert made.take(queue.get_nowait()) is True
 
 
 async def test_offsets_a_read_committed_fetch_skips_are_committed_past_once_processed():
