@@ -680,10 +680,11 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
         fetched, self._fetched = self._fetched, None
         if fetched is not None:
             positions, seeks = fetched
-            sought = app.sought
-            for tp, position in positions.items():
-                if sought.get(tp, 0) == seeks.get(tp, 0):
-                    app.read_to[tp] = position
+            with app.books:  # a seek on the consumer's thread forgets how far a TP was read
+                sought = app.sought
+                for tp, position in positions.items():
+                    if sought.get(tp, 0) == seeks.get(tp, 0):
+                        app.read_to[tp] = position
             if app.in_recovery:
                 app.nudge_recovery()
         self._drained = None
