@@ -360,6 +360,14 @@ def describe_machine(peak: dict) -> str:
     return f"      the machine's CPU per run (ms): {parts}"
 
 
+def print_stages(lat: dict, indent: str) -> None:
+    """A latency phase's stages (p50 and p99 of each), and its diagnosis when taken."""
+    for name, p50, p99 in lat["stages"]:
+        print(f"{indent}{name:46s} p50 {p50 * 1000:7.1f} ms  p99 {p99 * 1000:7.1f} ms")
+    if lat["diag"]:
+        print(describe_diag(lat["diag"]), flush=True)
+
+
 def describe_diag(diag: dict | None) -> str:
     if not diag:
         return ""
@@ -669,10 +677,7 @@ async def compare_transactions(args: argparse.Namespace, workdir: Path) -> None:
                     f"{lat['p50'] * 1000:.1f} ms, p99 {lat['p99'] * 1000:.1f} ms",
                     flush=True,
                 )
-                for name, p50, p99 in lat["stages"]:
-                    print(f"      {name:46s} p50 {p50 * 1000:7.1f} ms  p99 {p99 * 1000:7.1f} ms")
-                if lat["diag"]:
-                    print(describe_diag(lat["diag"]), flush=True)
+                print_stages(lat, "      ")
     finally:
         await producer.stop()
         await sink.stop()
@@ -748,10 +753,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             f"max {lat1['max'] * 1000:.1f} ms; statuses {lat1['statuses']}",
             flush=True,
         )
-        for name, p50, p99 in lat1["stages"]:
-            print(f"        {name:46s} p50 {p50 * 1000:7.1f} ms  p99 {p99 * 1000:7.1f} ms")
-        if lat1["diag"]:
-            print(describe_diag(lat1["diag"]), flush=True)
+        print_stages(lat1, "        ")
         if args.profile:
             print(
                 "      profiling one worker with py-spy during another peak phase ...", flush=True

@@ -755,24 +755,40 @@ async def test_a_close_during_the_seeks_of_an_opening_leaves_no_cursor_to_commit
     assert fetcher.commits == []
 
 
-async def test_offsets_a_read_committed_fetch_skips_are_no_gap():
+async def opened_with_a_queue(tp: TP) -> tuple[Any, Any, Any]:
+    """A layer that opened ``tp`` at offset 0, and a queue of its app (as the opening's
+    seek to 0 leaves it: the next record put follows offset -1)."""
     made, fetcher = layer()
     app = made.app
     app.handed, app.put_last, app.got, app.flow_control = {}, {}, {}, asyncio.Event()
     queue = consumption.queue(app, maxsize=100)
-    await opened(made, {EVENTS: 0})
-    app.put_last[EVENTS] = -1  # as the opening's seek to 0 leaves it
-    # 0 and 1 committed in one transaction (its marker at 2), 3 in the next (marker at 4),
-    # 5..7 aborted (marker at 8), then 9.
-    for offset in (0, 1, 3, 9):
+    await opened(made, {tp: 0})
+    app.put_last[tp] = -1
+    return made, fetcher, queue
+
+
+def take_all(made: Any, queue: Any, offsets: tuple[int, ...], process: bool = False) -> list:
+    """Put records of the events topic at ``offsets`` into ``queue`` (in a transactional
+    topic, offsets between hold markers or aborted records), and take what is taken."""
+    for offset in offsets:
         queue.put_nowait(Message(EVENTS, offset))
     taken = []
     while not queue.empty():
         message = queue.get_nowait()
         if made.take(message):
-            taken.append(message.offset)
-            made.processed(message)
-    assert taken == [0, 1, 3, 9]
+            taken.append(message)
+            if process:
+                made.processed(message)
+    return taken
+
+
+async def test_offsets_a_read_committed_fetch_skips_are_no_gap():
+    made, fetcher, queue = await opened_with_a_queue(EVENTS)
+    app = made.app
+    # 0 and 1 committed in one transaction (its marker at 2), 3 in the next (marker at 4),
+    # 5..7 aborted (marker at 8), then 9.
+    taken = take_all(made, queue, (0, 1, 3, 9), process=True)
+    assert [message.offset for message in taken] == [0, 1, 3, 9]
     assert fetcher.seeks == [(EVENTS, 0)]  # nothing read again
     # A record handed over after one that never reached the agent (thrown away) is a
     # gap: the TP is read again from the cursor.
@@ -784,36 +800,25 @@ async def test_offsets_a_read_committed_fetch_skips_are_no_gap():
     # After the seek, records aiokafka drained before it (still being handed over) are
     # stale: never taken, and no cause to read again (the seek does), however long ago
     # the last attempt was: a seek made while a fetch is under way must not make another.
-    seeks = len(fetcher.seeks)
+    cursor = made.cursors[EVENTS]
+    seeks, rereads = len(fetcher.seeks), cursor.rereading
     app.put_last[EVENTS] = 9
     app.sought, app.fetch_sought = {EVENTS: 2}, {EVENTS: 1}
-    made.cursors[EVENTS].taken_at -= consumption.REREAD_BACKOFF[-1]
+    cursor.taken_at -= consumption.REREAD_BACKOFF[-1]
     for offset in (10, 12):
         queue.put_nowait(Message(EVENTS, offset))
         assert made.take(queue.get_nowait()) is False
     assert app.put_last[EVENTS] == 9  # what comes next still follows the seek
-    await asyncio.sleep(0)
-    assert len(fetcher.seeks) == seeks
+    assert (len(fetcher.seeks), cursor.rereading) == (seeks, rereads)  # none asked for
     app.fetch_sought = {EVENTS: 2}  # drained since: 12 follows the seek to 10 (a marker)
     queue.put_nowait(Message(EVENTS, 12))
     assert made.take(queue.get_nowait()) is True
 
 
 async def test_offsets_a_read_committed_fetch_skips_are_committed_past_once_processed():
-    made, fetcher = layer()
+    made, fetcher, queue = await opened_with_a_queue(EVENTS)
     app = made.app
-    app.handed, app.put_last, app.got, app.flow_control = {}, {}, {}, asyncio.Event()
-    queue = consumption.queue(app, maxsize=100)
-    await opened(made, {EVENTS: 0})
-    app.put_last[EVENTS] = -1
-    # As in the test above: markers at 2, 4 and 8, aborted records at 5..7.
-    for offset in (0, 1, 3, 9):
-        queue.put_nowait(Message(EVENTS, offset))
-    taken = []
-    while not queue.empty():
-        message = queue.get_nowait()
-        if made.take(message):
-            taken.append(message)
+    taken = take_all(made, queue, (0, 1, 3, 9))  # as above: markers at 2, 4, 8
     cursor = made.cursors[EVENTS]
     assert cursor.next == 10 and cursor.done == 0
     # Processed in order (a batch agent marks them after its batch): the offsets between
@@ -839,12 +844,7 @@ async def test_offsets_a_read_committed_fetch_skips_are_committed_past_once_proc
 
 
 async def test_on_a_topic_no_transaction_writes_a_gap_is_read_again_however_it_follows():
-    made, fetcher = layer()
-    app = made.app
-    app.handed, app.put_last, app.got, app.flow_control = {}, {}, {}, asyncio.Event()
-    queue = consumption.queue(app, maxsize=100)
-    await opened(made, {TRIGGERS: 0})
-    app.put_last[TRIGGERS] = -1
+    made, fetcher, queue = await opened_with_a_queue(TRIGGERS)
     queue.put_nowait(Message(TRIGGERS, 2))
     assert made.take(queue.get_nowait()) is False
     await reread(made)
