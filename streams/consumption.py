@@ -1464,6 +1464,7 @@ class Consumption:
         async with self._checkpoint:
             if self.failed is not None:
                 raise WritesLost(self.failed)
+            self._pass_trailing_markers()
             offsets = {tp: c.done for tp, c in self.cursors.items() if c.done > c.committed}
             fence = self.fence
             within: dict[int, dict[TP, int]] = {}
@@ -1497,6 +1498,21 @@ class Consumption:
             if committed:
                 self.commits += 1
             return committed
+
+    def _pass_trailing_markers(self) -> None:
+        """Move past what a ``read_committed`` fetch read beyond the last record taken on
+        a topic transactions write, once every record taken there is processed and none
+        waits in a queue: those offsets hold no record (the last transaction's marker,
+        aborted records), and a group committed below them would show a lag that never
+        reaches 0."""
+        read_to = getattr(self.app, "read_to", {})
+        queued = getattr(self.app, "queued", {})
+        for tp, cursor in self.cursors.items():
+            if tp.topic not in self.marked or cursor.skipped or cursor.done != cursor.next:
+                continue
+            end = read_to.get(tp)
+            if end is not None and end > cursor.next and not queued.get(tp):
+                cursor.next = cursor.done = end
 
     async def _commit(self, offsets: dict[TP, int]) -> bool:
         if not await self.app.consumer.commit_offsets(offsets):

@@ -843,6 +843,29 @@ async def test_offsets_a_read_committed_fetch_skips_are_committed_past_once_proc
     assert cursor.done == 12 and not cursor.skipped
 
 
+async def test_a_transactions_trailing_marker_is_committed_past_once_everything_is_processed():
+    made, fetcher, queue = await opened_with_a_queue(EVENTS)
+    app = made.app
+    app.read_to = {}
+    taken = take_all(made, queue, (0, 1))  # the transaction's marker at 2, nothing after
+    app.read_to[EVENTS] = 3  # the fetcher read past the marker
+    assert await made.checkpoint() is False  # 0 and 1 not processed yet: nothing passed
+    for message in taken:
+        made.processed(message)
+    queue.put_nowait(Message(EVENTS, 5))  # a record waits in a queue: nothing passed either
+    assert await made.checkpoint() is True
+    assert fetcher.commits[-1] == {EVENTS: 2}
+    queue.get_nowait()
+    assert await made.checkpoint() is True  # nothing waits: the marker is passed
+    assert fetcher.commits[-1] == {EVENTS: 3}
+    cursor = made.cursors[EVENTS]
+    assert (cursor.next, cursor.done) == (3, 3)
+    made.cursors[TRIGGERS] = consumption.Cursor(TRIGGERS, next=4, done=4, committed=4)
+    app.read_to[TRIGGERS] = 9  # no transaction writes the triggers topic: never passed
+    await made.checkpoint()
+    assert made.cursors[TRIGGERS].next == 4
+
+
 async def test_on_a_topic_no_transaction_writes_a_gap_is_read_again_however_it_follows():
     made, fetcher, queue = await opened_with_a_queue(TRIGGERS)
     queue.put_nowait(Message(TRIGGERS, 2))
