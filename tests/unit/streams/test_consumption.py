@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -899,6 +900,22 @@ class FakeProducer:
         self.log.append((self.number, "commit"))
 
 
+def changelog_flush(partition: int, applied: list[str]) -> Callable[[], Any]:
+    """A flusher writing one changelog record of ``partition`` in the checkpoint's
+    transaction, whose store is applied (``applied`` gets "store") only after the commit."""
+
+    def flush():
+        async def write() -> None:
+            checkpoint = consumption.current_checkpoint()
+            await checkpoint.send(partition, "t.changelog", b"k", b"v", partition)
+            checkpoint.then(lambda: applied.append("store"))
+            assert applied == []  # not before the commit
+
+        return write
+
+    return flush
+
+
 async def test_a_checkpoint_writes_each_partition_in_its_own_transaction_with_its_offsets():
     made, fetcher = layer()
     log: list = []
@@ -908,18 +925,8 @@ async def test_a_checkpoint_writes_each_partition_in_its_own_transaction_with_it
     made.fence, made.group = fence, "app"
     other = TP(RUNS.topic, 1)
     await opened(made, {TRIGGERS: 0, other: 4, EVENTS: 0})
-    applied = []
-
-    def flush():
-        async def write() -> None:
-            checkpoint = consumption.current_checkpoint()
-            await checkpoint.send(1, "t.changelog", b"k", b"v", 1)
-            checkpoint.then(lambda: applied.append("store"))
-            assert applied == []  # not before the commit
-
-        return write
-
-    made.flushers.append(flush)
+    applied: list[str] = []
+    made.flushers.append(changelog_flush(1, applied))
     for message in (Message(TRIGGERS, 0), Message(other, 4), Message(EVENTS, 0)):
         assert made.take(message)
         made.processed(message)
@@ -943,17 +950,8 @@ async def test_a_fenced_checkpoint_loses_its_writes_and_its_store_is_untouched()
     fence.producers = {0: producer}
     made.fence = fence
     await opened(made, {TRIGGERS: 0})
-    applied = []
-
-    def flush():
-        async def write() -> None:
-            checkpoint = consumption.current_checkpoint()
-            await checkpoint.send(0, "t.changelog", b"k", b"v", 0)
-            checkpoint.then(lambda: applied.append("store"))
-
-        return write
-
-    made.flushers.append(flush)
+    applied: list[str] = []
+    made.flushers.append(changelog_flush(0, applied))
     assert made.take(Message(TRIGGERS, 0))
     made.processed(Message(TRIGGERS, 0))
     with pytest.raises(WritesLost, match="ProducerFenced"):
