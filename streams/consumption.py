@@ -1221,14 +1221,22 @@ class Consumption:
 
     ``topics``: every topic an agent reads through it (full names). ``joined``: those of
     them joined by key (the runner's triggers and runs), whose partition *n* has one lock.
+    ``marked``: those of them the checkpoints' transactions write (every topic not
+    joined unless told).
     """
 
-    def __init__(self, app: RflowApp, topics: Iterable[str], joined: Iterable[str]) -> None:
+    def __init__(
+        self,
+        app: RflowApp,
+        topics: Iterable[str],
+        joined: Iterable[str],
+        marked: Iterable[str] | None = None,
+    ) -> None:
         self.app = app
         self.topics = frozenset(topics)
         self.joined = frozenset(joined)
         self.cursors: dict[TP, Cursor] = {}
-        self.marked = self.topics - self.joined
+        self.marked = self.topics - self.joined if marked is None else frozenset(marked)
         """The topics the checkpoints' transactions write (their markers take offsets):
         on them alone, a record the fetcher handed over right after the last one taken
         is the next one whatever offsets lie between (:meth:`_follows`). On the others,
@@ -1501,17 +1509,25 @@ class Consumption:
 
     def _pass_trailing_markers(self) -> None:
         """Move past what a ``read_committed`` fetch read beyond the last record taken on
-        a topic transactions write, once every record taken there is processed and none
-        waits in a queue: those offsets hold no record (the last transaction's marker,
-        aborted records), and a group committed below them would show a lag that never
-        reaches 0."""
-        read_to = getattr(self.app, "read_to", {})
-        queued = getattr(self.app, "queued", {})
+        a topic transactions write, once every record taken there is processed, none
+        waits in a queue and every record handed over was taken: those offsets hold no
+        record (the last transaction's marker, aborted records), and a group committed
+        below them would show a lag that never reaches 0. A record handed over and not
+        taken left its queue without reaching this layer (Faust skips what a stream
+        pulls while a rebalance suspends the flow): its offset is the next owner's to
+        read, never passed."""
+        app = self.app
+        read_to = getattr(app, "read_to", {})
+        queued = getattr(app, "queued", {})
+        handed = getattr(app, "handed", {})
         for tp, cursor in self.cursors.items():
             if tp.topic not in self.marked or cursor.skipped or cursor.done != cursor.next:
                 continue
             end = read_to.get(tp)
-            if end is not None and end > cursor.next and not queued.get(tp):
+            if end is None or end <= cursor.next or queued.get(tp):
+                continue
+            last = handed.get(tp)
+            if last is None or last < cursor.next:
                 cursor.next = cursor.done = end
 
     async def _commit(self, offsets: dict[TP, int]) -> bool:
@@ -1700,9 +1716,14 @@ class Consumption:
             self.stalled()
 
 
-def attach(app: RflowApp, topics: Iterable[str], joined: Iterable[str]) -> Consumption:
+def attach(
+    app: RflowApp,
+    topics: Iterable[str],
+    joined: Iterable[str],
+    marked: Iterable[str] | None = None,
+) -> Consumption:
     """Give ``app`` its consumption layer (see :class:`Consumption` for the arguments)."""
-    consumption = Consumption(app, topics, joined)
+    consumption = Consumption(app, topics, joined, marked)
     app.consumption = app.consumer.consumption = consumption
     settings = app.rflow.settings
     if settings.kafka_transactions:
