@@ -240,9 +240,10 @@ async def trace(settings: Settings, keys: set[str]) -> list[str]:
     found: list[str] = []
     try:
         committed = await admin.list_consumer_group_offsets(settings.app_id)
+        await consumer.topics()  # the cluster's metadata, which partitions_for_topic reads
         for name in TRACED:
             topic = settings.topic_prefix + name
-            partitions = await consumer.partitions_for_topic(topic) or set()
+            partitions = consumer.partitions_for_topic(topic) or set()
             tps = [TopicPartition(topic, p) for p in sorted(partitions)]
             if not tps:
                 continue
