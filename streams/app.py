@@ -311,10 +311,9 @@ def create_app(
         app,
         [topic.get_topic_name() for topic in vars(runtime.topics).values()],
         joined=[catalog.full_name("rflow.triggers"), catalog.full_name("rflow.runs")],
+        # Of the topics read, only the runs' journals are written in transactions.
+        marked=[catalog.full_name("rflow.events")],
     )
-
-    # Of the topics read, only the runs' journals are written in transactions.
-    runtime.consumption.marked = frozenset({catalog.full_name("rflow.events")})
     runtime.tables = tables.create(app)
     runtime.consumption.on_close.append(runtime.tables.forget)
 
