@@ -81,7 +81,9 @@ class WorkerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
-        env = {**os.environ, **self.settings.to_env(), **self.env}
+        # A worker killed by a fault in native code (RocksDB, uvloop) leaves its
+        # threads' tracebacks in its log.
+        env = {**os.environ, "PYTHONFAULTHANDLER": "1", **self.settings.to_env(), **self.env}
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             list(self.command),

@@ -123,7 +123,7 @@ async def test_a_worker_stopped_past_its_session_is_fenced_and_none_of_its_late_
 
     log = first.log_path.read_text(errors="replace")
     # A worker that stopped did so because the broker refused its late writes.
-    assert outcome == "rejoined" or "ProducerFenced" in log, first.tail()
+    assert outcome == "rejoined" or "ProducerFenced" in log, (first.proc.returncode, first.tail())
     aborted = {
         name: await aborted_records(settings, name)
         for name in ("rflow.state.runs", "rflow.state.lanes", "rflow.events")
