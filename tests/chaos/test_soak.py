@@ -399,6 +399,28 @@ async def swap_keys(w3, emitter: str, to_block: int | None = None) -> set[str]:
     return {f"event:31337:{log['blockHash']}:{int(log['logIndex'], 16)}" for log in logs}
 
 
+async def where_stuck(
+    settings: Settings, stuck: list[tuple], workers: list[WorkerProcess]
+) -> list[str]:
+    """For the report of runs that never settled: where each run id and trigger key
+    appears on the topics and in the read model, its sends, and the lines of the
+    workers' logs that name it."""
+    keys = {str(key) for row in stuck for key in (row[0], row[3])}
+    found = await trace(settings, keys)
+    for workflow, trigger_key in {(row[1], row[3]) for row in stuck}:
+        sends = await query(
+            settings,
+            "SELECT send_key, status, tx_hash, error FROM sends WHERE send_key LIKE %s",
+            f"{workflow}:{trigger_key}:%",
+        )
+        found += [f"send: {row}" for row in sends]
+    for worker in workers:
+        lines = worker.log_path.read_text(errors="replace").splitlines()
+        named = [line for line in lines if any(key in line for key in keys)]
+        found += [f"{worker.log_path.name}: {line}" for line in named[-60:]]
+    return found
+
+
 @pytest.mark.timeout(810 + SECONDS)
 async def test_soak_under_faults_loses_nothing_and_repeats_nothing(
     settings, worker_factory, tmp_path, capsys
@@ -509,11 +531,15 @@ async def test_soak_under_faults_loses_nothing_and_repeats_nothing(
             await wait_until(quiet, timeout=300, what="every run and send to settle, lag 0")
         except AssertionError:
             stuck = await query(
-                settings, "SELECT run_id, workflow, status FROM runs WHERE settled_at IS NULL"
+                settings,
+                "SELECT run_id, workflow, status, trigger_key FROM runs WHERE settled_at IS NULL",
             )
             raise AssertionError(
                 f"seed {seed}: not quiet ({'; '.join(waiting)}); unsettled runs {stuck[:10]}\n"
-                f"{chaos.log.read_text()}\n" + "\n".join(w.tail(40) for w in workers)
+                f"{chaos.log.read_text()}\n"
+                + "\n".join(await where_stuck(settings, stuck[:5], workers))
+                + "\n"
+                + "\n".join(w.tail(40) for w in workers)
             ) from None
 
         runs = await query(
