@@ -406,14 +406,18 @@ async def where_stuck(
     appears on the topics and in the read model, its sends, and the lines of the
     workers' logs that name it."""
     keys = {str(key) for row in stuck for key in (row[0], row[3])}
-    found = await trace(settings, keys)
-    for workflow, trigger_key in {(row[1], row[3]) for row in stuck}:
-        sends = await query(
-            settings,
-            "SELECT send_key, status, tx_hash, error FROM sends WHERE send_key LIKE %s",
-            f"{workflow}:{trigger_key}:%",
-        )
-        found += [f"send: {row}" for row in sends]
+    found: list[str] = []
+    try:  # the report, never a failure of its own in place of the one it explains
+        found += await trace(settings, keys)
+        for workflow, trigger_key in {(row[1], row[3]) for row in stuck}:
+            sends = await query(
+                settings,
+                "SELECT send_key, status, tx_hash, error FROM sends WHERE send_key LIKE %s",
+                f"{workflow}:{trigger_key}:%",
+            )
+            found += [f"send: {row}" for row in sends]
+    except Exception as exc:
+        found.append(f"(tracing them failed: {exc!r})")
     for worker in workers:
         lines = worker.log_path.read_text(errors="replace").splitlines()
         named = [line for line in lines if any(key in line for key in keys)]
