@@ -58,6 +58,7 @@ import asyncio
 import bisect
 import contextlib
 import contextvars
+import inspect
 import logging
 import threading
 import time
@@ -145,6 +146,10 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
         lambda: all(
             _defines(faust.App, name) for name in ("_on_partitions_revoked", "_new_consumer")
         ),
+    ),
+    "faust Consumer._read_offset (read when records are handed over)": (
+        "faust-streaming",
+        lambda: "_read_offset" in inspect.getsource(faust_consumer.Consumer._drain_messages),
     ),
     "faust ThreadDelegateConsumer._new_consumer_thread": (
         "faust-streaming",
@@ -735,10 +740,26 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
         self._ensure_consumer().seek(partition, offset)
 
 
+class NoReadOffsets(dict):
+    """Faust's read offsets, never consulted: Faust drops a fetched record below the
+    last one it handed over for its TP. A seek made while it hands a batch over lets
+    the batch's stale records (dropped here) raise that offset past the seek's, and the
+    records the seek reads again below it were dropped before reaching the queues: on
+    the events topic the record after them then seemed to follow the seek, and they
+    were never projected. The consumption layer drops what was taken before."""
+
+    def __getitem__(self, tp: Any) -> None:
+        return None
+
+
 class RflowConsumer(aiokafka_driver.Consumer):
     """Faust's consumer, telling the consumption layer the committed offsets it seeks to."""
 
     consumption: Consumption | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._read_offset = NoReadOffsets()
 
     def _new_consumer_thread(self) -> RflowConsumerThread:
         return RflowConsumerThread(self, loop=self.loop, beacon=self.beacon)
