@@ -11,7 +11,11 @@ engine changes. Environment variables:
                  long each trigger took from its producer to the runner's queue
                  ("fetched") and in that queue ("queued"), and so for the runs topic's
                  records ("fetched_runs", "queued_runs"); each checkpoint's duration
-                 and its transactions' commit ("checkpoints")
+                 and its transactions' commit ("checkpoints"); and each trigger's
+                 partition, offset and wall times when the fetcher handed it to Faust
+                 (on the consumer's thread), when it was put into the runner's queue
+                 and when the runner took it, and its record's timestamp ("trace"), so
+                 that a run's latency can be split at each of them
     BENCH_CPROFILE  file receiving the worker's cProfile statistics: profiling starts when
                  a file named like it plus ".start" appears, and is written out when one
                  plus ".stop" does (read it with pstats; profiled, the worker runs about
@@ -59,12 +63,24 @@ def main() -> None:
     queued_runs: list[float] = []
     checkpoints: list[tuple[float, float]] = []
     put_at: dict[tuple[Any, int], float] = {}
+    drained_at: dict[tuple[int, int], tuple[float, float]] = {}
+    traced: list[tuple[int, int, float, float, float, float]] = []
     commit_took = [0.0]
 
     original_put = consumption.Queue._put
     original_take = consumption.Consumption.take
     original_checkpoint = consumption.Consumption.checkpoint
     original_commit = consumption.Checkpoint.commit
+    original_fetch = consumption.RflowConsumerThread._fetch_records
+
+    async def _fetch_records(self: Any, consumer: Any, active: Any, **kwargs: Any) -> Any:
+        records = await original_fetch(self, consumer, active, **kwargs)
+        now = time.time()  # on the consumer's thread: one dict write each, under the GIL
+        for tp, found in records.items():
+            if tp.topic.endswith("rflow.triggers"):
+                for record in found:
+                    drained_at[(tp.partition, record.offset)] = (now, record.timestamp / 1000)
+        return records
 
     def _put(self: Any, item: Any) -> None:
         message = getattr(item, "message", item)
@@ -80,8 +96,12 @@ def main() -> None:
         taken = original_take(self, message)
         put = put_at.pop((message.tp, message.offset), None)
         if taken and put is not None:
-            into = queued if message.topic.endswith("rflow.triggers") else queued_runs
-            into.append(time.time() - put)
+            now = time.time()
+            trigger = message.topic.endswith("rflow.triggers")
+            (queued if trigger else queued_runs).append(now - put)
+            if trigger:
+                drained, stamp = drained_at.pop((message.tp.partition, message.offset), (put, 0.0))
+                traced.append((message.tp.partition, message.offset, drained, put, now, stamp))
         return taken
 
     async def checkpoint(self: Any) -> bool:
@@ -110,6 +130,7 @@ def main() -> None:
         consumption.Consumption.take = take
         consumption.Consumption.checkpoint = checkpoint
         consumption.Checkpoint.commit = commit
+        consumption.RflowConsumerThread._fetch_records = _fetch_records
 
     original = app_module.create_app
 
@@ -137,8 +158,18 @@ def main() -> None:
                     "fetched_runs": fetched_runs[:],
                     "queued_runs": queued_runs[:],
                     "checkpoints": checkpoints[:],
+                    "trace": traced[:],
                 }
-                for each in (lags, pauses, fetched, queued, fetched_runs, queued_runs, checkpoints):
+                for each in (
+                    lags,
+                    pauses,
+                    fetched,
+                    queued,
+                    fetched_runs,
+                    queued_runs,
+                    checkpoints,
+                    traced,
+                ):
                     each.clear()
                 out.write(json.dumps(line) + "\n")
 

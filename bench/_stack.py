@@ -272,6 +272,22 @@ def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]
     }
 
 
+def read_trace(path: Path) -> dict[tuple[int, int], tuple[float, float, float, float]]:
+    """Each trigger an instrumented worker traced, by partition and offset: the wall times
+    when the fetcher handed it to Faust, when it was put into the runner's queue and when
+    the runner took it, and the record's timestamp."""
+    found: dict[tuple[int, int], tuple[float, float, float, float]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            for partition, offset, drained, put, taken, stamp in entry.get("trace", ()):
+                found[(int(partition), int(offset))] = (drained, put, taken, stamp)
+    return found
+
+
 # --- waiting --------------------------------------------------------------------------
 
 
@@ -372,10 +388,12 @@ async def produce_paced(
     rate: float,
     count: int,
     make: Callable[[int, float], tuple[bytes, bytes]],
+    placed: list[tuple[int, int]] | None = None,
 ) -> float:
     """Produce ``count`` records at ``rate`` per second (open loop: a late send is not
     made up by waiting less later, it is sent at once). ``make(i, sent_at)`` builds
-    record ``i``. Returns the achieved send rate."""
+    record ``i``; ``placed`` receives each record's partition and offset, in order.
+    Returns the achieved send rate."""
     start = time.monotonic()
     futures = []
     for i in range(count):
@@ -386,7 +404,9 @@ async def produce_paced(
         key, value = make(i, time.time())
         futures.append(await producer.send(topic, value=value, key=key))
     elapsed = time.monotonic() - start
-    await asyncio.wait_for(asyncio.gather(*futures), 120)
+    written = await asyncio.wait_for(asyncio.gather(*futures), 120)
+    if placed is not None:
+        placed.extend((meta.partition, meta.offset) for meta in written)
     return count / elapsed if elapsed > 0 else float("inf")
 
 

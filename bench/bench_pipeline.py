@@ -29,8 +29,11 @@ Phases:
 
 --profile adds a phase 1 under py-spy (pip install py-spy) and prints where the worker's
 time goes; --diagnose runs the one-worker phases in bench/_instrumented_worker.py, which
-notes event-loop lag and garbage-collector pauses (with BENCH_CPROFILE=<file> it also
-writes the worker's cProfile statistics of phase 1 there); --variant no-state drops the state_set
+notes event-loop lag and garbage-collector pauses, traces each trigger through the
+worker (handed to Faust, put into the runner's queue, taken) and so shows, stage by
+stage, where the slowest 1 % of a latency phase's runs spent their time beside every
+run (with BENCH_CPROFILE=<file> it also writes the worker's cProfile statistics of phase
+1 there); --variant no-state drops the state_set
 step, to show what it costs.
 
 Targets: p99 < 250 ms at half the peak rate; two workers >= 1.25x one. The runs/s target
@@ -78,6 +81,7 @@ from _stack import (
     produce_paced,
     profile_summary,
     read_diagnostics,
+    read_trace,
     stack_pids,
     start_process,
     start_producer,
@@ -89,6 +93,7 @@ from _stack import (
     written_profile,
 )
 from aiokafka.admin import NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from rflow import storage
 from rflow.codecs import encode
@@ -173,6 +178,21 @@ class RflowRig:
 
     async def start(self) -> RflowRig:
         await prepare(self.settings)
+        if self.diagnose:  # the trace splits a trigger's fetch at the broker's append
+            admin = kafka.admin(self.settings)
+            await admin.start()
+            try:
+                await admin.alter_configs(
+                    [
+                        ConfigResource(
+                            ConfigResourceType.TOPIC,
+                            self.topic,
+                            {"message.timestamp.type": "LogAppendTime"},
+                        )
+                    ]
+                )
+            finally:
+                await admin.close()
         path = self.workdir / f"project-{self.tag}.yaml"
         path.write_text(self.project.format(sink=self.sink.url))
         self.settings = self.settings.model_copy(update={"project_path": path})
@@ -364,6 +384,14 @@ def print_stages(lat: dict, indent: str) -> None:
     """A latency phase's stages (p50 and p99 of each), and its diagnosis when taken."""
     for name, p50, p99 in lat["stages"]:
         print(f"{indent}{name:46s} p50 {p50 * 1000:7.1f} ms  p99 {p99 * 1000:7.1f} ms")
+    if lat.get("tail"):
+        print(
+            f"{indent}the slowest {TAIL:.0%} of runs, stage by stage (median of every run; of the slowest, their mean):"
+        )
+        for name, every, slow, mean in lat["tail"]:
+            print(
+                f"{indent}  {name:46s} {every * 1000:7.1f} ms  {slow * 1000:7.1f} ms  {mean * 1000:7.1f} ms"
+            )
     if lat["diag"]:
         print(describe_diag(lat["diag"]), flush=True)
 
@@ -390,12 +418,13 @@ def describe_diag(diag: dict | None) -> str:
 
 async def rflow_latency(rig: RflowRig, producer, phase: Phase, rate: float) -> dict:
     sent_at: list[float] = [0.0] * phase.count
+    placed: list[tuple[int, int]] = []
 
     def make(i: int, now: float) -> tuple[bytes, bytes]:
         sent_at[i] = now
         return rig.record(phase.trigger_keys[i], phase.payload(i, now))
 
-    achieved = await produce_paced(producer, rig.topic, rate, phase.count, make)
+    achieved = await produce_paced(producer, rig.topic, rate, phase.count, make, placed)
     notify_keys = [rig.notify_key(key) for key in phase.trigger_keys]
     await wait_for(
         lambda: rig.sink.count(notify_keys) >= phase.count,
@@ -412,10 +441,12 @@ async def rflow_latency(rig: RflowRig, producer, phase: Phase, rate: float) -> d
     await wait_for(projected, timeout=120, what="the read model to settle every run", interval=0.1)
     statuses = await rig.statuses(phase.label)
     stages = await stage_breakdown(rig, phase)
+    tail = await tail_breakdown(rig, phase, sent_at, placed) if rig.diagnose else []
     return summarize(latencies) | {
         "achieved": achieved,
         "statuses": statuses,
         "stages": stages,
+        "tail": tail,
         "diag": diag,
     }
 
@@ -452,6 +483,62 @@ async def stage_breakdown(rig: RflowRig, phase: Phase) -> list[tuple[str, float,
         ):
             columns.setdefault(name, []).append(value)
     return [(name, percentile(v, 50), percentile(v, 99)) for name, v in columns.items()]
+
+
+TAIL = 0.01
+"""The share of the slowest runs the tail's breakdown looks at."""
+
+
+async def tail_breakdown(
+    rig: RflowRig, phase: Phase, sent_at: list[float], placed: list[tuple[int, int]]
+) -> list[tuple[str, float, float, float]]:
+    """Where the slowest :data:`TAIL` of a phase's runs spent their time, stage by stage,
+    beside every run: (stage, median of all, median of the slowest, their mean), from
+    the instrumented worker's trace of each trigger (appended by the broker: the topic's
+    timestamps are its log-append times while diagnosing; handed to Faust, put into the
+    runner's queue, taken) and the read model's and the sink's times."""
+    assert rig.conn is not None
+    trace = read_trace(rig.diag_paths[0])
+    cur = await rig.conn.execute(_STAGES, (f"manual:{phase.label}-%",))
+    by_key = {row[0]: row for row in await cur.fetchall()}
+    runs: list[tuple[float, dict[str, float]]] = []
+    for i, key in enumerate(phase.trigger_keys):
+        row = by_key.get(key)
+        arrival = rig.sink.arrivals.get(rig.notify_key(key))
+        times = trace.get(placed[i]) if i < len(placed) else None
+        if row is None or arrival is None or times is None:
+            continue
+        _, _, created, started, settled, tell = row
+        drained, put, taken, appended = times
+        runs.append(
+            (
+                arrival - sent_at[i],
+                {
+                    "produced -> appended (the client, the broker)": appended - sent_at[i],
+                    "appended -> handed to Faust (the fetch)": drained - appended,
+                    "handed to Faust -> in the runner's queue": put - drained,
+                    "in the runner's queue": taken - put,
+                    "taken -> run started (admission)": created - taken,
+                    "run started -> state_set started": started - created,
+                    "state_set started -> its result journaled": settled - started,
+                    "state_set result -> notify started (choose)": tell - settled,
+                    "notify started -> sink received it": arrival - tell,
+                },
+            )
+        )
+    if not runs:
+        return []
+    runs.sort(key=lambda item: item[0])
+    slowest = runs[-max(1, round(len(runs) * TAIL)) :]
+    return [
+        (
+            name,
+            statistics.median(stages[name] for _, stages in runs),
+            statistics.median(stages[name] for _, stages in slowest),
+            statistics.fmean(stages[name] for _, stages in slowest),
+        )
+        for name in runs[0][1]
+    ]
 
 
 def summarize(latencies: list[float]) -> dict:
