@@ -356,16 +356,26 @@ def create_app(
     return app
 
 
+YOUNG_GC_THRESHOLD = 2_000
+"""Allocations between two collections of the youngest generation. Each collection
+pauses the event loop for as long as it takes to look at what was allocated since the
+last one and is still alive: at 50,000 a collection paused it for 23-67 ms every few
+seconds (records fetched meanwhile waited, the slowest runs' latency), at 2,000 for
+about 1 ms, and the collector's time in all was lower (bench_pipeline --diagnose)."""
+
+
 def tune_gc() -> None:
-    """Fewer, cheaper collections for a long-lived worker.
+    """Short, cheap collections for a long-lived worker.
 
     Objects alive after start-up (modules, the project, the app) are moved out of the
-    collector's view, and young generations collect less often: full collections
-    of a large run table otherwise pause the event loop for a hundred milliseconds.
+    collector's view, and the older generations collect less often than Python's
+    defaults (full collections of a large run table otherwise pause the event loop for a
+    hundred milliseconds); the youngest collects every :data:`YOUNG_GC_THRESHOLD`
+    allocations, so that no collection pauses it for long.
     """
     gc.collect()
     gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
+    gc.set_threshold(YOUNG_GC_THRESHOLD, 20, 100)
 
 
 def __getattr__(name: str) -> RflowApp:
