@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -225,6 +225,17 @@ def memory_of(pid: int) -> dict[str, float]:
     return values
 
 
+def diagnostic_lines(path: Path) -> Iterator[dict]:
+    """The lines an instrumented worker wrote to ``path`` (none if it wrote nothing)."""
+    if not path.exists():
+        return
+    for line in path.read_text().splitlines():
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
 def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]:
     """Event-loop lag, GC pauses, where triggers waited and how long checkpoints took, as
     an instrumented worker noted them between two wall times."""
@@ -235,20 +246,15 @@ def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]
     fetched_runs: list[float] = []
     queued_runs: list[float] = []
     checkpoints: list[tuple[float, float]] = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if since <= entry["t"] <= until + 1.0:
-                lags.extend(entry["lag"])
-                pauses.extend((int(g), float(d)) for g, d in entry["gc"])
-                fetched.extend(entry.get("fetched", ()))
-                queued.extend(entry.get("queued", ()))
-                fetched_runs.extend(entry.get("fetched_runs", ()))
-                queued_runs.extend(entry.get("queued_runs", ()))
-                checkpoints.extend((float(a), float(b)) for a, b in entry.get("checkpoints", ()))
+    for entry in diagnostic_lines(path):
+        if since <= entry["t"] <= until + 1.0:
+            lags.extend(entry["lag"])
+            pauses.extend((int(g), float(d)) for g, d in entry["gc"])
+            fetched.extend(entry.get("fetched", ()))
+            queued.extend(entry.get("queued", ()))
+            fetched_runs.extend(entry.get("fetched_runs", ()))
+            queued_runs.extend(entry.get("queued_runs", ()))
+            checkpoints.extend((float(a), float(b)) for a, b in entry.get("checkpoints", ()))
     full = [d for g, d in pauses if g == 2]
     return {
         "lag_p50": percentile(lags, 50) if lags else 0.0,
@@ -277,14 +283,9 @@ def read_trace(path: Path) -> dict[tuple[int, int], tuple[float, float, float, f
     when the fetcher handed it to Faust, when it was put into the runner's queue and when
     the runner took it, and the record's timestamp."""
     found: dict[tuple[int, int], tuple[float, float, float, float]] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            for partition, offset, drained, put, taken, stamp in entry.get("trace", ()):
-                found[(int(partition), int(offset))] = (drained, put, taken, stamp)
+    for entry in diagnostic_lines(path):
+        for partition, offset, drained, put, taken, stamp in entry.get("trace", ()):
+            found[(int(partition), int(offset))] = (drained, put, taken, stamp)
     return found
 
 
