@@ -440,8 +440,9 @@ async def rflow_latency(rig: RflowRig, producer, phase: Phase, rate: float) -> d
 
     await wait_for(projected, timeout=120, what="the read model to settle every run", interval=0.1)
     statuses = await rig.statuses(phase.label)
-    stages = await stage_breakdown(rig, phase)
-    tail = await tail_breakdown(rig, phase, sent_at, placed) if rig.diagnose else []
+    rows = await stage_rows(rig, phase)
+    stages = stage_breakdown(rig, rows)
+    tail = tail_breakdown(rig, phase, rows, sent_at, placed) if rig.diagnose else []
     return summarize(latencies) | {
         "achieved": achieved,
         "statuses": statuses,
@@ -462,12 +463,18 @@ WHERE r.trigger_key LIKE %s
 """
 
 
-async def stage_breakdown(rig: RflowRig, phase: Phase) -> list[tuple[str, float, float]]:
-    """Where a run's latency goes, from the read model's timestamps (the engine's clock
-    when it journaled each event) and the sink's arrival times: (stage, p50, p99)."""
+async def stage_rows(rig: RflowRig, phase: Phase) -> list[tuple]:
+    """The read model's timestamps of each run of ``phase`` (the engine's clock when it
+    journaled each event): trigger key, sent, created, state_set started and settled,
+    notify started."""
     assert rig.conn is not None
     cur = await rig.conn.execute(_STAGES, (f"manual:{phase.label}-%",))
-    rows = await cur.fetchall()
+    return await cur.fetchall()
+
+
+def stage_breakdown(rig: RflowRig, rows: list[tuple]) -> list[tuple[str, float, float]]:
+    """Where a run's latency goes, from the read model's timestamps (:func:`stage_rows`)
+    and the sink's arrival times: (stage, p50, p99)."""
     if not rows:
         return []
     columns: dict[str, list[float]] = {}
@@ -489,18 +496,21 @@ TAIL = 0.01
 """The share of the slowest runs the tail's breakdown looks at."""
 
 
-async def tail_breakdown(
-    rig: RflowRig, phase: Phase, sent_at: list[float], placed: list[tuple[int, int]]
+def tail_breakdown(
+    rig: RflowRig,
+    phase: Phase,
+    rows: list[tuple],
+    sent_at: list[float],
+    placed: list[tuple[int, int]],
 ) -> list[tuple[str, float, float, float]]:
     """Where the slowest :data:`TAIL` of a phase's runs spent their time, stage by stage,
     beside every run: (stage, median of all, median of the slowest, their mean), from
     the instrumented worker's trace of each trigger (appended by the broker: the topic's
     timestamps are its log-append times while diagnosing; handed to Faust, put into the
-    runner's queue, taken) and the read model's and the sink's times."""
-    assert rig.conn is not None
+    runner's queue, taken) and the read model's (:func:`stage_rows`) and the sink's
+    times."""
     trace = read_trace(rig.diag_paths[0])
-    cur = await rig.conn.execute(_STAGES, (f"manual:{phase.label}-%",))
-    by_key = {row[0]: row for row in await cur.fetchall()}
+    by_key = {row[0]: row for row in rows}
     runs: list[tuple[float, dict[str, float]]] = []
     for i, key in enumerate(phase.trigger_keys):
         row = by_key.get(key)
