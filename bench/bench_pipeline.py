@@ -187,7 +187,14 @@ class RflowRig:
                         ConfigResource(
                             ConfigResourceType.TOPIC,
                             self.topic,
-                            {"message.timestamp.type": "LogAppendTime"},
+                            # alter_configs replaces a topic's configuration: keep the
+                            # catalog's settings beside the one changed
+                            {
+                                **Catalog.from_settings(self.settings)
+                                .spec("rflow.triggers")
+                                .configs,
+                                "message.timestamp.type": "LogAppendTime",
+                            },
                         )
                     ]
                 )
