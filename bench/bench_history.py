@@ -201,12 +201,17 @@ async def metrics(worker: Worker) -> dict[str, float]:
         return {}
 
 
+def summed(found: dict[str, float], metric: str) -> float:
+    """The sum of every labelled series of ``metric`` in a scrape."""
+    return sum(v for k, v in found.items() if k.startswith(metric + "{"))
+
+
 def forgotten_of(found: dict[str, float]) -> float:
-    return sum(v for k, v in found.items() if k.startswith("rflow_forgotten_total{"))
+    return summed(found, "rflow_forgotten_total")
 
 
 def settled_of(found: dict[str, float]) -> float:
-    return sum(v for k, v in found.items() if k.startswith("rflow_runs_settled_total{"))
+    return summed(found, "rflow_runs_settled_total")
 
 
 async def wait_settled(rig: Rig, count: float, timeout: float) -> None:
@@ -336,8 +341,8 @@ async def wait_idle(rig: Rig) -> None:
 
     async def idle() -> bool:
         found = await metrics(worker)
-        lags = [v for k, v in found.items() if k.startswith("rflow_consumer_lag{")]
-        return bool(lags) and sum(lags) == 0
+        reported = any(k.startswith("rflow_consumer_lag{") for k in found)
+        return reported and summed(found, "rflow_consumer_lag") == 0
 
     await wait_for(idle, timeout=600, what="the worker's consumer lag to reach 0", interval=0.5)
 
