@@ -58,6 +58,7 @@ import asyncio
 import bisect
 import contextlib
 import contextvars
+import functools
 import inspect
 import logging
 import threading
@@ -147,9 +148,16 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
             _defines(faust.App, name) for name in ("_on_partitions_revoked", "_new_consumer")
         ),
     ),
-    "faust Consumer._read_offset (read when records are handed over)": (
+    "faust Consumer._drain_messages, _commit_every, _n_acked, callback, suspend_flow, "
+    "diag, CONSUMER_FETCHING (the fetcher's loop, run here instead)": (
         "faust-streaming",
-        lambda: "_read_offset" in inspect.getsource(faust_consumer.Consumer._drain_messages),
+        lambda: (
+            _defines(faust_consumer.Consumer, "_drain_messages")
+            and _assigns(faust_consumer.Consumer.__init__, "_commit_every")
+            and "_n_acked" in vars(faust_consumer.Consumer)
+            and "suspend_flow" in inspect.getsource(faust_consumer.Consumer._drain_messages)
+            and hasattr(faust_consumer, "CONSUMER_FETCHING")
+        ),
     ),
     "faust ThreadDelegateConsumer._new_consumer_thread": (
         "faust-streaming",
@@ -740,29 +748,110 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
         self._ensure_consumer().seek(partition, offset)
 
 
-class NoReadOffsets(dict):
-    """Faust's read offsets, never consulted: Faust drops a fetched record below the
-    last one it handed over for its TP. A seek made while it hands a batch over lets
-    the batch's stale records (dropped here) raise that offset past the seek's, and the
-    records the seek reads again below it were dropped before reaching the queues: on
-    the events topic the record after them then seemed to follow the seek, and they
-    were never projected. The consumption layer drops what was taken before."""
+def _first_step(callback: Callable[[], Any]) -> Awaitable[Any] | None:
+    """Run the coroutine ``callback()`` returns up to where it first waits, at once and in
+    a context of its own (as a task would run it), and return ``None`` when it finished
+    there (an exception it raises is raised here), or an awaitable that runs the rest.
 
-    def __getitem__(self, tp: Any) -> None:
+    A record handed to an agent's queue with room in it never waits: handing it over in
+    the fetcher's own step, instead of in a task of its own (Faust's four per record),
+    lets the fetcher ask for the next records before the agents it woke take the loop.
+    """
+    context = contextvars.copy_context()
+    coro = context.run(callback)
+    try:
+        waiting_on = context.run(coro.send, None)
+    except StopIteration:
         return None
+    return _rest(coro, context, waiting_on)
+
+
+async def _rest(coro: Any, context: contextvars.Context, waiting_on: Any) -> Any:
+    """Run ``coro`` on from where it waits for ``waiting_on`` (what it yielded), as its
+    task would: a cancellation cancels what it waits for, or is thrown into it."""
+    while True:
+        step: Callable[[], Any] = functools.partial(coro.send, None)
+        try:
+            if waiting_on is None:  # a bare yield: give the loop one turn
+                await asyncio.sleep(0)
+            elif asyncio.isfuture(waiting_on):
+                waiting_on._asyncio_future_blocking = False
+                await asyncio.wait((waiting_on,))
+            else:
+                raise RuntimeError(f"a coroutine yielded {waiting_on!r}, not a future")
+        except BaseException as exc:  # cancelled (or the yield above was wrong)
+            if not (asyncio.isfuture(waiting_on) and waiting_on.cancel()):
+                step = functools.partial(coro.throw, exc)
+        try:
+            waiting_on = context.run(step)
+        except StopIteration as stop:
+            return stop.value
 
 
 class RflowConsumer(aiokafka_driver.Consumer):
-    """Faust's consumer, telling the consumption layer the committed offsets it seeks to."""
+    """Faust's consumer, telling the consumption layer the committed offsets it seeks to,
+    and handing records over without a task each (:meth:`_drain_messages`)."""
 
     consumption: Consumption | None = None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._read_offset = NoReadOffsets()
-
     def _new_consumer_thread(self) -> RflowConsumerThread:
         return RflowConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def _drain_messages(self, fetcher: Any) -> None:
+        """Faust's fetcher: hand each fetched record to its stream, then ask for more.
+
+        As Faust's, but a record is handed over in this task's own step when its queue
+        has room (:func:`_first_step`), waiting beside the flow's suspension only when it
+        must; and the next fetch is asked for at once, not after a turn of the loop. In
+        Faust's, each record took four tasks and three turns of the loop, and every agent
+        woken meanwhile ran before the fetcher asked again: a trigger fetched just after a
+        batch waited for all of that (at 100 runs/s, 3.5 ms a batch of one record, 14 ms
+        one of 29 journal records).
+
+        Faust drops a record below the last one it handed over for its TP; nothing is
+        dropped here. A seek made while a batch is handed over lets the batch's stale
+        records (dropped by the consumption layer) move that offset past the seek's, and
+        the records read again below it were then lost before reaching the queues: the
+        consumption layer drops what was taken before instead.
+        """
+        callback = self.callback
+        getmany = self.getmany
+        consumer_should_stop = self._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        set_flag, unset_flag = self.diag.set_flag, self.diag.unset_flag
+        fetching = faust_consumer.CONSUMER_FETCHING
+        commit_every = self._commit_every
+        since_yield = 0
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                set_flag(fetching)
+                async for _tp, message in getmany(timeout=1.0):
+                    since_yield += 1
+                    if since_yield > 100:  # a long batch lets the agents run meanwhile
+                        await asyncio.sleep(0)
+                        since_yield = 0
+                    if commit_every is not None and self._n_acked >= commit_every:
+                        self._n_acked = 0
+                        await self.commit()
+                    rest = _first_step(functools.partial(callback, message))
+                    if rest is not None:
+                        await self.wait_first(rest, self.suspend_flow.wait())
+                unset_flag(fetching)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                log.info("Broker stopped consumer, shutting down...")
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                log.info("Consumer shutting down for user cancel.")
+                return
+            raise
+        except Exception as exc:
+            log.exception("Drain messages raised: %r", exc)
+            raise
+        finally:
+            unset_flag(fetching)
 
     async def seek_to_committed(self) -> Mapping[Any, int | None]:
         committed = await super().seek_to_committed()

@@ -640,6 +640,143 @@ async def test_the_worker_consumer_waits_briefly_for_a_fetch():
     assert consumer._fetch_max_wait_ms == FETCH_MAX_WAIT_MS == 50
 
 
+def draining(app: Any, batches: list[list[Message]], callback: Callable[..., Any]) -> Any:
+    """The app's consumer fed ``batches`` by a stand-in ``getmany`` (which stops the
+    fetcher once they are out), handing each record to ``callback``; returns the fetcher
+    and what each further ``getmany`` call saw (``asked``) to fill in."""
+    consumer = app.consumer
+    fetcher = SimpleNamespace(_stopped=asyncio.Event(), asked=[])
+    pending = list(batches)
+
+    async def getmany(timeout: float) -> Any:
+        fetcher.asked.append(None)
+        if not pending:
+            fetcher._stopped.set()
+            return
+        for message in pending.pop(0):
+            yield message.tp, message
+
+    consumer.getmany = getmany
+    consumer.callback = callback
+    return fetcher
+
+
+async def test_the_fetcher_asks_again_once_its_records_are_queued_before_the_agents_run():
+    from rflow.streams.app import create_app
+
+    app = create_app(Settings(api_token="t"))
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    taken: list[int] = []
+    seen: list[tuple[int, list[int]]] = []
+
+    async def agent() -> None:
+        while True:
+            taken.append(await queue.get())
+
+    async def callback(message: Message) -> None:
+        await queue.put(message.offset)
+
+    fetcher = draining(app, [[Message(EVENTS, 1), Message(EVENTS, 2)]], callback)
+    fetcher.asked = SimpleNamespace(append=lambda _: seen.append((queue.qsize(), list(taken))))
+    agent_task = asyncio.ensure_future(agent())
+    try:
+        await asyncio.sleep(0)  # the agent waits on its queue
+        await app.consumer._drain_messages(fetcher)
+        # Asked for more with both records queued and the agent they woke not run yet.
+        assert seen[:2] == [(0, []), (2, [])]
+        while len(taken) < 2:
+            await asyncio.sleep(0)
+        assert taken == [1, 2]
+    finally:
+        agent_task.cancel()
+
+
+async def test_a_record_waiting_for_room_in_a_full_queue_is_given_up_when_the_flow_stops():
+    from rflow.streams.app import create_app
+
+    app = create_app(Settings(api_token="t"))
+    queue: asyncio.Queue[int] = asyncio.Queue(maxsize=1)
+    queue.put_nowait(0)
+    waiting, ended = asyncio.Event(), []
+
+    async def callback(message: Message) -> None:
+        waiting.set()
+        try:
+            await queue.put(message.offset)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+
+    fetcher = draining(app, [[Message(EVENTS, 1)]], callback)
+    drain = asyncio.ensure_future(app.consumer._drain_messages(fetcher))
+    await asyncio.wait_for(waiting.wait(), 5)
+    assert not drain.done()
+    app.consumer.suspend_flow.set()  # as a rebalance does
+    await asyncio.wait_for(drain, 5)
+    assert ended == ["cancelled"] and queue.get_nowait() == 0 and queue.empty()
+
+
+async def test_a_first_step_runs_to_where_the_coroutine_waits_in_a_context_of_its_own():
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="outer")
+
+    async def done_at_once() -> None:
+        var.set("inner")
+
+    assert consumption._first_step(done_at_once) is None
+    assert var.get() == "outer"
+
+    async def refused() -> None:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        consumption._first_step(refused)
+
+    answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def waits() -> int:
+        var.set("inner")
+        got = await answer
+        await asyncio.sleep(0)  # a bare yield
+        return got + (var.get() == "inner")
+
+    rest = consumption._first_step(waits)
+    assert rest is not None and var.get() == "outer"
+    task = asyncio.ensure_future(rest)
+    answer.set_result(41)
+    assert await asyncio.wait_for(task, 5) == 42
+
+    failed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def waits_and_fails() -> int:
+        return await failed
+
+    task = asyncio.ensure_future(consumption._first_step(waits_and_fails))
+    failed.set_exception(KeyError("gone"))
+    with pytest.raises(KeyError, match="gone"):
+        await asyncio.wait_for(task, 5)
+
+
+async def test_cancelling_the_rest_of_a_step_cancels_what_the_coroutine_waits_for():
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    seen: list[str] = []
+
+    async def waits() -> None:
+        try:
+            await never
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    task = asyncio.ensure_future(consumption._first_step(waits))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert never.cancelled() and seen == ["cancelled"]
+
+
 async def test_a_flow_resume_empties_no_queue_and_queues_count_their_records():
     from rflow.streams.app import create_app
 
