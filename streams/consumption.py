@@ -155,7 +155,10 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
             _defines(faust_consumer.Consumer, "_drain_messages")
             and _assigns(faust_consumer.Consumer.__init__, "_commit_every")
             and "_n_acked" in vars(faust_consumer.Consumer)
-            and "suspend_flow" in inspect.getsource(faust_consumer.Consumer._drain_messages)
+            and all(
+                name in inspect.getsource(faust_consumer.Consumer._drain_messages)
+                for name in ("self.callback", "self.suspend_flow", "self.diag")
+            )
             and hasattr(faust_consumer, "CONSUMER_FETCHING")
         ),
     ),
@@ -750,8 +753,9 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
 
 def _first_step(callback: Callable[[], Any]) -> Awaitable[Any] | None:
     """Run the coroutine ``callback()`` returns up to where it first waits, at once and in
-    a context of its own (as a task would run it), and return ``None`` when it finished
-    there (an exception it raises is raised here), or an awaitable that runs the rest.
+    a context of its own (as a task would, though under the caller's task), and return
+    ``None`` when it finished there (an exception it raises is raised here), or an
+    awaitable that runs the rest.
 
     A record handed to an agent's queue with room in it never waits: handing it over in
     the fetcher's own step, instead of in a task of its own (Faust's four per record),
@@ -768,7 +772,8 @@ def _first_step(callback: Callable[[], Any]) -> Awaitable[Any] | None:
 
 async def _rest(coro: Any, context: contextvars.Context, waiting_on: Any) -> Any:
     """Run ``coro`` on from where it waits for ``waiting_on`` (what it yielded), as its
-    task would: a cancellation cancels what it waits for, or is thrown into it."""
+    task would: a cancellation cancels what it waits for (and ``coro`` goes on once that
+    has ended), or is thrown into it when that has ended already."""
     while True:
         step: Callable[[], Any] = functools.partial(coro.send, None)
         try:
@@ -779,8 +784,14 @@ async def _rest(coro: Any, context: contextvars.Context, waiting_on: Any) -> Any
                 await asyncio.wait((waiting_on,))
             else:
                 raise RuntimeError(f"a coroutine yielded {waiting_on!r}, not a future")
+        except GeneratorExit:  # this coroutine is closed: so is the one it runs
+            coro.close()
+            raise
         except BaseException as exc:  # cancelled (or the yield above was wrong)
-            if not (asyncio.isfuture(waiting_on) and waiting_on.cancel()):
+            if asyncio.isfuture(waiting_on) and waiting_on.cancel():
+                if not waiting_on.done():  # a task asked to stop: wait until it has
+                    continue
+            else:
                 step = functools.partial(coro.throw, exc)
         try:
             waiting_on = context.run(step)
@@ -824,6 +835,9 @@ class RflowConsumer(aiokafka_driver.Consumer):
         since_yield = 0
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
+                if self.should_stop:  # crashed: fetch nothing more (the app is going down)
+                    await self.sleep(1.0)
+                    continue
                 set_flag(fetching)
                 async for _tp, message in getmany(timeout=1.0):
                     since_yield += 1
@@ -1755,8 +1769,8 @@ class Consumption:
         tp = cursor.tp
         consumer.pause_partitions([tp])
         try:
-            # The fetcher may still be yielding what it fetched before: once it has
-            # moved on, its read offset for tp is set back to the cursor by the seek.
+            # The fetcher may still be yielding what it fetched before (dropped by
+            # take() as stale once the seek is made): let it move on first.
             delay = REREAD_BACKOFF[min(cursor.rereading, len(REREAD_BACKOFF)) - 1]
             await asyncio.sleep(delay)
             if epoch == self.epoch and self.reading and self.cursors.get(tp) is cursor:

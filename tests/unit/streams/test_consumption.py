@@ -777,6 +777,78 @@ async def test_cancelling_the_rest_of_a_step_cancels_what_the_coroutine_waits_fo
     assert never.cancelled() and seen == ["cancelled"]
 
 
+async def test_a_crashed_consumer_fetches_nothing_more():
+    from rflow.streams.app import create_app
+
+    app = create_app(Settings(api_token="t"))
+
+    async def callback(message: Message) -> None:
+        raise AssertionError("nothing is handed over")
+
+    fetcher = draining(app, [[Message(EVENTS, 1)]], callback)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        fetcher._stopped.set()
+
+    app.consumer.sleep = sleep
+    app.consumer._crashed.set()
+    await app.consumer._drain_messages(fetcher)
+    assert fetcher.asked == [] and slept == [1.0]
+
+
+async def test_a_cancelled_step_waits_for_the_task_it_waited_for_to_end():
+    release = asyncio.get_running_loop().create_future()
+    seen: list[str] = []
+
+    async def inner() -> None:
+        try:
+            await asyncio.get_running_loop().create_future()
+        except asyncio.CancelledError:
+            await release  # ends only when told to
+            seen.append("inner ended")
+            raise
+
+    async def waits() -> None:
+        # The standard library's pure-Python task: cancel() leaves it pending until it
+        # has ended (C tasks do too, but their futures hide an early resume).
+        task = asyncio.tasks._PyTask(inner())
+        try:
+            await task
+        except asyncio.CancelledError:
+            seen.append(f"resumed, inner done: {task.done()}")
+            raise
+
+    rest = asyncio.ensure_future(consumption._first_step(waits))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    rest.cancel()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert seen == []  # still waiting for inner
+    release.set_result(None)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(rest, 5)
+    assert seen == ["inner ended", "resumed, inner done: True"]
+
+
+async def test_closing_the_rest_of_a_step_closes_the_coroutine_it_runs():
+    seen: list[str] = []
+
+    async def waits() -> None:
+        try:
+            await asyncio.get_running_loop().create_future()
+        except GeneratorExit:
+            seen.append("closed")
+            raise
+
+    rest = consumption._first_step(waits)
+    rest.send(None)  # to its first wait
+    rest.close()
+    assert seen == ["closed"]
+
+
 async def test_a_flow_resume_empties_no_queue_and_queues_count_their_records():
     from rflow.streams.app import create_app
 
