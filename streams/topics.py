@@ -230,12 +230,19 @@ async def apply(
             await _verify(admin, catalog)
             if existed:
                 shapes = await _shapes(admin, sorted(existed))
+                deadline = asyncio.get_running_loop().time() + 15.0
+                while any(shapes.get(name, (0, 0))[0] == 0 for name in existed):
+                    # The broker answering may not know yet a topic another one created.
+                    if asyncio.get_running_loop().time() > deadline:
+                        break
+                    await asyncio.sleep(0.1)
+                    shapes = await _shapes(admin, sorted(existed))
                 for name, spec in missing:
                     if name in existed:
                         unchanged.append(name)
-                        copies = shapes[name][1]
-                        if copies < spec.replication_factor:
-                            fewer.append(_fewer(name, copies, spec))
+                        shape = shapes.get(name)
+                        if shape is not None and shape[1] < spec.replication_factor:
+                            fewer.append(_fewer(name, shape[1], spec))
                 missing = [(n, s) for n, s in missing if n not in existed]
                 unchanged.sort(key=names.index)
         return ApplyResult([n for n, _ in missing], unchanged, fewer)
