@@ -186,15 +186,7 @@ async def apply(
     catalog = catalog or Catalog.from_settings(settings)
     async with _admin(settings) as admin:
         names = [catalog.prefix + s.name for s in catalog]
-        shapes = await _shapes(admin, names)
-        deadline = asyncio.get_running_loop().time() + 15.0
-        while any(count == 0 for count, _ in shapes.values()):
-            # On a cluster, a broker may list a topic created a moment ago before it knows
-            # its partitions: no topic has none, so ask again (briefly) before judging.
-            if asyncio.get_running_loop().time() > deadline:
-                break
-            await asyncio.sleep(0.1)
-            shapes = await _shapes(admin, names)
+        shapes = await _known_shapes(admin, names)
         problems, missing, unchanged, fewer = [], [], [], []
         for spec in catalog:
             name = catalog.prefix + spec.name
@@ -229,14 +221,7 @@ async def apply(
                     raise TopicsError(f"creating topic {name} failed (error {code}): {message}")
             await _verify(admin, catalog)
             if existed:
-                shapes = await _shapes(admin, sorted(existed))
-                deadline = asyncio.get_running_loop().time() + 15.0
-                while any(shapes.get(name, (0, 0))[0] == 0 for name in existed):
-                    # The broker answering may not know yet a topic another one created.
-                    if asyncio.get_running_loop().time() > deadline:
-                        break
-                    await asyncio.sleep(0.1)
-                    shapes = await _shapes(admin, sorted(existed))
+                shapes = await _known_shapes(admin, sorted(existed), present=existed)
                 for name, spec in missing:
                     if name in existed:
                         unchanged.append(name)
@@ -340,6 +325,24 @@ async def _admin(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
 
 async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
     return {name: count for name, (count, _) in (await _shapes(admin, names)).items()}
+
+
+async def _known_shapes(
+    admin: AIOKafkaAdminClient, names: list[str], present: Iterable[str] = ()
+) -> dict[str, tuple[int, int]]:
+    """:func:`_shapes`, asked again (for up to 15 s) while the broker answering lists a
+    topic without its partitions or does not list one of ``present`` yet: on a cluster, a
+    broker may learn of a topic another one created a moment ago in either way. No topic
+    has no partitions, so neither is judged before then."""
+    deadline = asyncio.get_running_loop().time() + 15.0
+    while True:
+        shapes = await _shapes(admin, names)
+        settled = all(count for count, _ in shapes.values()) and all(
+            name in shapes for name in present
+        )
+        if settled or asyncio.get_running_loop().time() > deadline:
+            return shapes
+        await asyncio.sleep(0.1)
 
 
 async def _shapes(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, tuple[int, int]]:
