@@ -676,8 +676,8 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
     reading ``read_committed``, and telling the app how far each TP was read
     (:attr:`ConsumingApp.read_to`)."""
 
-    _fetched: tuple[dict[TP, int], dict[TP, int]] | None = None
-    _drained: tuple[dict[TP, int], dict[TP, int]] | None = None
+    _fetched: tuple[dict[TP, int], dict[TP, int], dict[TP, int]] | None = None
+    _drained: tuple[dict[TP, int], dict[TP, int], dict[TP, int]] | None = None
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
@@ -695,20 +695,15 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
         # fetch is in a queue: how far that fetch read is now how far the queues hold.
         fetched, self._fetched = self._fetched, None
         if fetched is not None:
-            positions, seeks = fetched
-            with app.books:  # a seek on the consumer's thread forgets how far a TP was read
-                sought = app.sought
-                for tp, position in positions.items():
-                    if sought.get(tp, 0) == seeks.get(tp, 0):
-                        app.read_to[tp] = position
+            app.read_through(*fetched)
             if app.in_recovery:
                 app.nudge_recovery()
         self._drained = None
         records = await super().getmany(active_partitions, timeout)
         drained, self._drained = self._drained, None
         if drained is not None:
-            app.fetch_sought, positions = drained
-            self._fetched = (positions, dict(app.fetch_sought))
+            app.fetch_sought, positions, lasts = drained
+            self._fetched = (positions, dict(app.fetch_sought), lasts)
         else:  # no fetch made (flow stopped): nothing is known of these records
             app.fetch_sought = {}
         return records
@@ -726,6 +721,9 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
             seeking = app.seeking
             stamp = {tp: -1 if seeking.get(tp) else count for tp, count in app.sought.items()}
             positions: dict[TP, int] = {}
+            lasts = {
+                TP(tp.topic, tp.partition): got[-1].offset for tp, got in records.items() if got
+            }
             try:
                 assignment = consumer._subscription.subscription.assignment
             except Exception:  # no subscription (yet, or any more)
@@ -739,7 +737,7 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
                     key = TP(tp.topic, tp.partition)
                     if stamp.get(key, 0) == app.sought.get(key, 0):
                         positions[key] = position
-            self._drained = (stamp, positions)
+            self._drained = (stamp, positions, lasts)
         return records
 
     async def seek_now(self, partition: Any, offset: int) -> None:
@@ -908,6 +906,7 @@ class RflowConsumer(aiokafka_driver.Consumer):
             key = TP(tp.topic, tp.partition)
             last = app.handed.get(key)
             if end and last is not None and last + 1 < end and app.read_to.get(key, -1) >= end:
+                log.debug("%s[%d]: read to its end %d, the last record at %d", *key, end, last)
                 found[tp] = last + 1
         return found
 
@@ -1026,6 +1025,9 @@ class ConsumingApp(faust.App):
         """Each TP's fetch position (transaction markers and aborted records included)
         below which every record is in the app's queues or taken from them, since the TP
         was last sought."""
+        self.dropped: set[TP] = set()
+        """TPs some of whose fetched records never reached a queue since they were last
+        sought: how far they are read is unknown (:meth:`read_through`)."""
         self.sought: dict[TP, int] = {}
         """Seeks of each TP so far (a position read before a seek is not used after)."""
         self.seeking: dict[TP, int] = {}
@@ -1054,6 +1056,32 @@ class ConsumingApp(faust.App):
         self.before_revoke = []
         self._recovery_watched = False
 
+    def read_through(
+        self, positions: Mapping[TP, int], seeks: Mapping[TP, int], lasts: Mapping[TP, int]
+    ) -> None:
+        """A fetch's records are all out of the fetcher: each TP's fetch ``positions``
+        after it, the seeks (:attr:`sought`) its records followed, and the offset of each
+        TP's last record in it (``lasts``) tell how far each TP is read (:attr:`read_to`).
+
+        A TP sought since is read again from the seek. A TP whose last record of the fetch
+        never reached a queue lost the rest of the fetch: Faust drops what is left of a
+        batch when a rebalance suspends the flow or the TP leaves its active set, and the
+        fetch position is past those records. How far such a TP is read is unknown until
+        it is sought again (:attr:`dropped`): read to its end with its last record handed
+        over long before, it would tell a recovery an end offset below records it never
+        applied (:meth:`RflowConsumer.highwaters`)."""
+        with self.books:  # a seek on the consumer's thread forgets how far a TP was read
+            sought, handed, dropped, read_to = self.sought, self.handed, self.dropped, self.read_to
+            for tp, position in positions.items():
+                if sought.get(tp, 0) != seeks.get(tp, 0):
+                    continue
+                last = lasts.get(tp)
+                if tp in dropped or (last is not None and handed.get(tp) != last):
+                    dropped.add(tp)
+                    read_to.pop(tp, None)
+                else:
+                    read_to[tp] = position
+
     def sought_to(self, partition: Any, offset: int | None) -> None:
         """A seek of ``partition`` to ``offset`` (``None``: unknown) is made now: the
         records drained before it are stale from here on, and the next one follows it."""
@@ -1062,6 +1090,7 @@ class ConsumingApp(faust.App):
             self.sought[tp] = self.sought.get(tp, 0) + 1
             self.handed.pop(tp, None)
             self.read_to.pop(tp, None)
+            self.dropped.discard(tp)
             if offset is None:
                 self.put_last.pop(tp, None)
             else:

@@ -911,6 +911,71 @@ async def test_what_the_fetcher_hands_over_is_told_by_the_queues_until_a_seek(mo
     assert queue.follows[tp][-1] == (24, consumption.STALE)
 
 
+async def test_a_tp_whose_fetched_records_were_dropped_is_not_told_read_to_its_end(monkeypatch):
+    from rflow.streams.app import create_app
+
+    app = create_app(Settings(api_token="t"))
+    thread = app.consumer._thread
+    tp = TP("t.rflow.state.triggers-changelog", 6)
+    queue = app.FlowControlQueue(maxsize=100)
+    fetches: list[tuple[list[int], int]] = []  # each fetch's offsets, and the position after
+    position = {tp: 0}
+
+    async def call_thread(self, fun, *args, **kwargs):
+        return await fun(*args, **kwargs)  # as the consumer's thread runs it
+
+    async def fetched(self, consumer, active_partitions, **kwargs):
+        offsets, position[tp] = fetches.pop(0)
+        return {tp: [SimpleNamespace(offset=n) for n in offsets]} if offsets else {}
+
+    state = SimpleNamespace(state_value=lambda _: SimpleNamespace(position=position[tp]))
+    aiokafka_consumer = SimpleNamespace(
+        _max_poll_records=500,
+        _subscription=SimpleNamespace(subscription=SimpleNamespace(assignment=state)),
+    )
+
+    end = {tp: 13}
+
+    async def ends(self, *partitions):
+        return dict(end)
+
+    monkeypatch.setattr(consumption.RflowConsumerThread, "call_thread", call_thread)
+    monkeypatch.setattr(
+        consumption.RflowConsumerThread, "_ensure_consumer", lambda _: aiokafka_consumer
+    )
+    monkeypatch.setattr(
+        consumption.aiokafka_driver.AIOKafkaConsumerThread, "_fetch_records", fetched
+    )
+    monkeypatch.setattr(consumption.RflowConsumerThread, "highwaters", ends)
+
+    async def fetch(offsets: list[int], after: int, handed: list[int]) -> None:
+        fetches.append((offsets, after))
+        await thread.getmany({tp}, 1.0)
+        for n in handed:  # what Faust's loop handed over of it
+            queue.force_put_nowait(SimpleNamespace(message=Message(tp, n)))
+
+    # Read as a standby copy: 10 and 11, then a transaction's marker at 12.
+    await fetch([10, 11], 13, [10, 11])
+    await fetch([], 13, [])
+    assert app.read_to[tp] == 13 and app.consumer.handed_over(tp) == 11
+    # The copy kept current ends its recovery at once: 12 is a marker.
+    assert await app.consumer.highwaters(tp) == {tp: 12}
+    end[tp] = 42
+    # A rebalance suspends the flow after 13 of a fetch of 13 to 40: Faust drops the rest.
+    await fetch(list(range(13, 41)), 41, [13])
+    await fetch([], 42, [])  # then a marker at 41
+    await fetch([], 42, [])
+    assert tp not in app.read_to and tp in app.dropped
+    # 14 to 40 were never applied: the end is the broker's, not one past 13.
+    assert await app.consumer.highwaters(tp) == {tp: 42}
+    # Sought again (as a recovery does), the TP is read afresh.
+    app.sought_to(tp, 14)
+    await fetch(list(range(14, 41)), 42, list(range(14, 41)))
+    await fetch([], 42, [])
+    assert app.read_to[tp] == 42 and tp not in app.dropped
+    assert await app.consumer.highwaters(tp) == {tp: 41}
+
+
 class Stream:
     """An agent's stream: each event arrives with how many more wait behind it."""
 
