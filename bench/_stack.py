@@ -1,4 +1,5 @@
-"""Shared plumbing of the stack benchmarks (bench_pipeline.py, bench_parked.py).
+"""Shared plumbing of the stack benchmarks (bench_pipeline.py, bench_parked.py,
+bench_history.py).
 
 Each benchmark run gets its own topic prefix, app id (consumer group) and Postgres
 schema, like the integration tests, and removes them afterwards: processes it started
@@ -9,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -428,6 +432,31 @@ def install_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def run_benchmark(name: str, work: Callable[[Path], Awaitable[Any]], keep: bool = False) -> None:
+    """Run ``work`` in a work directory of its own (the workers' logs) and exit: 1 after
+    a :class:`BenchError` or an interrupt (SIGTERM as Ctrl-C), said on stderr under
+    ``name``, with the directory kept; 0 otherwise, the directory removed unless
+    ``keep``."""
+    install_sigterm()
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)  # deleted topics' metadata noise
+    workdir = Path(tempfile.mkdtemp(prefix=f"rflow-{name.replace('_', '-')}-"))
+    failed = False
+    try:
+        asyncio.run(work(workdir))
+    except BenchError as exc:
+        failed = True
+        print(f"{name}: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        failed = True
+        print(f"{name}: interrupted (cleaned up)", file=sys.stderr)
+    finally:
+        if failed or keep:
+            print(f"{name}: logs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    sys.exit(1 if failed else 0)
 
 
 # --- profiling ------------------------------------------------------------------------

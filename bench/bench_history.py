@@ -41,11 +41,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import re
-import shutil
 import sys
-import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -64,10 +61,10 @@ from _stack import (
     check_stack,
     cleanup,
     fresh_settings,
-    install_sigterm,
     memory_of,
     prepare,
     produce_all,
+    run_benchmark,
     start_producer,
     wait_for,
     wait_stable,
@@ -523,25 +520,11 @@ def main() -> None:
     args.burst = args.burst or (5_000 if args.quick else 20_000)
     if len(args.levels) < 2:
         parser.error("give at least one level above 0")
-    install_sigterm()
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    workdir = Path(tempfile.mkdtemp(prefix="rflow-bench-history-"))
-    failed = False
-    try:
-        levels = asyncio.run(run(args, workdir))
-        report(levels, args)
-    except BenchError as exc:
-        failed = True
-        print(f"bench_history: {exc}", file=sys.stderr)
-    except KeyboardInterrupt:
-        failed = True
-        print("bench_history: interrupted (cleaned up)", file=sys.stderr)
-    finally:
-        if failed or args.keep:
-            print(f"bench_history: logs kept in {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    sys.exit(1 if failed else 0)
+
+    async def work(workdir: Path) -> None:
+        report(await run(args, workdir), args)
+
+    run_benchmark("bench_history", work, args.keep)
 
 
 if __name__ == "__main__":

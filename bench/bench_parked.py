@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
-import shutil
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,10 +31,10 @@ from _stack import (
     check_stack,
     cleanup,
     fresh_settings,
-    install_sigterm,
     memory_of,
     prepare,
     produce_all,
+    run_benchmark,
     start_producer,
     wait_stable,
 )
@@ -232,24 +229,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = parser.parse_args()
     args.runs = args.runs or (5000 if args.quick else 100_000)
-    install_sigterm()
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    workdir = Path(tempfile.mkdtemp(prefix="rflow-bench-parked-"))
-    failed = False
-    try:
-        asyncio.run(run(args, workdir))
-    except BenchError as exc:
-        failed = True
-        print(f"bench_parked: {exc}", file=sys.stderr)
-    except KeyboardInterrupt:
-        failed = True
-        print("bench_parked: interrupted (cleaned up)", file=sys.stderr)
-    finally:
-        if failed or args.keep:
-            print(f"bench_parked: logs kept in {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    sys.exit(1 if failed else 0)
+    run_benchmark("bench_parked", lambda workdir: run(args, workdir), args.keep)
 
 
 if __name__ == "__main__":

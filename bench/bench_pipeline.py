@@ -48,12 +48,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
@@ -73,7 +70,6 @@ from _stack import (
     cleanup,
     delete_topics,
     fresh_settings,
-    install_sigterm,
     memory_of,
     percentile,
     prepare,
@@ -82,6 +78,7 @@ from _stack import (
     profile_summary,
     read_diagnostics,
     read_trace,
+    run_benchmark,
     stack_pids,
     start_process,
     start_producer,
@@ -1089,24 +1086,8 @@ def main() -> None:
     args = parser.parse_args()
     args.runs = args.runs or (300 if args.quick else 2000)
     args.duration = args.duration or (5.0 if args.quick else 20.0)
-    install_sigterm()
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)  # deleted topics' metadata noise
-    workdir = Path(tempfile.mkdtemp(prefix="rflow-bench-pipeline-"))
-    failed = False
-    try:
-        asyncio.run((compare_transactions if args.compare_transactions else run)(args, workdir))
-    except BenchError as exc:
-        failed = True
-        print(f"bench_pipeline: {exc}", file=sys.stderr)
-    except KeyboardInterrupt:
-        failed = True
-        print("bench_pipeline: interrupted (cleaned up)", file=sys.stderr)
-    finally:
-        if failed or args.keep or args.profile:
-            print(f"bench_pipeline: logs kept in {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    sys.exit(1 if failed else 0)
+    work = compare_transactions if args.compare_transactions else run
+    run_benchmark("bench_pipeline", lambda workdir: work(args, workdir), args.keep or args.profile)
 
 
 if __name__ == "__main__":
