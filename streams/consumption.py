@@ -676,8 +676,8 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
     reading ``read_committed``, and telling the app how far each TP was read
     (:attr:`ConsumingApp.read_to`)."""
 
-    _fetched: tuple[dict[TP, int], dict[TP, int], dict[TP, int]] | None = None
-    _drained: tuple[dict[TP, int], dict[TP, int], dict[TP, int]] | None = None
+    _fetched: tuple[dict[TP, int], dict[TP, int], dict[TP, tuple[int, int]]] | None = None
+    _drained: tuple[dict[TP, int], dict[TP, int], dict[TP, tuple[int, int]]] | None = None
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
@@ -698,6 +698,7 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
             app.read_through(*fetched)
             if app.in_recovery:
                 app.nudge_recovery()
+        app.delivered.clear()
         self._drained = None
         records = await super().getmany(active_partitions, timeout)
         drained, self._drained = self._drained, None
@@ -722,7 +723,9 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
             stamp = {tp: -1 if seeking.get(tp) else count for tp, count in app.sought.items()}
             positions: dict[TP, int] = {}
             lasts = {
-                TP(tp.topic, tp.partition): got[-1].offset for tp, got in records.items() if got
+                TP(tp.topic, tp.partition): (len(got), got[-1].offset)
+                for tp, got in records.items()
+                if got
             }
             try:
                 assignment = consumer._subscription.subscription.assignment
@@ -829,7 +832,9 @@ class RflowConsumer(aiokafka_driver.Consumer):
         fetcher_should_stop = fetcher._stopped.is_set
         set_flag, unset_flag = self.diag.set_flag, self.diag.unset_flag
         fetching = faust_consumer.CONSUMER_FETCHING
+        suspended = self.suspend_flow
         commit_every = self._commit_every
+        delivered = self.app.delivered
         since_yield = 0
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
@@ -837,7 +842,7 @@ class RflowConsumer(aiokafka_driver.Consumer):
                     await self.sleep(1.0)
                     continue
                 set_flag(fetching)
-                async for _tp, message in getmany(timeout=1.0):
+                async for tp, message in getmany(timeout=1.0):
                     since_yield += 1
                     if since_yield > 100:  # a long batch lets the agents run meanwhile
                         await asyncio.sleep(0)
@@ -846,8 +851,9 @@ class RflowConsumer(aiokafka_driver.Consumer):
                         self._n_acked = 0
                         await self.commit()
                     rest = _first_step(functools.partial(callback, message))
-                    if rest is not None:
-                        await self.wait_first(rest, self.suspend_flow.wait())
+                    if rest is None or rest in (await self.wait_first(rest, suspended)).done:
+                        count = delivered.get(tp, (0, 0))[0]
+                        delivered[tp] = (count + 1, message.offset)
                 unset_flag(fetching)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -1026,8 +1032,12 @@ class ConsumingApp(faust.App):
         below which every record is in the app's queues or taken from them, since the TP
         was last sought."""
         self.dropped: set[TP] = set()
-        """TPs some of whose fetched records never reached a queue since they were last
-        sought: how far they are read is unknown (:meth:`read_through`)."""
+        """TPs some of whose fetched records the fetcher did not deliver since they were
+        last sought: how far they are read is unknown (:meth:`read_through`)."""
+        self.delivered: dict[TP, tuple[int, int]] = {}
+        """Of the fetch being handed over, how many records of each TP the fetcher
+        delivered (each to every stream of its topic, or found undecodable), and the last
+        one's offset (:meth:`RflowConsumer._drain_messages`)."""
         self.sought: dict[TP, int] = {}
         """Seeks of each TP so far (a position read before a seek is not used after)."""
         self.seeking: dict[TP, int] = {}
@@ -1057,30 +1067,44 @@ class ConsumingApp(faust.App):
         self._recovery_watched = False
 
     def read_through(
-        self, positions: Mapping[TP, int], seeks: Mapping[TP, int], lasts: Mapping[TP, int]
+        self,
+        positions: Mapping[TP, int],
+        seeks: Mapping[TP, int],
+        fetched: Mapping[TP, tuple[int, int]],
     ) -> None:
         """A fetch's records are all out of the fetcher: each TP's fetch ``positions``
-        after it, the seeks (:attr:`sought`) its records followed, and the offset of each
-        TP's last record in it (``lasts``) tell how far each TP is read (:attr:`read_to`).
+        after it, the seeks (:attr:`sought`) its records followed, and how many records of
+        each TP it held and the last one's offset (``fetched``) tell how far each TP is
+        read (:attr:`read_to`).
 
-        A TP sought since is read again from the seek. A TP whose last record of the fetch
-        never reached a queue lost the rest of the fetch: Faust drops what is left of a
-        batch when a rebalance suspends the flow or the TP leaves its active set, and the
-        fetch position is past those records. How far such a TP is read is unknown until
-        it is sought again (:attr:`dropped`): read to its end with its last record handed
-        over long before, it would tell a recovery an end offset below records it never
-        applied (:meth:`RflowConsumer.highwaters`)."""
+        A TP sought since is read again from the seek. A TP of which the fetcher did not
+        deliver every record of the fetch (:attr:`delivered`) lost some: Faust drops
+        what is left of a batch when a rebalance suspends the flow, and skips the records
+        of a TP outside its active set, while the fetch position is past them. How far
+        such a TP is read is unknown until it is sought again (:attr:`dropped`): read to
+        its end with its last record handed over long before, it would tell a recovery an
+        end offset below records it never applied (:meth:`RflowConsumer.highwaters`)."""
         with self.books:  # a seek on the consumer's thread forgets how far a TP was read
-            sought, handed, dropped, read_to = self.sought, self.handed, self.dropped, self.read_to
+            sought, dropped, read_to = self.sought, self.dropped, self.read_to
+            delivered = self.delivered
             for tp, position in positions.items():
                 if sought.get(tp, 0) != seeks.get(tp, 0):
                     continue
-                last = lasts.get(tp)
-                if tp in dropped or (last is not None and handed.get(tp) != last):
+                held = fetched.get(tp)
+                if tp in dropped or (held is not None and delivered.get(tp) != held):
                     dropped.add(tp)
                     read_to.pop(tp, None)
                 else:
                     read_to[tp] = position
+
+    def forget_unassigned(self, assigned: Iterable[Any]) -> None:
+        """Forget how far each TP no longer assigned here was read: were it assigned back
+        later, its recovery's end offset is asked for before it is sought again."""
+        keep = {TP(tp.topic, tp.partition) for tp in assigned}
+        with self.books:
+            known = set(self.handed) | set(self.read_to) | self.dropped
+            for tp in known - keep:
+                self.sought_to(tp, None)
 
     def sought_to(self, partition: Any, offset: int | None) -> None:
         """A seek of ``partition`` to ``offset`` (``None``: unknown) is made now: the
@@ -1119,6 +1143,7 @@ class ConsumingApp(faust.App):
                 log.error("fencing the partitions' earlier owners failed: %r", exc)
                 await self.crash(exc)
                 return
+        self.forget_unassigned(assigned)
         self._watch_recovery()
         await super()._on_partitions_assigned(assigned, generation_id)
 

@@ -716,6 +716,32 @@ async def test_a_record_waiting_for_room_in_a_full_queue_is_given_up_when_the_fl
     assert ended == ["cancelled"] and queue.get_nowait() == 0 and queue.empty()
 
 
+async def test_the_fetcher_counts_the_records_of_each_tp_it_delivered():
+    from rflow.streams.app import create_app
+
+    app = create_app(Settings(api_token="t"))
+    queue: asyncio.Queue[int] = asyncio.Queue(maxsize=3)
+    blocked = asyncio.Event()
+
+    async def callback(message: Message) -> None:
+        if queue.full():
+            blocked.set()
+        await queue.put(message.offset)
+
+    batch = [Message(EVENTS, 1), Message(TRIGGERS, 7), Message(EVENTS, 2)]
+    await app.consumer._drain_messages(draining(app, [batch], callback))
+    assert app.delivered == {EVENTS: (2, 2), TRIGGERS: (1, 7)}
+    # A record given up for a suspended flow is not delivered, nor is what follows it.
+    app.delivered.clear()
+    queue.get_nowait()  # room for one record
+    batch = [Message(TRIGGERS, 8), Message(EVENTS, 3), Message(EVENTS, 4)]
+    drain = asyncio.ensure_future(app.consumer._drain_messages(draining(app, [batch], callback)))
+    await asyncio.wait_for(blocked.wait(), 5)
+    app.consumer.suspend_flow.set()  # as a rebalance does
+    await asyncio.wait_for(drain, 5)
+    assert app.delivered == {TRIGGERS: (1, 8)}
+
+
 async def test_a_first_step_runs_to_where_the_coroutine_waits_in_a_context_of_its_own():
     import contextvars
 
@@ -951,8 +977,9 @@ async def test_a_tp_whose_fetched_records_were_dropped_is_not_told_read_to_its_e
     async def fetch(offsets: list[int], after: int, handed: list[int]) -> None:
         fetches.append((offsets, after))
         await thread.getmany({tp}, 1.0)
-        for n in handed:  # what Faust's loop handed over of it
+        for count, n in enumerate(handed, 1):  # what the fetcher's loop handed over of it
             queue.force_put_nowait(SimpleNamespace(message=Message(tp, n)))
+            app.delivered[tp] = (count, n)
 
     # Read as a standby copy: 10 and 11, then a transaction's marker at 12.
     await fetch([10, 11], 13, [10, 11])
@@ -968,6 +995,15 @@ async def test_a_tp_whose_fetched_records_were_dropped_is_not_told_read_to_its_e
     assert tp not in app.read_to and tp in app.dropped
     # 14 to 40 were never applied: the end is the broker's, not one past 13.
     assert await app.consumer.highwaters(tp) == {tp: 42}
+    # Sought again, the TP is read afresh; a record skipped inside a fetch (its TP paused
+    # and resumed meanwhile) is a record dropped too.
+    app.sought_to(tp, 14)
+    await fetch(list(range(14, 41)), 42, [14, 40])
+    await fetch([], 42, [])
+    assert tp not in app.read_to and tp in app.dropped
+    # A TP no longer assigned here is forgotten: assigned back, it is asked for afresh.
+    app.forget_unassigned([])
+    assert tp not in app.dropped and app.consumer.handed_over(tp) is None
     # Sought again (as a recovery does), the TP is read afresh.
     app.sought_to(tp, 14)
     await fetch(list(range(14, 41)), 42, list(range(14, 41)))
