@@ -20,7 +20,9 @@ a topic an agent reads (a *TP*), while this worker owns it:
    processed. So offsets are committed during a burst too, and a run that starts and
    settles between two checkpoints costs its table entry one write.
 5. **One owner at a time.** A TP is opened once the group's rebalance is complete (its
-   tables recovered), at the group's committed offset, and closed when a rebalance
+   tables recovered), at the group's committed offset (the TPs being opened fetch nothing
+   until every one of them has its cursor: a record handed over before would find none,
+   and be taken for read), and closed when a rebalance
    revokes partitions: decisions under way finish, and a last checkpoint writes and
    commits before Faust hands the partitions over.
 6. **Fenced by the broker.** With transactions (the default), what was decided on
@@ -1097,6 +1099,15 @@ class ConsumingApp(faust.App):
                 else:
                     read_to[tp] = position
 
+    def lost(self, tp: Any) -> None:
+        """A record of ``tp`` handed over was refused by the consumption layer (the TP was
+        not open here): ``tp`` is not read to its end until it is sought again (the
+        stall check then reads it again from its cursor, were it open)."""
+        key = TP(tp.topic, tp.partition)
+        with self.books:
+            self.dropped.add(key)
+            self.read_to.pop(key, None)
+
     def forget_unassigned(self, assigned: Iterable[Any]) -> None:
         """Forget how far each TP no longer assigned here was read: were it assigned back
         later, its recovery's end offset is asked for before it is sought again."""
@@ -1465,9 +1476,16 @@ class Consumption:
         """Whether to process ``message`` now: the next record of a TP this worker
         owns. Taking it moves the cursor past it."""
         cursor = self.cursors.get(message.tp)
-        if cursor is None or not self.reading:
-            return False  # not ours (any more, or yet): its owner reads it
-        if message.topic in self.joined and not self.owns(message.partition):
+        if (
+            cursor is None
+            or not self.reading
+            or (message.topic in self.joined and not self.owns(message.partition))
+        ):
+            # Not ours (any more, or yet): its owner reads it, from a seek. Until the TP
+            # is sought again, the fetch that brought it does not count it as read.
+            lost = getattr(self.app, "lost", None)
+            if lost is not None:
+                lost(message.tp)
             return False
         offset = message.offset
         if offset < cursor.next:
@@ -1773,6 +1791,11 @@ class Consumption:
             return
         consumer = self.app.consumer
         epoch = self.epoch
+        # Faust resumes the TPs before it asks for this seek: a TP sought while others
+        # still are would hand over records before any cursor exists to take them, and
+        # the last of them (a run's result, which nothing follows while its lane waits
+        # for it) would never be read. They fetch nothing until every cursor is in place.
+        consumer.pause_partitions(opening)
         fresh = [tp for tp in opening if not found[tp]]
         earliest = await consumer.earliest_offsets(*fresh) if fresh else {}
         cursors = {}
@@ -1792,6 +1815,7 @@ class Consumption:
         for number in sorted(numbers):
             self.partition(number).accepting = True
         self.reading = True
+        consumer.resume_partitions(opening)
         log.info("reading %d partitions from their committed offsets", len(opening))
         for callback in self.on_open:
             await callback(numbers)

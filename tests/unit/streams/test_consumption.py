@@ -11,10 +11,11 @@ only the layer catches.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
+from types import MethodType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -1064,6 +1065,55 @@ async def test_a_close_during_the_seeks_of_an_opening_leaves_no_cursor_to_commit
     assert made.cursors == {} and not made.reading and not made.owns(0)
     assert await made.checkpoint() is False
     assert fetcher.commits == []
+
+
+async def test_no_record_of_an_opening_is_handed_over_before_every_cursor_is_in_place():
+    # Faust resumes the TPs before it asks for the seek to committed: a run's result
+    # fetched for the TP sought first, while a later seek was under way, found no cursor
+    # and was refused; nothing followed it while its lane waited for it, so it was never
+    # read again and the lane waited for ever.
+    made, fetcher = layer()
+    release = asyncio.Event()
+    seeking = asyncio.Event()
+    seek = fetcher.seek
+
+    async def slow_seek(tp: TP, offset: int) -> None:
+        if tp == TRIGGERS:
+            seeking.set()
+            await release.wait()
+        await seek(tp, offset)
+
+    fetcher.seek = slow_seek
+    fetcher.logs.update({RUNS: 6, TRIGGERS: 7})
+    made.assigned({RUNS: 5, TRIGGERS: 7})
+    opening = asyncio.create_task(made.open({RUNS: 5, TRIGGERS: 7}))
+    await seeking.wait()  # RUNS is sought (first); TRIGGERS' seek is under way
+    refused = [m.offset for m in fetcher.fetch(RUNS) if not made.take(m)]
+    release.set()
+    await opening
+    taken = [m.offset for m in fetcher.fetch(RUNS) if made.take(m)]
+    assert (refused, taken) == ([], [5])
+    assert not fetcher.paused
+
+
+async def test_a_record_refused_where_its_tp_is_not_open_is_not_counted_as_read():
+    made, fetcher = layer()
+    app = made.app
+    app.books, app.read_to, app.dropped = threading.RLock(), {}, set()
+    app.lost = MethodType(consumption.ConsumingApp.lost, app)
+    app.read_to[RUNS] = 6  # a fetch handed over everything of RUNS up to 5 ...
+    assert not made.take(Message(RUNS, 5))  # ... and 5 found RUNS not open here
+    assert RUNS not in app.read_to and RUNS in app.dropped
+    # Open at 5 without a seek since, RUNS is not taken for read to its end (where 5
+    # would be no record): the stall check reads it again.
+    await opened(made, {RUNS: 5})
+    fetcher.logs[RUNS], fetcher.handed[RUNS] = 6, 5
+    assert made.stalled(made.cursors[RUNS].taken_at + consumption.STALL) == [RUNS]
+    await reread(made)
+    assert fetcher.seeks[-1] == (RUNS, 5)
+    app.read_to[RUNS] = 6  # what the fetch alone said
+    made.cursors[RUNS].rereading = 0
+    assert made.stalled(made.cursors[RUNS].taken_at + consumption.STALL) == []
 
 
 async def opened_with_a_queue(tp: TP) -> tuple[Any, Any, Any]:
