@@ -1099,14 +1099,18 @@ class ConsumingApp(faust.App):
                 else:
                     read_to[tp] = position
 
-    def lost(self, tp: Any) -> None:
-        """A record of ``tp`` handed over was refused by the consumption layer (the TP was
-        not open here): ``tp`` is not read to its end until it is sought again (the
-        stall check then reads it again from its cursor, were it open)."""
+    def lost(self, tp: Any, offset: int) -> None:
+        """The consumption layer refused the record of ``tp`` at ``offset`` (the TP was
+        not open here). One handed over since the TP's last seek was counted as read by
+        its fetch: ``tp`` is not read to its end until it is sought again (the stall
+        check then reads it again from its cursor, were it open). One handed over before
+        (it waited in a queue meanwhile) changes nothing: the seek reads it again."""
         key = TP(tp.topic, tp.partition)
         with self.books:
-            self.dropped.add(key)
-            self.read_to.pop(key, None)
+            last = self.handed.get(key)
+            if last is not None and last >= offset:
+                self.dropped.add(key)
+                self.read_to.pop(key, None)
 
     def forget_unassigned(self, assigned: Iterable[Any]) -> None:
         """Forget how far each TP no longer assigned here was read: were it assigned back
@@ -1485,7 +1489,7 @@ class Consumption:
             # is sought again, the fetch that brought it does not count it as read.
             lost = getattr(self.app, "lost", None)
             if lost is not None:
-                lost(message.tp)
+                lost(message.tp, message.offset)
             return False
         offset = message.offset
         if offset < cursor.next:

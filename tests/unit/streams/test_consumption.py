@@ -1099,21 +1099,62 @@ async def test_no_record_of_an_opening_is_handed_over_before_every_cursor_is_in_
 async def test_a_record_refused_where_its_tp_is_not_open_is_not_counted_as_read():
     made, fetcher = layer()
     app = made.app
-    app.books, app.read_to, app.dropped = threading.RLock(), {}, set()
+    app.books, app.read_to, app.dropped, app.handed = threading.RLock(), {}, set(), {}
     app.lost = MethodType(consumption.ConsumingApp.lost, app)
-    app.read_to[RUNS] = 6  # a fetch handed over everything of RUNS up to 5 ...
-    assert not made.take(Message(RUNS, 5))  # ... and 5 found RUNS not open here
+    app.read_to[RUNS] = 6  # a fetch since RUNS was last sought read it up to 5
+    # 5 waited in a queue from before that seek (nothing handed over since): the seek
+    # reads it again, and it is no sign of a record lost.
+    assert not made.take(Message(RUNS, 5))
+    assert app.read_to[RUNS] == 6 and RUNS not in app.dropped
+    # Handed over since the seek, and refused for want of a cursor: RUNS is not read.
+    app.handed[RUNS] = 5
+    assert not made.take(Message(RUNS, 5))
     assert RUNS not in app.read_to and RUNS in app.dropped
-    # Open at 5 without a seek since, RUNS is not taken for read to its end (where 5
-    # would be no record): the stall check reads it again.
+    # Open at 5 (as a cursor put in place after the fetch would be), the stall check
+    # reads it again instead of taking 5 for the end of RUNS.
     await opened(made, {RUNS: 5})
     fetcher.logs[RUNS], fetcher.handed[RUNS] = 6, 5
     assert made.stalled(made.cursors[RUNS].taken_at + consumption.STALL) == [RUNS]
     await reread(made)
     assert fetcher.seeks[-1] == (RUNS, 5)
-    app.read_to[RUNS] = 6  # what the fetch alone said
-    made.cursors[RUNS].rereading = 0
-    assert made.stalled(made.cursors[RUNS].taken_at + consumption.STALL) == []
+
+
+async def test_a_record_queued_before_an_opening_seek_leaves_its_tp_read_as_fetched():
+    # Taken from its queue while the opening awaits a later seek, a record drained
+    # before its TP's seek is refused; the TP is still read as its next fetch says, so
+    # the transaction marker after its last record is passed and nothing stalls.
+    made, fetcher = layer()
+    app = made.app
+    app.books, app.read_to, app.dropped, app.sought = threading.RLock(), {}, set(), {}
+    app.handed, app.put_last, app.queued = {}, {}, Counter()
+    for name in ("lost", "sought_to", "read_through"):
+        setattr(app, name, MethodType(getattr(consumption.ConsumingApp, name), app))
+    release, seeking = asyncio.Event(), asyncio.Event()
+    seek = fetcher.seek
+
+    async def seek_and_forget(tp: TP, offset: int) -> None:
+        app.sought_to(tp, offset)  # as the consumer's seek does
+        if tp == TRIGGERS:
+            seeking.set()
+            await release.wait()
+        await seek(tp, offset)
+
+    fetcher.seek = seek_and_forget
+    made.assigned({EVENTS: 5, TRIGGERS: 7})
+    opening = asyncio.create_task(made.open({EVENTS: 5, TRIGGERS: 7}))
+    await seeking.wait()  # EVENTS is sought: its record 5 from before is taken now
+    assert not made.take(Message(EVENTS, 5))
+    release.set()
+    await opening
+    app.delivered = {EVENTS: (1, 5)}  # the fetch after the seek: 5, then a marker at 6
+    app.read_through({EVENTS: 7}, dict(app.sought), {EVENTS: (1, 5)})
+    assert app.read_to[EVENTS] == 7 and EVENTS not in app.dropped
+    assert made.take(Message(EVENTS, 5))
+    made.processed(Message(EVENTS, 5))
+    fetcher.logs[EVENTS], fetcher.handed[EVENTS] = 7, 5
+    made._pass_trailing_markers()
+    assert made.cursors[EVENTS].next == 7
+    assert made.stalled(made.cursors[EVENTS].taken_at + consumption.STALL_ANYWAY) == []
 
 
 async def opened_with_a_queue(tp: TP) -> tuple[Any, Any, Any]:
