@@ -144,6 +144,27 @@ async def opened(made: Consumption, committed: dict[TP, int | None]) -> None:
     await made.open(committed)
 
 
+def hold_seek(
+    fetcher: Fetcher, at: TP | None = None, also: Callable[[TP, int], None] | None = None
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold the fetcher's seek of ``at`` (of any TP: ``None``) until the returned
+    ``release`` is set; ``seeking`` is set once it is held. ``also`` is called at every
+    seek's start (as the consumer's own books are told of it)."""
+    seeking, release = asyncio.Event(), asyncio.Event()
+    seek = fetcher.seek
+
+    async def held(tp: TP, offset: int) -> None:
+        if also is not None:
+            also(tp, offset)
+        if at is None or tp == at:
+            seeking.set()
+            await release.wait()
+        await seek(tp, offset)
+
+    fetcher.seek = held
+    return seeking, release
+
+
 async def until(condition: Any, what: str, timeout: float = 10.0) -> None:
     """Wait until ``condition()`` holds (a re-read's backoff has run its course)."""
     deadline = asyncio.get_running_loop().time() + timeout
@@ -1044,16 +1065,7 @@ async def test_an_agent_takes_in_batches_what_has_arrived_by_the_time_it_is_read
 
 async def test_a_close_during_the_seeks_of_an_opening_leaves_no_cursor_to_commit():
     made, fetcher = layer()
-    release = asyncio.Event()
-    seeking = asyncio.Event()
-    seek = fetcher.seek
-
-    async def slow_seek(tp: TP, offset: int) -> None:
-        seeking.set()
-        await release.wait()
-        await seek(tp, offset)
-
-    fetcher.seek = slow_seek
+    seeking, release = hold_seek(fetcher)
     other = TP(TRIGGERS.topic, 1)
     made.assigned({TRIGGERS: 5, other: 7})
     opening = asyncio.create_task(made.open({TRIGGERS: 5, other: 7}))
@@ -1073,17 +1085,7 @@ async def test_no_record_of_an_opening_is_handed_over_before_every_cursor_is_in_
     # and was refused; nothing followed it while its lane waited for it, so it was never
     # read again and the lane waited for ever.
     made, fetcher = layer()
-    release = asyncio.Event()
-    seeking = asyncio.Event()
-    seek = fetcher.seek
-
-    async def slow_seek(tp: TP, offset: int) -> None:
-        if tp == TRIGGERS:
-            seeking.set()
-            await release.wait()
-        await seek(tp, offset)
-
-    fetcher.seek = slow_seek
+    seeking, release = hold_seek(fetcher, TRIGGERS)
     fetcher.logs.update({RUNS: 6, TRIGGERS: 7})
     made.assigned({RUNS: 5, TRIGGERS: 7})
     opening = asyncio.create_task(made.open({RUNS: 5, TRIGGERS: 7}))
@@ -1129,17 +1131,8 @@ async def test_a_record_queued_before_an_opening_seek_leaves_its_tp_read_as_fetc
     app.handed, app.put_last, app.queued = {}, {}, Counter()
     for name in ("lost", "sought_to", "read_through"):
         setattr(app, name, MethodType(getattr(consumption.ConsumingApp, name), app))
-    release, seeking = asyncio.Event(), asyncio.Event()
-    seek = fetcher.seek
-
-    async def seek_and_forget(tp: TP, offset: int) -> None:
-        app.sought_to(tp, offset)  # as the consumer's seek does
-        if tp == TRIGGERS:
-            seeking.set()
-            await release.wait()
-        await seek(tp, offset)
-
-    fetcher.seek = seek_and_forget
+    # Each seek tells the books, as the consumer's own does.
+    seeking, release = hold_seek(fetcher, TRIGGERS, also=app.sought_to)
     made.assigned({EVENTS: 5, TRIGGERS: 7})
     opening = asyncio.create_task(made.open({EVENTS: 5, TRIGGERS: 7}))
     await seeking.wait()  # EVENTS is sought: its record 5 from before is taken now
