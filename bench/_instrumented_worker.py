@@ -15,13 +15,23 @@ engine changes. Environment variables:
                  partition, offset and wall times when the fetcher handed it to Faust
                  (on the consumer's thread), when it was put into the runner's queue
                  and when the runner took it, and its record's timestamp ("trace"), so
-                 that a run's latency can be split at each of them
+                 that a run's latency can be split at each of them; when each fetch
+                 of the consumer was sent and when its response was handled on the
+                 consumer's thread ("fetches"), and each time that thread's event loop
+                 woke up over a millisecond late (wall time, seconds late:
+                 "thread_lags"), so that a trigger's fetch can be split into waiting for
+                 a fetch to be sent, the fetch, and waiting for Faust to ask for it
     BENCH_CPROFILE  file receiving the worker's cProfile statistics: profiling starts when
                  a file named like it plus ".start" appears, and is written out when one
                  plus ".stop" does (read it with pstats; profiled, the worker runs about
                  half as fast)
     BENCH_COMMIT_INTERVAL  seconds between checkpoints instead of COMMIT_INTERVAL
     BENCH_SWITCH_INTERVAL  Python's thread switch interval (sys.setswitchinterval)
+    BENCH_FETCH_MAX_WAIT_MS  how long the broker may hold a fetch, instead of
+                 FETCH_MAX_WAIT_MS
+
+The fetch timings wrap aiokafka's ``Fetcher._proc_fetch_request`` (a private name: where
+the installed aiokafka lacks it, no fetch is timed and the report says so).
 """
 
 from __future__ import annotations
@@ -73,7 +83,39 @@ def main() -> None:
     original_commit = consumption.Checkpoint.commit
     original_fetch = consumption.RflowConsumerThread._fetch_records
 
+    from aiokafka.consumer import fetcher as aiokafka_fetcher
+
+    # Each fetch: sent (its task began) and its response handled, on the consumer's thread.
+    fetches: list[tuple[float, float]] = []
+    original_proc = getattr(aiokafka_fetcher.Fetcher, "_proc_fetch_request", None)
+
+    async def _proc_fetch_request(self: Any, *args: Any) -> Any:
+        sent = time.time()
+        try:
+            return await original_proc(self, *args)
+        finally:
+            fetches.append((sent, time.time()))
+
+    if diag_path and original_proc is not None:
+        aiokafka_fetcher.Fetcher._proc_fetch_request = _proc_fetch_request
+
+    # How late the consumer's thread's own loop wakes up (only when over 1 ms).
+    thread_lags: list[tuple[float, float]] = []
+    watching = [False]
+
+    async def watch_thread_loop() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(0.001)
+            late = loop.time() - before - 0.001
+            if late > 0.001:
+                thread_lags.append((time.time(), late))
+
     async def _fetch_records(self: Any, consumer: Any, active: Any, **kwargs: Any) -> Any:
+        if not watching[0]:  # the first call on the consumer's thread starts the watch there
+            watching[0] = True
+            asyncio.get_running_loop().create_task(watch_thread_loop())
         records = await original_fetch(self, consumer, active, **kwargs)
         now = time.time()  # on the consumer's thread: one dict write each, under the GIL
         for tp, found in records.items():
@@ -122,6 +164,9 @@ def main() -> None:
     switch = os.environ.get("BENCH_SWITCH_INTERVAL")
     if switch:  # how often Python's threads (the worker's and the fetcher's) take turns
         sys.setswitchinterval(float(switch))
+    max_wait = os.environ.get("BENCH_FETCH_MAX_WAIT_MS")
+    if max_wait:
+        consumption.FETCH_MAX_WAIT_MS = int(max_wait)
     interval = os.environ.get("BENCH_COMMIT_INTERVAL")
     if interval:
         consumption.COMMIT_INTERVAL = float(interval)
@@ -159,6 +204,8 @@ def main() -> None:
                     "queued_runs": queued_runs[:],
                     "checkpoints": checkpoints[:],
                     "trace": traced[:],
+                    "fetches": fetches[:],
+                    "thread_lags": thread_lags[:],
                 }
                 for each in (
                     lags,
@@ -169,6 +216,8 @@ def main() -> None:
                     queued_runs,
                     checkpoints,
                     traced,
+                    fetches,
+                    thread_lags,
                 ):
                     each.clear()
                 out.write(json.dumps(line) + "\n")

@@ -250,7 +250,9 @@ def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]
     fetched_runs: list[float] = []
     queued_runs: list[float] = []
     checkpoints: list[tuple[float, float]] = []
+    stalls: list[float] = []
     for entry in diagnostic_lines(path):
+        stalls.extend(late for at, late in entry.get("thread_lags", ()) if since <= at <= until)
         if since <= entry["t"] <= until + 1.0:
             lags.extend(entry["lag"])
             pauses.extend((int(g), float(d)) for g, d in entry["gc"])
@@ -279,7 +281,26 @@ def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]
         "checkpoint_p50": percentile([a for a, _ in checkpoints], 50) if checkpoints else 0.0,
         "checkpoint_p99": percentile([a for a, _ in checkpoints], 99) if checkpoints else 0.0,
         "commit_p50": percentile([b for _, b in checkpoints], 50) if checkpoints else 0.0,
+        "thread_stalls": sum(1 for late in stalls if late >= STALLED),
+        "thread_stall_max": max(stalls, default=0.0),
+        "thread_stalled": sum(stalls),
     }
+
+
+STALLED = 0.003
+"""Seconds late the consumer's thread's loop woke up, from which the report counts it as
+stalled (its clock ticks in milliseconds)."""
+
+
+def read_fetches(path: Path) -> list[tuple[float, float]]:
+    """Each fetch an instrumented worker's consumer made: the wall times when it was sent
+    and when its response was handled on the consumer's thread, by the latter."""
+    found = [
+        (float(sent), float(done))
+        for entry in diagnostic_lines(path)
+        for sent, done in entry.get("fetches", ())
+    ]
+    return sorted(found, key=lambda fetch: fetch[1])
 
 
 def read_trace(path: Path) -> dict[tuple[int, int], tuple[float, float, float, float]]:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import os
 import statistics
 import sys
@@ -62,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import emit
 from _stack import (
     REPO,
+    STALLED,
     BenchError,
     CpuMeter,
     TimingSink,
@@ -77,6 +79,7 @@ from _stack import (
     produce_paced,
     profile_summary,
     read_diagnostics,
+    read_fetches,
     read_trace,
     run_benchmark,
     stack_pids,
@@ -416,7 +419,10 @@ def describe_diag(diag: dict | None) -> str:
         f"{diag['queued_runs_p50'] * 1000:.1f} ms in it\n"
         f"        {diag['checkpoints']} checkpoints: p50 {diag['checkpoint_p50'] * 1000:.1f} ms, "
         f"p99 {diag['checkpoint_p99'] * 1000:.1f} ms (their commit p50 "
-        f"{diag['commit_p50'] * 1000:.1f} ms)"
+        f"{diag['commit_p50'] * 1000:.1f} ms)\n"
+        f"        the consumer's thread: its loop woke up {STALLED * 1000:.0f} ms or more late "
+        f"{diag['thread_stalls']} times, at most {diag['thread_stall_max'] * 1000:.0f} ms "
+        f"late, {diag['thread_stalled']:.1f} s late in all"
     )
 
 
@@ -512,8 +518,10 @@ def tail_breakdown(
     the instrumented worker's trace of each trigger (appended by the broker: the topic's
     timestamps are its log-append times while diagnosing; handed to Faust, put into the
     runner's queue, taken) and the read model's (:func:`stage_rows`) and the sink's
-    times."""
+    times. Where the worker timed its consumer's fetches, the fetch is split in three
+    (:func:`fetch_stages`)."""
     trace = read_trace(rig.diag_paths[0])
+    fetches = read_fetches(rig.diag_paths[0])
     by_key = {row[0]: row for row in rows}
     runs: list[tuple[float, dict[str, float]]] = []
     for i, key in enumerate(phase.trigger_keys):
@@ -530,6 +538,7 @@ def tail_breakdown(
                 {
                     "produced -> appended (the client, the broker)": appended - sent_at[i],
                     "appended -> handed to Faust (the fetch)": drained - appended,
+                    **fetch_stages(fetches, appended, drained),
                     "handed to Faust -> in the runner's queue": put - drained,
                     "in the runner's queue": taken - put,
                     "taken -> run started (admission)": created - taken,
@@ -553,6 +562,30 @@ def tail_breakdown(
         )
         for name in runs[0][1]
     ]
+
+
+def fetch_stages(
+    fetches: list[tuple[float, float]], appended: float, drained: float
+) -> dict[str, float]:
+    """A trigger's fetch in three: waiting for a fetch to be sent (none that would bring
+    it was under way when the broker appended it), the fetch that brought it (sent ->
+    its response handled on the consumer's thread) and waiting for Faust to ask for it
+    (-> handed over). The fetch that brought it is the last one handled before it was
+    handed over: aiokafka sends none while records it fetched wait to be taken.
+    ``fetches``: (sent, handled) by the latter; none: no split."""
+    if not fetches:
+        return {}
+    index = bisect.bisect_right([handled for _, handled in fetches], drained) - 1
+    if index < 0:
+        return {}
+    sent, handled = fetches[index]
+    handled = min(max(handled, appended), drained)
+    began = min(max(sent, appended), handled)
+    return {
+        "  of it: waiting for a fetch to be sent": began - appended,
+        "  of it: the fetch (sent -> response handled)": handled - began,
+        "  of it: waiting for Faust to ask": drained - handled,
+    }
 
 
 def summarize(latencies: list[float]) -> dict:
