@@ -17,10 +17,11 @@ engine changes. Environment variables:
                  and when the runner took it, and its record's timestamp ("trace"), so
                  that a run's latency can be split at each of them; when each fetch
                  of the consumer was sent and when its response was handled on the
-                 consumer's thread ("fetches"), and each time that thread's event loop
-                 woke up over a millisecond late (wall time, seconds late:
-                 "thread_lags"), so that a trigger's fetch can be split into waiting for
-                 a fetch to be sent, the fetch, and waiting for Faust to ask for it
+                 consumer's thread, the broker it went to and the triggers partitions
+                 it named ("fetches"), and each time that thread's event loop woke up
+                 over a millisecond late (wall time, seconds late: "thread_lags"), so
+                 that a trigger's fetch can be split into waiting for a fetch to be
+                 sent, the fetch, and waiting for Faust to ask for it
     BENCH_CPROFILE  file receiving the worker's cProfile statistics: profiling starts when
                  a file named like it plus ".start" appears, and is written out when one
                  plus ".stop" does (read it with pstats; profiled, the worker runs about
@@ -31,7 +32,9 @@ engine changes. Environment variables:
                  FETCH_MAX_WAIT_MS
 
 The fetch timings wrap aiokafka's ``Fetcher._proc_fetch_request`` (a private name: where
-the installed aiokafka lacks it, no fetch is timed and the report says so).
+the installed aiokafka lacks it, no fetch is timed and the tail's breakdown shows the fetch
+whole).
+The watch of the consumer's thread wakes it every 5 ms.
 """
 
 from __future__ import annotations
@@ -42,7 +45,27 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
+
+
+async def late_wakeups(interval: float, note: Callable[[float], Any]) -> None:
+    """Sleep ``interval`` over and over on the running loop, noting each time how many
+    seconds late it woke up."""
+    loop = asyncio.get_running_loop()
+    while True:
+        before = loop.time()
+        await asyncio.sleep(interval)
+        note(loop.time() - before - interval)
+
+
+def taken(items: list[Any]) -> list[Any]:
+    """What ``items`` holds now, removed from it; what another thread appends meanwhile
+    stays (each step is atomic under the GIL)."""
+    count = len(items)
+    found = items[:count]
+    del items[:count]
+    return found
 
 
 def main() -> None:
@@ -85,37 +108,38 @@ def main() -> None:
 
     from aiokafka.consumer import fetcher as aiokafka_fetcher
 
-    # Each fetch: sent (its task began) and its response handled, on the consumer's thread.
-    fetches: list[tuple[float, float]] = []
+    # Each fetch, on the consumer's thread: when its task began, when its response was
+    # handled, the broker it went to and the triggers partitions it named.
+    fetches: list[tuple[float, float, int, list[int]]] = []
     original_proc = getattr(aiokafka_fetcher.Fetcher, "_proc_fetch_request", None)
 
-    async def _proc_fetch_request(self: Any, *args: Any) -> Any:
+    async def _proc_fetch_request(self: Any, assignment: Any, node_id: Any, request: Any) -> Any:
         sent = time.time()
         try:
-            return await original_proc(self, *args)
+            return await original_proc(self, assignment, node_id, request)
         finally:
-            fetches.append((sent, time.time()))
+            named = [
+                partition
+                for topic, partitions in request.topics
+                if topic.endswith("rflow.triggers")
+                for partition, *_ in partitions
+            ]
+            fetches.append((sent, time.time(), node_id, named))
 
     if diag_path and original_proc is not None:
         aiokafka_fetcher.Fetcher._proc_fetch_request = _proc_fetch_request
 
     # How late the consumer's thread's own loop wakes up (only when over 1 ms).
     thread_lags: list[tuple[float, float]] = []
-    watching = [False]
+    watch: list[asyncio.Task[None]] = []
 
-    async def watch_thread_loop() -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            before = loop.time()
-            await asyncio.sleep(0.001)
-            late = loop.time() - before - 0.001
-            if late > 0.001:
-                thread_lags.append((time.time(), late))
+    def stalled(late: float) -> None:
+        if late > 0.001:
+            thread_lags.append((time.time(), late))
 
     async def _fetch_records(self: Any, consumer: Any, active: Any, **kwargs: Any) -> Any:
-        if not watching[0]:  # the first call on the consumer's thread starts the watch there
-            watching[0] = True
-            asyncio.get_running_loop().create_task(watch_thread_loop())
+        if not watch:  # the first call on the consumer's thread starts the watch there
+            watch.append(asyncio.get_running_loop().create_task(late_wakeups(0.005, stalled)))
         records = await original_fetch(self, consumer, active, **kwargs)
         now = time.time()  # on the consumer's thread: one dict write each, under the GIL
         for tp, found in records.items():
@@ -186,11 +210,7 @@ def main() -> None:
 
             @app.task
             async def lag_monitor() -> None:
-                loop = asyncio.get_running_loop()
-                while True:
-                    before = loop.time()
-                    await asyncio.sleep(0.01)
-                    lags.append(loop.time() - before - 0.01)
+                await late_wakeups(0.01, lags.append)
 
             @app.timer(interval=1.0, name="bench.diag")
             async def flush() -> None:
@@ -204,8 +224,9 @@ def main() -> None:
                     "queued_runs": queued_runs[:],
                     "checkpoints": checkpoints[:],
                     "trace": traced[:],
-                    "fetches": fetches[:],
-                    "thread_lags": thread_lags[:],
+                    # appended to on the consumer's thread: taken without losing one
+                    "fetches": taken(fetches),
+                    "thread_lags": taken(thread_lags),
                 }
                 for each in (
                     lags,
@@ -216,8 +237,6 @@ def main() -> None:
                     queued_runs,
                     checkpoints,
                     traced,
-                    fetches,
-                    thread_lags,
                 ):
                     each.clear()
                 out.write(json.dumps(line) + "\n")

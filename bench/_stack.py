@@ -240,6 +240,11 @@ def diagnostic_lines(path: Path) -> Iterator[dict]:
             continue
 
 
+STALLED = 0.003
+"""Seconds late the consumer's thread's loop woke up from which the report counts it as
+stalled (the loop's timers are rounded to milliseconds)."""
+
+
 def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]:
     """Event-loop lag, GC pauses, where triggers waited and how long checkpoints took, as
     an instrumented worker noted them between two wall times."""
@@ -283,24 +288,24 @@ def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]
         "commit_p50": percentile([b for _, b in checkpoints], 50) if checkpoints else 0.0,
         "thread_stalls": sum(1 for late in stalls if late >= STALLED),
         "thread_stall_max": max(stalls, default=0.0),
-        "thread_stalled": sum(stalls),
+        "thread_stalled": sum(late for late in stalls if late >= STALLED),
     }
 
 
-STALLED = 0.003
-"""Seconds late the consumer's thread's loop woke up, from which the report counts it as
-stalled (its clock ticks in milliseconds)."""
-
-
-def read_fetches(path: Path) -> list[tuple[float, float]]:
-    """Each fetch an instrumented worker's consumer made: the wall times when it was sent
-    and when its response was handled on the consumer's thread, by the latter."""
-    found = [
-        (float(sent), float(done))
-        for entry in diagnostic_lines(path)
-        for sent, done in entry.get("fetches", ())
-    ]
-    return sorted(found, key=lambda fetch: fetch[1])
+def read_fetches(path: Path) -> dict[int, tuple[list[float], list[float]]]:
+    """The fetches an instrumented worker's consumer made, by the triggers partition they
+    named: when each was sent, and when its response was handled on the consumer's
+    thread (both in the order of the latter)."""
+    found: dict[int, list[tuple[float, float]]] = {}
+    for entry in diagnostic_lines(path):
+        for sent, handled, _node, partitions in entry.get("fetches", ()):
+            for partition in partitions:
+                found.setdefault(int(partition), []).append((float(sent), float(handled)))
+    by_partition: dict[int, tuple[list[float], list[float]]] = {}
+    for partition, fetches in found.items():
+        fetches.sort(key=lambda fetch: fetch[1])
+        by_partition[partition] = ([s for s, _ in fetches], [h for _, h in fetches])
+    return by_partition
 
 
 def read_trace(path: Path) -> dict[tuple[int, int], tuple[float, float, float, float]]:

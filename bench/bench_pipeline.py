@@ -538,7 +538,7 @@ def tail_breakdown(
                 {
                     "produced -> appended (the client, the broker)": appended - sent_at[i],
                     "appended -> handed to Faust (the fetch)": drained - appended,
-                    **fetch_stages(fetches, appended, drained),
+                    **fetch_stages(fetches.get(placed[i][0]), appended, drained),
                     "handed to Faust -> in the runner's queue": put - drained,
                     "in the runner's queue": taken - put,
                     "taken -> run started (admission)": created - taken,
@@ -553,39 +553,48 @@ def tail_breakdown(
         return []
     runs.sort(key=lambda item: item[0])
     slowest = runs[-max(1, round(len(runs) * TAIL)) :]
-    return [
-        (
-            name,
-            statistics.median(stages[name] for _, stages in runs),
-            statistics.median(stages[name] for _, stages in slowest),
-            statistics.fmean(stages[name] for _, stages in slowest),
-        )
-        for name in runs[0][1]
-    ]
+    names = list(dict.fromkeys(name for _, stages in runs for name in stages))
+    breakdown = []
+    for name in names:  # a fetch not split leaves its three parts out of the medians
+        every = [stages[name] for _, stages in runs if stages.get(name) is not None]
+        slow = [stages[name] for _, stages in slowest if stages.get(name) is not None]
+        if every and slow:
+            breakdown.append(
+                (name, statistics.median(every), statistics.median(slow), statistics.fmean(slow))
+            )
+    return breakdown
+
+
+FETCH_STAGES = (
+    "  of it: waiting for a fetch to be sent",
+    "  of it: the fetch (sent -> response handled)",
+    "  of it: response handled -> handed to Faust",
+)
 
 
 def fetch_stages(
-    fetches: list[tuple[float, float]], appended: float, drained: float
-) -> dict[str, float]:
+    fetches: tuple[list[float], list[float]] | None, appended: float, drained: float
+) -> dict[str, float | None]:
     """A trigger's fetch in three: waiting for a fetch to be sent (none that would bring
-    it was under way when the broker appended it), the fetch that brought it (sent ->
-    its response handled on the consumer's thread) and waiting for Faust to ask for it
-    (-> handed over). The fetch that brought it is the last one handled before it was
-    handed over: aiokafka sends none while records it fetched wait to be taken.
-    ``fetches``: (sent, handled) by the latter; none: no split."""
+    it was under way when the broker appended it), the fetch that brought it (from when
+    it was sent, or the append if later, to its response handled on the consumer's
+    thread) and from there to being handed to Faust (Faust asking for it, and the turns
+    of the consumer's loop before its fetcher hands it over). The fetch that brought it
+    is the last one naming its partition whose response was handled before it was
+    handed over. ``fetches``: the fetches naming its partition, (sent times, handled
+    times) in the order of the latter. ``None`` for each where that is unknown: no such
+    fetch, or one handled before the append (a fetch went unnoted)."""
+    unknown: dict[str, float | None] = dict.fromkeys(FETCH_STAGES)
     if not fetches:
-        return {}
-    index = bisect.bisect_right([handled for _, handled in fetches], drained) - 1
-    if index < 0:
-        return {}
-    sent, handled = fetches[index]
-    handled = min(max(handled, appended), drained)
-    began = min(max(sent, appended), handled)
-    return {
-        "  of it: waiting for a fetch to be sent": began - appended,
-        "  of it: the fetch (sent -> response handled)": handled - began,
-        "  of it: waiting for Faust to ask": drained - handled,
-    }
+        return unknown
+    sent_at, handled_at = fetches
+    index = bisect.bisect_right(handled_at, drained) - 1
+    if index < 0 or handled_at[index] < appended:
+        return unknown
+    handled = handled_at[index]
+    began = min(max(sent_at[index], appended), handled)
+    waiting, fetch, handing = FETCH_STAGES
+    return {waiting: began - appended, fetch: handled - began, handing: drained - handled}
 
 
 def summarize(latencies: list[float]) -> dict:
