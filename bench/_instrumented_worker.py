@@ -17,11 +17,11 @@ engine changes. Environment variables:
                  and when the runner took it, and its record's timestamp ("trace"), so
                  that a run's latency can be split at each of them; when each fetch
                  of the consumer was sent and when its response was handled on the
-                 consumer's thread, the broker it went to and the triggers partitions
-                 it named ("fetches"), and each time that thread's event loop woke up
+                 consumer's thread, the broker it went to and the partitions of the
+                 triggers topic it named ("fetches"), and each time that thread's event loop woke up
                  over a millisecond late (wall time, seconds late: "thread_lags"), so
                  that a trigger's fetch can be split into waiting for a fetch to be
-                 sent, the fetch, and waiting for Faust to ask for it
+                 sent, the fetch, and from its response to being handed to Faust
     BENCH_CPROFILE  file receiving the worker's cProfile statistics: profiling starts when
                  a file named like it plus ".start" appears, and is written out when one
                  plus ".stop" does (read it with pstats; profiled, the worker runs about
@@ -109,7 +109,7 @@ def main() -> None:
     from aiokafka.consumer import fetcher as aiokafka_fetcher
 
     # Each fetch, on the consumer's thread: when its task began, when its response was
-    # handled, the broker it went to and the triggers partitions it named.
+    # handled, the broker it went to and the partitions of the triggers topic it named.
     fetches: list[tuple[float, float, int, list[int]]] = []
     original_proc = getattr(aiokafka_fetcher.Fetcher, "_proc_fetch_request", None)
 
@@ -120,7 +120,7 @@ def main() -> None:
         finally:
             named = [
                 partition
-                for topic, partitions in request.topics
+                for topic, partitions in getattr(request, "topics", ())
                 if topic.endswith("rflow.triggers")
                 for partition, *_ in partitions
             ]
@@ -159,16 +159,16 @@ def main() -> None:
         original_put(self, item)
 
     def take(self: Any, message: Any) -> bool:
-        taken = original_take(self, message)
+        accepted = original_take(self, message)
         put = put_at.pop((message.tp, message.offset), None)
-        if taken and put is not None:
+        if accepted and put is not None:
             now = time.time()
             trigger = message.topic.endswith("rflow.triggers")
             (queued if trigger else queued_runs).append(now - put)
             if trigger:
                 drained, stamp = drained_at.pop((message.tp.partition, message.offset), (put, 0.0))
                 traced.append((message.tp.partition, message.offset, drained, put, now, stamp))
-        return taken
+        return accepted
 
     async def checkpoint(self: Any) -> bool:
         began = time.perf_counter()
@@ -217,7 +217,7 @@ def main() -> None:
                 line = {
                     "t": time.time(),
                     "lag": lags[:],
-                    "gc": pauses[:],
+                    "gc": taken(pauses),  # GC runs on either thread
                     "fetched": fetched[:],
                     "queued": queued[:],
                     "fetched_runs": fetched_runs[:],
@@ -230,7 +230,6 @@ def main() -> None:
                 }
                 for each in (
                     lags,
-                    pauses,
                     fetched,
                     queued,
                     fetched_runs,

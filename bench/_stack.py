@@ -293,8 +293,8 @@ def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]
 
 
 def read_fetches(path: Path) -> dict[int, tuple[list[float], list[float]]]:
-    """The fetches an instrumented worker's consumer made, by the triggers partition they
-    named: when each was sent, and when its response was handled on the consumer's
+    """The fetches an instrumented worker's consumer made, by each partition of the
+    triggers topic they named: when each was sent, and when its response was handled on the consumer's
     thread (both in the order of the latter)."""
     found: dict[int, list[tuple[float, float]]] = {}
     for entry in diagnostic_lines(path):

@@ -523,7 +523,7 @@ def tail_breakdown(
     trace = read_trace(rig.diag_paths[0])
     fetches = read_fetches(rig.diag_paths[0])
     by_key = {row[0]: row for row in rows}
-    runs: list[tuple[float, dict[str, float]]] = []
+    runs: list[tuple[float, dict[str, float | None]]] = []
     for i, key in enumerate(phase.trigger_keys):
         row = by_key.get(key)
         arrival = rig.sink.arrivals.get(rig.notify_key(key))
@@ -559,6 +559,8 @@ def tail_breakdown(
         every = [stages[name] for _, stages in runs if stages.get(name) is not None]
         slow = [stages[name] for _, stages in slowest if stages.get(name) is not None]
         if every and slow:
+            if len(slow) < len(slowest):
+                name = f"{name} [{len(slow)} of {len(slowest)}]"
             breakdown.append(
                 (name, statistics.median(every), statistics.median(slow), statistics.fmean(slow))
             )
