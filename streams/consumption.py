@@ -73,6 +73,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import faust
+import mode
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.consumer.subscription_state import SubscriptionState
 from faust.serializers import codecs as faust_codecs
@@ -83,6 +84,7 @@ from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP
+from mode import threads as mode_threads
 from mode.utils.queues import ThrowableQueue
 
 if TYPE_CHECKING:
@@ -218,7 +220,7 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
         ),
     ),
     "faust AIOKafkaConsumerThread.getmany, _fetch_records, _ensure_consumer, call_thread, "
-    "ThreadDelegateConsumer._seek (a seek runs on the consumer's own thread, between two fetches)": (
+    "ThreadDelegateConsumer._seek (a seek runs between two fetches)": (
         "faust-streaming",
         lambda: (
             all(
@@ -227,6 +229,31 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
             )
             and hasattr(aiokafka_driver.AIOKafkaConsumerThread, "call_thread")
             and _defines(faust_consumer.ThreadDelegateConsumer, "_seek")
+        ),
+    ),
+    "mode ServiceThread's thread_loop=, _thread_started, _default_start, on_thread_started, "
+    "on_thread_stop, _default_stop_children/_futures/_exit_stacks, _stopped_set, "
+    "set_shutdown, QueueServiceThread.call_thread (the consumer's service on the worker's "
+    "own loop, no thread)": (
+        "mode-streaming",
+        lambda: (
+            "thread_loop" in inspect.signature(mode_threads.ServiceThread.__init__).parameters
+            and _assigns(mode_threads.ServiceThread.__init__, "_thread_started")
+            and all(
+                _defines(mode_threads.ServiceThread, name)
+                for name in ("on_thread_started", "on_thread_stop", "_stopped_set", "set_shutdown")
+            )
+            and all(
+                hasattr(mode.Service, name)
+                for name in (
+                    "_default_start",
+                    "_default_stop_children",
+                    "_default_stop_futures",
+                    "_default_stop_exit_stacks",
+                )
+            )
+            and _defines(mode_threads.QueueServiceThread, "call_thread")
+            and _defines(mode_threads.QueueServiceThread, "cast_thread")
         ),
     ),
     "faust App._on_partitions_assigned (fenced before the tables recover)": (
@@ -673,10 +700,56 @@ def table_store(table: Any) -> TableStore:
 # --- the consumer ---------------------------------------------------------------------
 
 
-class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
-    """Faust's consumer thread, with a short fetch wait (:data:`FETCH_MAX_WAIT_MS`),
-    reading ``read_committed``, and telling the app how far each TP was read
-    (:attr:`ConsumingApp.read_to`)."""
+class RflowConsumerService(aiokafka_driver.AIOKafkaConsumerThread):
+    """Faust's consumer "thread", run as a service of the worker's own event loop: with a
+    short fetch wait (:data:`FETCH_MAX_WAIT_MS`), reading ``read_committed``, and telling
+    the app how far each TP was read (:attr:`ConsumingApp.read_to`).
+
+    Faust runs aiokafka's consumer in a thread with an event loop of its own and calls it
+    through a queue. In one Python process the two threads take turns on one interpreter:
+    each fetch crossed between them twice, and a response, a request or the records
+    handed over waited for the other thread to let go (up to the interpreter's switch
+    interval, 5 ms). Here the fetcher, the group coordinator and the agents share the
+    worker's loop; a call to the consumer is a plain await, and a seek never races a
+    fetch being handed over.
+    """
+
+    def __init__(self, consumer: Any, *, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
+        super().__init__(consumer, loop=loop, thread_loop=loop, **kwargs)
+
+    async def start(self) -> None:
+        # As the thread would run it (ServiceThread._serve), without the thread.
+        assert not self._thread_started.is_set()
+        self._thread_started.set()
+        await self._default_start()
+        await self.on_thread_started()
+
+    async def stop(self) -> None:
+        # As the thread would end (ServiceThread._shutdown_thread); nothing to join.
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        await self.on_stop()
+        await self.on_thread_stop()  # stops aiokafka's consumer
+        await self._default_stop_children()
+        self._shutdown.set()
+        await self._default_stop_futures()
+        await self._default_stop_exit_stacks()
+
+    def _stopped_set(self) -> None:
+        self._stopped.set()
+
+    def set_shutdown(self) -> None:
+        self._shutdown.set()
+
+    async def call_thread(self, fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        result = fun(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def cast_thread(self, fun: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        await self.call_thread(fun, *args, **kwargs)
 
     _fetched: tuple[dict[TP, int], dict[TP, int], dict[TP, tuple[int, int]]] | None = None
     _drained: tuple[dict[TP, int], dict[TP, int], dict[TP, tuple[int, int]]] | None = None
@@ -713,10 +786,9 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
 
     async def _fetch_records(self, consumer: Any, active_partitions: Any, **kwargs: Any) -> Any:
         records = await super()._fetch_records(consumer, active_partitions, **kwargs)
-        # On the consumer's own loop, at the instant aiokafka drained these records (it
-        # hands over only records at each TP's position, and a seek runs on this loop
-        # too, see :meth:`seek_now`): which seeks they follow, and how far each TP was
-        # read. A seek of their TP made after this makes them stale (:class:`Queue`);
+        # At the instant aiokafka drained these records (it hands over only records at
+        # each TP's position; a seek is made between two drains, see :meth:`seek_now`):
+        # which seeks they follow, and how far each TP was read. A seek of their TP made after this makes them stale (:class:`Queue`);
         # so does one under way now (a table recovery's seeks await between seeking
         # and returning).
         app = self.app
@@ -746,10 +818,10 @@ class RflowConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
         return records
 
     async def seek_now(self, partition: Any, offset: int) -> None:
-        """Seek ``partition`` to ``offset`` on the consumer's own loop: never while
-        aiokafka hands a fetch over (seeking from another thread then, the handing over
-        moved the position past its records again, undoing the seek), and with the
-        records drained before it told apart from those after it."""
+        """Seek ``partition`` to ``offset`` between two drains of the fetcher, never while
+        aiokafka hands a fetch over (a seek made then would be undone: the handing over
+        moves the position past its records), and with the records drained before it told
+        apart from those after it."""
         self.app.sought_to(partition, offset)
         self._ensure_consumer().seek(partition, offset)
 
@@ -808,8 +880,8 @@ class RflowConsumer(aiokafka_driver.Consumer):
 
     consumption: Consumption | None = None
 
-    def _new_consumer_thread(self) -> RflowConsumerThread:
-        return RflowConsumerThread(self, loop=self.loop, beacon=self.beacon)
+    def _new_consumer_thread(self) -> RflowConsumerService:
+        return RflowConsumerService(self, loop=self.loop, beacon=self.beacon)
 
     async def _drain_messages(self, fetcher: Any) -> None:
         """Faust's fetcher: hand each fetched record to its stream, then ask for more.
@@ -1054,8 +1126,8 @@ class ConsumingApp(faust.App):
         (:meth:`nudge_recovery`)."""
         self.books = threading.RLock()
         """Held while the seek counts, what each TP's records follow and how far each was
-        read are read or changed: seeks and fetches run on the consumer's thread, the
-        queues are filled on this one."""
+        read are read or changed (a seek, a drain of the fetcher, a record put into a
+        queue: each whole)."""
         self.put_last: dict[TP, int] = {}
         """The offset of the last record of each TP put into the app's queues, or the
         offset less one a seek set the TP's fetch position to since."""
@@ -1086,7 +1158,7 @@ class ConsumingApp(faust.App):
         such a TP is read is unknown until it is sought again (:attr:`dropped`): read to
         its end with its last record handed over long before, it would tell a recovery an
         end offset below records it never applied (:meth:`RflowConsumer.highwaters`)."""
-        with self.books:  # a seek on the consumer's thread forgets how far a TP was read
+        with self.books:  # a seek forgets how far a TP was read
             sought, dropped, read_to = self.sought, self.dropped, self.read_to
             delivered = self.delivered
             for tp, position in positions.items():

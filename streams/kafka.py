@@ -155,7 +155,7 @@ def admin(settings: Settings, **options: Any) -> AIOKafkaAdminClient:
 def faust_options(settings: Settings) -> dict[str, Any]:
     """The Faust app settings that say where the brokers are and how to connect:
     ``broker`` and ``broker_credentials`` (Faust hands them to every consumer and
-    producer it makes, the worker's consumer thread and its topic creation included)."""
+    producer it makes, the worker's consumer and its topic creation included)."""
     import faust
 
     options: dict[str, Any] = {

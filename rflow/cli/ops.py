@@ -225,8 +225,8 @@ def _hold_data_dir(settings: Settings) -> None:
 
 
 def use_event_loop(choice: str) -> None:
-    """Make ``choice`` (``RFLOW_EVENT_LOOP``) the event loop of the worker's threads: its
-    main loop and the Kafka consumer's thread, which makes a loop of its own."""
+    """Make ``choice`` (``RFLOW_EVENT_LOOP``) the worker's event loop (its agents and its
+    Kafka consumer run on it)."""
     if choice == "asyncio":
         return
     try:

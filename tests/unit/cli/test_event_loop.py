@@ -23,7 +23,7 @@ def test_auto_and_uvloop_run_the_worker_on_uvloop(policy) -> None:
     for choice in ("auto", "uvloop"):
         asyncio.set_event_loop_policy(None)
         use_event_loop(choice)
-        loop = asyncio.new_event_loop()  # as the Kafka consumer's thread makes its own
+        loop = asyncio.new_event_loop()  # as the worker makes its own
         try:
             assert isinstance(loop, uvloop.Loop), choice
         finally:

@@ -943,15 +943,15 @@ async def test_what_the_fetcher_hands_over_is_told_by_the_queues_until_a_seek(mo
     seeks = []
 
     async def call_thread(self, fun, *args, **kwargs):
-        return await fun(*args, **kwargs)  # as the consumer's thread runs it
+        return await fun(*args, **kwargs)  # as the consumer runs it
 
     def aiokafka_consumer(self):
         return SimpleNamespace(seek=lambda partition, offset: seeks.append((partition, offset)))
 
-    monkeypatch.setattr(consumption.RflowConsumerThread, "call_thread", call_thread)
-    monkeypatch.setattr(consumption.RflowConsumerThread, "_ensure_consumer", aiokafka_consumer)
+    monkeypatch.setattr(consumption.RflowConsumerService, "call_thread", call_thread)
+    monkeypatch.setattr(consumption.RflowConsumerService, "_ensure_consumer", aiokafka_consumer)
     await app.consumer.seek(tp, 17)  # Faust's seek, as a re-read makes it
-    assert seeks == [(tp, 17)]  # made on the consumer's thread
+    assert seeks == [(tp, 17)]  # made by the consumer
     assert app.consumer.handed_over(tp) is None  # nothing handed over since
     # Records drained before the seek and put into a queue after it are stale.
     queue.force_put_nowait(SimpleNamespace(message=Message(tp, 24)))
@@ -970,7 +970,7 @@ async def test_a_tp_whose_fetched_records_were_dropped_is_not_told_read_to_its_e
     position = {tp: 0}
 
     async def call_thread(self, fun, *args, **kwargs):
-        return await fun(*args, **kwargs)  # as the consumer's thread runs it
+        return await fun(*args, **kwargs)  # as the consumer runs it
 
     async def fetched(self, consumer, active_partitions, **kwargs):
         offsets, position[tp] = fetches.pop(0)
@@ -987,14 +987,14 @@ async def test_a_tp_whose_fetched_records_were_dropped_is_not_told_read_to_its_e
     async def ends(self, *partitions):
         return dict(end)
 
-    monkeypatch.setattr(consumption.RflowConsumerThread, "call_thread", call_thread)
+    monkeypatch.setattr(consumption.RflowConsumerService, "call_thread", call_thread)
     monkeypatch.setattr(
-        consumption.RflowConsumerThread, "_ensure_consumer", lambda _: aiokafka_consumer
+        consumption.RflowConsumerService, "_ensure_consumer", lambda _: aiokafka_consumer
     )
     monkeypatch.setattr(
         consumption.aiokafka_driver.AIOKafkaConsumerThread, "_fetch_records", fetched
     )
-    monkeypatch.setattr(consumption.RflowConsumerThread, "highwaters", ends)
+    monkeypatch.setattr(consumption.RflowConsumerService, "highwaters", ends)
 
     async def fetch(offsets: list[int], after: int, handed: list[int]) -> None:
         fetches.append((offsets, after))
