@@ -12,14 +12,15 @@ engine changes. Environment variables:
                  ("fetched") and in that queue ("queued"), and so for the runs topic's
                  records ("fetched_runs", "queued_runs"); each checkpoint's duration
                  and its transactions' commit ("checkpoints"); and each trigger's
-                 partition, offset and wall times when the fetcher handed it to Faust
-                 (on the consumer's thread), when it was put into the runner's queue
+                 partition, offset and wall times when the fetcher handed it to Faust,
+                 when it was put into the runner's queue
                  and when the runner took it, and its record's timestamp ("trace"), so
                  that a run's latency can be split at each of them; when each fetch
-                 of the consumer was sent and when its response was handled on the
-                 consumer's thread, the broker it went to and the partitions of the
-                 triggers topic it named ("fetches"), and each time that thread's event loop woke up
-                 over a millisecond late (wall time, seconds late: "thread_lags"), so
+                 of the consumer was sent and when its response was handled, the
+                 broker it went to and the partitions of the triggers topic it named
+                 ("fetches"), and each time the loop the consumer runs on woke up over a
+                 millisecond late, watched every 5 ms (wall time, seconds late:
+                 "thread_lags"), so
                  that a trigger's fetch can be split into waiting for a fetch to be
                  sent, the fetch, and from its response to being handed to Faust
     BENCH_CPROFILE  file receiving the worker's cProfile statistics: profiling starts when
@@ -28,13 +29,13 @@ engine changes. Environment variables:
                  half as fast)
     BENCH_COMMIT_INTERVAL  seconds between checkpoints instead of COMMIT_INTERVAL
     BENCH_SWITCH_INTERVAL  Python's thread switch interval (sys.setswitchinterval)
+                 (the worker's other threads: its clients' DNS lookups and the like)
     BENCH_FETCH_MAX_WAIT_MS  how long the broker may hold a fetch, instead of
                  FETCH_MAX_WAIT_MS
 
 The fetch timings wrap aiokafka's ``Fetcher._proc_fetch_request`` (a private name: where
 the installed aiokafka lacks it, no fetch is timed and the tail's breakdown shows the fetch
 whole).
-The watch of the consumer's thread wakes it every 5 ms.
 """
 
 from __future__ import annotations
@@ -104,11 +105,11 @@ def main() -> None:
     original_take = consumption.Consumption.take
     original_checkpoint = consumption.Consumption.checkpoint
     original_commit = consumption.Checkpoint.commit
-    original_fetch = consumption.RflowConsumerThread._fetch_records
+    original_fetch = consumption.RflowConsumerService._fetch_records
 
     from aiokafka.consumer import fetcher as aiokafka_fetcher
 
-    # Each fetch, on the consumer's thread: when its task began, when its response was
+    # Each fetch: when its task began, when its response was
     # handled, the broker it went to and the partitions of the triggers topic it named.
     fetches: list[tuple[float, float, int, list[int]]] = []
     original_proc = getattr(aiokafka_fetcher.Fetcher, "_proc_fetch_request", None)
@@ -129,7 +130,7 @@ def main() -> None:
     if diag_path and original_proc is not None:
         aiokafka_fetcher.Fetcher._proc_fetch_request = _proc_fetch_request
 
-    # How late the consumer's thread's own loop wakes up (only when over 1 ms).
+    # How late the loop the consumer runs on wakes up (only when over 1 ms).
     thread_lags: list[tuple[float, float]] = []
     watch: list[asyncio.Task[None]] = []
 
@@ -138,10 +139,10 @@ def main() -> None:
             thread_lags.append((time.time(), late))
 
     async def _fetch_records(self: Any, consumer: Any, active: Any, **kwargs: Any) -> Any:
-        if not watch:  # the first call on the consumer's thread starts the watch there
+        if not watch:  # the first call starts the watch, on the consumer's loop
             watch.append(asyncio.get_running_loop().create_task(late_wakeups(0.005, stalled)))
         records = await original_fetch(self, consumer, active, **kwargs)
-        now = time.time()  # on the consumer's thread: one dict write each, under the GIL
+        now = time.time()
         for tp, found in records.items():
             if tp.topic.endswith("rflow.triggers"):
                 for record in found:
@@ -186,7 +187,7 @@ def main() -> None:
             commit_took[0] = time.perf_counter() - began
 
     switch = os.environ.get("BENCH_SWITCH_INTERVAL")
-    if switch:  # how often Python's threads (the worker's and the fetcher's) take turns
+    if switch:  # how often Python's threads take turns
         sys.setswitchinterval(float(switch))
     max_wait = os.environ.get("BENCH_FETCH_MAX_WAIT_MS")
     if max_wait:
@@ -199,7 +200,7 @@ def main() -> None:
         consumption.Consumption.take = take
         consumption.Consumption.checkpoint = checkpoint
         consumption.Checkpoint.commit = commit
-        consumption.RflowConsumerThread._fetch_records = _fetch_records
+        consumption.RflowConsumerService._fetch_records = _fetch_records
 
     original = app_module.create_app
 
@@ -217,14 +218,14 @@ def main() -> None:
                 line = {
                     "t": time.time(),
                     "lag": lags[:],
-                    "gc": taken(pauses),  # GC runs on either thread
+                    "gc": taken(pauses),
                     "fetched": fetched[:],
                     "queued": queued[:],
                     "fetched_runs": fetched_runs[:],
                     "queued_runs": queued_runs[:],
                     "checkpoints": checkpoints[:],
                     "trace": traced[:],
-                    # appended to on the consumer's thread: taken without losing one
+                    # taken without losing one appended meanwhile
                     "fetches": taken(fetches),
                     "thread_lags": taken(thread_lags),
                 }

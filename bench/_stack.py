@@ -241,7 +241,7 @@ def diagnostic_lines(path: Path) -> Iterator[dict]:
 
 
 STALLED = 0.003
-"""Seconds late the consumer's thread's loop woke up from which the report counts it as
+"""Seconds late the worker's loop woke up (watched every 5 ms) from which the report counts it as
 stalled (the loop's timers are rounded to milliseconds)."""
 
 
@@ -294,8 +294,8 @@ def read_diagnostics(path: Path, since: float, until: float) -> dict[str, float]
 
 def read_fetches(path: Path) -> dict[int, tuple[list[float], list[float]]]:
     """The fetches an instrumented worker's consumer made, by each partition of the
-    triggers topic they named: when each was sent, and when its response was handled on the consumer's
-    thread (both in the order of the latter)."""
+    triggers topic they named: when each was sent, and when its response was handled
+    (both in the order of the latter)."""
     found: dict[int, list[tuple[float, float]]] = {}
     for entry in diagnostic_lines(path):
         for sent, handled, _node, partitions in entry.get("fetches", ()):

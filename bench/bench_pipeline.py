@@ -420,7 +420,7 @@ def describe_diag(diag: dict | None) -> str:
         f"        {diag['checkpoints']} checkpoints: p50 {diag['checkpoint_p50'] * 1000:.1f} ms, "
         f"p99 {diag['checkpoint_p99'] * 1000:.1f} ms (their commit p50 "
         f"{diag['commit_p50'] * 1000:.1f} ms)\n"
-        f"        the consumer's thread: its loop woke up {STALLED * 1000:.0f} ms or more late "
+        f"        the worker's loop, watched every 5 ms: woke up {STALLED * 1000:.0f} ms or more late "
         f"{diag['thread_stalls']} times, at most {diag['thread_stall_max'] * 1000:.0f} ms "
         f"late, {diag['thread_stalled']:.1f} s late in all"
     )
@@ -579,9 +579,9 @@ def fetch_stages(
 ) -> dict[str, float | None]:
     """A trigger's fetch in three: waiting for a fetch to be sent (none that would bring
     it was under way when the broker appended it), the fetch that brought it (from when
-    it was sent, or the append if later, to its response handled on the consumer's
-    thread) and from there to being handed to Faust (Faust asking for it, and the turns
-    of the consumer's loop before its fetcher hands it over). The fetch that brought it
+    it was sent, or the append if later, to its response handled) and from there to
+    being handed to Faust (Faust asking for it, and the turns of the loop before its
+    fetcher hands it over). The fetch that brought it
     is the last one naming its partition whose response was handled before it was
     handed over. ``fetches``: the fetches naming its partition, (sent times, handled
     times) in the order of the latter. ``None`` for each where that is unknown: no such

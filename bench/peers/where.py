@@ -37,8 +37,9 @@ ACTIVITIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"\bRunner\.(admit|begin|start_run|settled|carry_out)\b|\(rflow/engine/admission\.py",
         ),
         (
-            "Kafka consumer thread: fetching, handing records over",
-            r"WorkerThread\.run|\(mode/threads\.py",
+            "Kafka consumer: fetching, handing records over",
+            r"\(aiokafka/consumer/|\(faust/transport/(consumer|drivers/aiokafka)\.py"
+            r"|RflowConsumer(Service)?\.|WorkerThread\.run|\(mode/threads\.py",
         ),
     )
 )
@@ -46,7 +47,7 @@ ACTIVITIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (label, re.compile(rule))
     for label, rule in (
-        ("Kafka client on the main loop: producing", r"\(aiokafka/"),
+        ("Kafka client: producing, the connections", r"\(aiokafka/"),
         ("Faust streams and codecs: records to the agent", r"\((faust|codecs)/|\(mode/(?!worker)"),
         ("Postgres client (psycopg): other statements", r"\(psycopg(_pool)?/"),
         ("HTTP client (aiohttp): other requests", r"\(aiohttp/"),

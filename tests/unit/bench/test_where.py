@@ -54,7 +54,7 @@ AGENT = (
         (
             AGENT
             + ";EffectRunner.carry_out (agents/effects.py:1);Sender._sender_routine (aiokafka/producer/sender.py:1)",
-            "Kafka client on the main loop:",
+            "Kafka client:",
         ),
         # A state_set counts with the psycopg calls it makes.
         (
@@ -64,7 +64,13 @@ AGENT = (
         ),
         (
             "Thread._bootstrap (threading.py:1);WorkerThread.run (mode/threads.py:2);Fetcher._proc_fetch_request (aiokafka/consumer/fetcher.py:3)",
-            "Kafka consumer thread:",
+            "Kafka consumer:",
+        ),
+        # The consumer runs on the worker's loop: its fetches are the consumer's.
+        (
+            MAIN
+            + ";Handle._run (asyncio/events.py:80);Fetcher._proc_fetch_request (aiokafka/consumer/fetcher.py:3)",
+            "Kafka consumer:",
         ),
         # Else the deepest frame of a known package in the callback the loop ran.
         (
@@ -75,7 +81,7 @@ AGENT = (
         (
             MAIN
             + ";Handle._run (asyncio/events.py:80);Sender._sender_routine (aiokafka/producer/sender.py:1)",
-            "Kafka client on the main loop:",
+            "Kafka client:",
         ),
         # The worker and the loop around a callback are not what it did.
         (MAIN + ";EpollSelector.select (selectors.py:1)", "event loop and the rest"),
