@@ -13,16 +13,15 @@ engine changes. Environment variables:
                  records ("fetched_runs", "queued_runs"); each checkpoint's duration
                  and its transactions' commit ("checkpoints"); and each trigger's
                  partition, offset and wall times when the fetcher handed it to Faust,
-                 when it was put into the runner's queue
-                 and when the runner took it, and its record's timestamp ("trace"), so
-                 that a run's latency can be split at each of them; when each fetch
-                 of the consumer was sent and when its response was handled, the
-                 broker it went to and the partitions of the triggers topic it named
-                 ("fetches"), and each time the loop the consumer runs on woke up over a
-                 millisecond late, watched every 5 ms (wall time, seconds late:
-                 "thread_lags"), so
-                 that a trigger's fetch can be split into waiting for a fetch to be
-                 sent, the fetch, and from its response to being handed to Faust
+                 when it was put into the runner's queue and when the runner took it,
+                 and its record's timestamp ("trace"), so that a run's latency can be
+                 split at each of them; when each fetch of the consumer was sent and
+                 when its response was handled, and the partitions of the triggers
+                 topic it named ("fetches"), and each time the loop the consumer runs
+                 on woke up over a millisecond late, watched every 5 ms (wall time,
+                 seconds late: "thread_lags"), so that a trigger's fetch can be split
+                 into waiting for a fetch to be sent, the fetch, and from its response
+                 to being handed to Faust
     BENCH_CPROFILE  file receiving the worker's cProfile statistics: profiling starts when
                  a file named like it plus ".start" appears, and is written out when one
                  plus ".stop" does (read it with pstats; profiled, the worker runs about
@@ -109,9 +108,9 @@ def main() -> None:
 
     from aiokafka.consumer import fetcher as aiokafka_fetcher
 
-    # Each fetch: when its task began, when its response was
-    # handled, the broker it went to and the partitions of the triggers topic it named.
-    fetches: list[tuple[float, float, int, list[int]]] = []
+    # Each fetch: when its task began, when its response was handled and the partitions
+    # of the triggers topic it named.
+    fetches: list[tuple[float, float, list[int]]] = []
     original_proc = getattr(aiokafka_fetcher.Fetcher, "_proc_fetch_request", None)
 
     async def _proc_fetch_request(self: Any, assignment: Any, node_id: Any, request: Any) -> Any:
@@ -125,7 +124,7 @@ def main() -> None:
                 if topic.endswith("rflow.triggers")
                 for partition, *_ in partitions
             ]
-            fetches.append((sent, time.time(), node_id, named))
+            fetches.append((sent, time.time(), named))
 
     if diag_path and original_proc is not None:
         aiokafka_fetcher.Fetcher._proc_fetch_request = _proc_fetch_request

@@ -298,7 +298,7 @@ def read_fetches(path: Path) -> dict[int, tuple[list[float], list[float]]]:
     (both in the order of the latter)."""
     found: dict[int, list[tuple[float, float]]] = {}
     for entry in diagnostic_lines(path):
-        for sent, handled, _node, partitions in entry.get("fetches", ()):
+        for sent, handled, partitions in entry.get("fetches", ()):
             for partition in partitions:
                 found.setdefault(int(partition), []).append((float(sent), float(handled)))
     by_partition: dict[int, tuple[list[float], list[float]]] = {}

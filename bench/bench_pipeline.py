@@ -420,8 +420,8 @@ def describe_diag(diag: dict | None) -> str:
         f"        {diag['checkpoints']} checkpoints: p50 {diag['checkpoint_p50'] * 1000:.1f} ms, "
         f"p99 {diag['checkpoint_p99'] * 1000:.1f} ms (their commit p50 "
         f"{diag['commit_p50'] * 1000:.1f} ms)\n"
-        f"        the worker's loop, watched every 5 ms: woke up {STALLED * 1000:.0f} ms or more late "
-        f"{diag['thread_stalls']} times, at most {diag['thread_stall_max'] * 1000:.0f} ms "
+        f"        the worker's loop, watched every 5 ms: woke up {STALLED * 1000:.0f} ms or "
+        f"more late {diag['thread_stalls']} times, at most {diag['thread_stall_max'] * 1000:.0f} ms "
         f"late, {diag['thread_stalled']:.1f} s late in all"
     )
 

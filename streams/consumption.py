@@ -788,9 +788,9 @@ class RflowConsumerService(aiokafka_driver.AIOKafkaConsumerThread):
         records = await super()._fetch_records(consumer, active_partitions, **kwargs)
         # At the instant aiokafka drained these records (it hands over only records at
         # each TP's position; a seek is made between two drains, see :meth:`seek_now`):
-        # which seeks they follow, and how far each TP was read. A seek of their TP made after this makes them stale (:class:`Queue`);
-        # so does one under way now (a table recovery's seeks await between seeking
-        # and returning).
+        # which seeks they follow, and how far each TP was read. A seek of their TP made
+        # after this makes them stale (:class:`Queue`); so does one under way now (a
+        # table recovery's seeks await between seeking and returning).
         app = self.app
         with app.books:
             seeking = app.seeking
