@@ -23,7 +23,7 @@ from rflow.lang import load_project
 from rflow.settings import Settings
 from rflow.storage import runs
 from rflow.streams import kafka
-from rflow.streams.producer import Producer
+from rflow.streams.producer import ProduceError, Producer
 from rflow.triggering import trigger_record
 from tests.integration.harness import WorkerProcess, trace, wait_until
 
@@ -76,7 +76,21 @@ class Load:
                     received_at=datetime.now(UTC),
                 )
                 # Acknowledged one at a time: Kafka keeps the group's order on its partition.
-                await producer.trigger(record)
+                # A firing the broker refused (it is restarting) is sent again before the
+                # next, as a producer of triggers would: its key makes it one run. It may
+                # have been written all the same, so it is fired until acknowledged (for
+                # 60 s more once the load is told to stop).
+                until = None
+                while True:
+                    try:
+                        await producer.trigger(record)
+                        break
+                    except ProduceError:
+                        if self.stopping.is_set():
+                            until = until or time.monotonic() + 60
+                            if time.monotonic() > until:
+                                raise
+                        await asyncio.sleep(0.5)
                 counts[group] += 1
                 self.fired.append((group, n))
                 # Pace to the rate (a schedule, not a wait for a condition).
