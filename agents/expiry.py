@@ -6,7 +6,9 @@ partitions it owns, a chunk of entries at a time under the partition's lock
 (:meth:`~rflow.streams.consumption.Consumption.decide`): a sweep never races an
 admission or a run's event on the same partition, and its deletions are table changes
 like any other, written by the next checkpoint (the tombstones on the changelogs, with
-the journals and the tables' other changes, before the offsets are committed).
+the journals and the tables' other changes, before the offsets are committed). Between
+two chunks it waits, so that it takes at most :data:`SHARE` of the worker's loop: runs
+go on beside a sweep, however many entries it reads.
 
 A partition is swept in full (every entry read) when this worker opens it, and every
 :data:`FULL_SWEEP` after. In between, tables on disk are swept by their index of when
@@ -33,8 +35,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHUNK = 500
-"""Entries decided under a partition's lock at once (about a millisecond of it held)."""
+CHUNK = 100
+"""Entries decided under a partition's lock at once: about a millisecond of the worker's
+loop, the longest a run waits behind one step of a sweep."""
+SHARE = 0.1
+"""The most of the worker's loop a sweep takes: after each chunk it waits nine times as
+long as the chunk took. A sweep is upkeep; a full one reads every entry of the partitions
+(hundreds of milliseconds of work at a few thousand entries each, far more at millions),
+and run at once it held every run arriving meanwhile that long."""
 FULL_SWEEP = 24 * 3600.0
 """Seconds between two full sweeps of a partition whose tables know when entries come
 due: what the index misses (a window shortened by a deploy) is found then."""
@@ -150,18 +158,23 @@ class Sweeper:
         kept = 0
         while True:
             found: list[tuple[Any, int]] = []
+            took: list[float] = []
 
-            async def work(after: Any = after, found: list[tuple[Any, int]] = found) -> None:
+            async def work(
+                after: Any = after, found: list[tuple[Any, int]] = found, took: list[float] = took
+            ) -> None:
+                began = time.perf_counter()
                 found.append(chunk(after))
+                took.append(time.perf_counter() - began)
 
             if not await self.consumption.decide(partition, work):
                 return None
             last, counted = found[0]
             kept += counted
+            await asyncio.sleep(took[0] * (1 / SHARE - 1))
             if last is None:
                 return kept
             after = last
-            await asyncio.sleep(0)
 
     def _full(self, name: str, partition: int, after: Any) -> tuple[Any, int]:
         table: Staged = getattr(self.tables, name)
