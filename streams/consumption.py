@@ -231,9 +231,10 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
             and _defines(faust_consumer.ThreadDelegateConsumer, "_seek")
         ),
     ),
-    "mode ServiceThread's thread_loop=, _thread_started, _default_start, on_thread_started, "
-    "on_thread_stop, _default_stop_children/_futures/_exit_stacks, _stopped_set, "
-    "set_shutdown, QueueServiceThread.call_thread (the consumer's service on the worker's "
+    "mode ServiceThread's thread_loop=, _thread_started, _default_start, on_thread_stop, "
+    "_default_stop_children/_futures/_exit_stacks, _stopped, _shutdown, shutdown_timeout, "
+    "_stopped_set, set_shutdown, QueueServiceThread.call_thread; faust's consumer thread "
+    "stopping aiokafka's consumer in on_thread_stop (the consumer's service on the worker's "
     "own loop, no thread)": (
         "mode-streaming",
         lambda: (
@@ -241,7 +242,7 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
             and _assigns(mode_threads.ServiceThread.__init__, "_thread_started")
             and all(
                 _defines(mode_threads.ServiceThread, name)
-                for name in ("on_thread_started", "on_thread_stop", "_stopped_set", "set_shutdown")
+                for name in ("on_thread_stop", "_stopped_set", "set_shutdown")
             )
             and all(
                 hasattr(mode.Service, name)
@@ -250,10 +251,19 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
                     "_default_stop_children",
                     "_default_stop_futures",
                     "_default_stop_exit_stacks",
+                    "shutdown_timeout",
                 )
             )
+            and _assigns(mode.Service.__init__, "_stopped")
+            and _assigns(mode.Service.__init__, "_shutdown")
             and _defines(mode_threads.QueueServiceThread, "call_thread")
             and _defines(mode_threads.QueueServiceThread, "cast_thread")
+            and _assigns(aiokafka_driver.AIOKafkaConsumerThread.on_thread_stop, "_consumer")
+            # start and stop are this module's: faust's consumer thread must not have its own
+            and not any(
+                _defines(aiokafka_driver.AIOKafkaConsumerThread, name)
+                for name in ("start", "stop", "_shutdown_thread")
+            )
         ),
     ),
     "faust App._on_partitions_assigned (fenced before the tables recover)": (
@@ -717,18 +727,31 @@ class RflowConsumerService(aiokafka_driver.AIOKafkaConsumerThread):
     def __init__(self, consumer: Any, *, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
         super().__init__(consumer, loop=loop, thread_loop=loop, **kwargs)
 
+    _starting: asyncio.Future[None] | None = None
+
     async def start(self) -> None:
-        # As the thread would run it (ServiceThread._serve), without the thread.
+        # As the thread would run it (ServiceThread._serve), without the thread. Its
+        # method queue is not started: every call is a plain await (call_thread).
         assert not self._thread_started.is_set()
         self._thread_started.set()
-        await self._default_start()
-        await self.on_thread_started()
+        self._starting = starting = asyncio.get_running_loop().create_future()
+        try:
+            await self._default_start()  # starts aiokafka's consumer (on_start)
+        finally:
+            starting.set_result(None)
 
     async def stop(self) -> None:
         # As the thread would end (ServiceThread._shutdown_thread); nothing to join.
         if self._stopped.is_set():
             return
         self._stopped.set()
+        starting = self._starting
+        if starting is not None and not starting.done():
+            # A stop while aiokafka's consumer starts: stopping it now would let the start
+            # finish afterwards and leave its fetcher and coordinator running. The thread
+            # finished a start before it stopped; so does this, as long as a stop may take.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(starting), self.shutdown_timeout)
         await self.on_stop()
         await self.on_thread_stop()  # stops aiokafka's consumer
         await self._default_stop_children()

@@ -1430,3 +1430,36 @@ async def test_a_last_commit_the_group_refuses_is_raised_by_the_close():
     with pytest.raises(consumption.CommitRefused, match=r"events\[3\] at 0 of 1"):
         await made.close()
     assert made.cursors == {}
+
+
+async def test_the_consumer_service_stopped_while_it_starts_stops_aiokafka_once_started(
+    monkeypatch,
+):
+    from rflow.streams.app import create_app
+
+    app = create_app(Settings(api_token="t"))
+    service = app.consumer._thread
+    starting = asyncio.Event()
+    go_on = asyncio.Event()
+    happened: list[str] = []
+
+    class Aiokafka:
+        async def start(self) -> None:
+            starting.set()
+            await go_on.wait()  # the broker answers slowly
+            happened.append("started")  # aiokafka's fetcher and coordinator run from here
+
+        async def stop(self) -> None:
+            happened.append("stopped")
+
+    monkeypatch.setattr(service, "_create_consumer", lambda loop: Aiokafka())
+    start = asyncio.ensure_future(service.start())
+    await starting.wait()
+    stop = asyncio.ensure_future(service.stop())
+    await asyncio.sleep(0)  # the stop is under way while the start waits
+    assert not stop.done()
+    go_on.set()
+    await asyncio.wait_for(asyncio.gather(start, stop), timeout=10)
+    # Stopped after the start finished: nothing the start began outlives the stop.
+    assert happened == ["started", "stopped"]
+    assert service._method_queue is None  # every call is a plain await: no queue runs
