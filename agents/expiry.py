@@ -42,7 +42,9 @@ SHARE = 0.1
 """The most of the worker's loop a sweep takes: after each chunk it waits nine times as
 long as the chunk took. A sweep is upkeep; a full one reads every entry of the partitions
 (hundreds of milliseconds of work at a few thousand entries each, far more at millions),
-and run at once it held every run arriving meanwhile that long."""
+and run at once it held every run arriving meanwhile that long. A sweep of what is due
+that has not ended within the interval between two sweeps stops waiting: what the
+window no longer covers is forgotten as fast as it comes due, whatever the rate."""
 FULL_SWEEP = 24 * 3600.0
 """Seconds between two full sweeps of a partition whose tables know when entries come
 due: what the index misses (a window shortened by a deploy) is found then."""
@@ -69,6 +71,9 @@ class Sweeper:
         """(table, partition) -> the entries it held after its last full sweep."""
         self.opened_here: set[int] = set()
         """The partitions opened since every partition was last closed."""
+        self.paced_until = 0.0
+        """Until when (monotonic) the sweep under way of what is due takes at most
+        :data:`SHARE` of the loop."""
         for name in SWEPT:
             table: Staged = getattr(self.tables, name)
             table.store.index_by(self._coming_due(name, table))
@@ -118,11 +123,14 @@ class Sweeper:
 
     async def sweep(self) -> None:
         """Sweep every partition this worker owns once."""
+        self.paced_until = time.monotonic() + self.interval()
         for partition in sorted(self.consumption.owned()):
             full = time.monotonic() - self.full.get(partition, -FULL_SWEEP) >= FULL_SWEEP
-            full = full or not all(getattr(self.tables, n).store.indexed for n in SWEPT)
-            if full:
-                swept = await self._sweep_full(partition)
+            indexed = all(getattr(self.tables, n).store.indexed for n in SWEPT)
+            if full or not indexed:
+                # Without an index a full sweep is how entries are forgotten: it keeps up
+                # as a sweep of what is due does; with one, it is upkeep, always paced.
+                swept = await self._sweep_full(partition, paced=indexed)
                 if swept:
                     self.full[partition] = time.monotonic()
             else:
@@ -138,22 +146,24 @@ class Sweeper:
 
     # --- full sweeps ----------------------------------------------------------------
 
-    async def _sweep_full(self, partition: int) -> bool:
+    async def _sweep_full(self, partition: int, paced: bool) -> bool:
         """Read every entry of ``partition``; False if it was given up meanwhile."""
         for name in SWEPT:
             getattr(self.tables, name).store.rewind(partition)
         for name in ("runs", *SWEPT):
             counted = await self._chunks(
-                partition, lambda after, n=name: self._full(n, partition, after)
+                partition, lambda after, n=name: self._full(n, partition, after), paced
             )
             if counted is None:
                 return False
             self.counts[(name, partition)] = counted
         return True
 
-    async def _chunks(self, partition: int, chunk: Any) -> int | None:
+    async def _chunks(self, partition: int, chunk: Any, paced: bool = False) -> int | None:
         """Run ``chunk(after)`` under the partition's lock until it returns no key to go
-        on after; the entries it kept, or ``None`` if the partition was given up."""
+        on after; the entries it kept, or ``None`` if the partition was given up. After
+        each chunk, wait to take at most :data:`SHARE` of the loop: always if ``paced``,
+        else until :attr:`paced_until`."""
         after: Any = None
         kept = 0
         while True:
@@ -171,7 +181,8 @@ class Sweeper:
                 return None
             last, counted = found[0]
             kept += counted
-            await asyncio.sleep(took[0] * (1 / SHARE - 1))
+            pace = paced or time.monotonic() < self.paced_until
+            await asyncio.sleep(took[0] * (1 / SHARE - 1) if pace else 0)
             if last is None:
                 return kept
             after = last

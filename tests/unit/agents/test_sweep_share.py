@@ -1,8 +1,10 @@
 """A sweep is upkeep: between two chunks it waits long enough to take at most
-``expiry.SHARE`` of the worker's loop, whatever it reads."""
+``expiry.SHARE`` of the worker's loop, whatever it reads; a sweep of what is due that
+outlasts the interval between two sweeps waits no more (it keeps up with what comes due)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -25,9 +27,10 @@ class Consumption:
         return True
 
 
-def sweeper(consumption: Consumption) -> expiry.Sweeper:
+def sweeper(consumption: Consumption, paced_for: float = 0.0) -> expiry.Sweeper:
     made = object.__new__(expiry.Sweeper)  # only what the chunks use
     made.consumption = consumption  # type: ignore[assignment]
+    made.paced_until = time.monotonic() + paced_for
     return made
 
 
@@ -45,20 +48,34 @@ def clock(monkeypatch):
     return now, waited
 
 
-async def test_after_each_chunk_a_sweep_waits_so_as_to_take_its_share_of_the_loop(clock):
-    now, waited = clock
-    took = [0.004, 0.002, 0.003]  # each chunk's work
+TOOK = [0.004, 0.002, 0.003]  # each chunk's work
 
+
+def chunks(now: list[float]) -> Any:
     def chunk(after: Any) -> tuple[Any, int]:
         n = 0 if after is None else after + 1
-        now[0] += took[n]
-        return (None if n == len(took) - 1 else n), 7
+        now[0] += TOOK[n]
+        return (None if n == len(TOOK) - 1 else n), 7
 
+    return chunk
+
+
+@pytest.mark.parametrize("paced, paced_for", [(True, 0.0), (False, 3600.0)])
+async def test_after_each_chunk_a_sweep_waits_so_as_to_take_its_share_of_the_loop(
+    clock, paced, paced_for
+):
+    now, waited = clock
     consumption = Consumption()
-    kept = await sweeper(consumption)._chunks(3, chunk)
+    kept = await sweeper(consumption, paced_for)._chunks(3, chunks(now), paced)
     assert kept == 21 and consumption.decided == 3
-    share = [work / (work + wait) for work, wait in zip(took, waited, strict=True)]
+    share = [work / (work + wait) for work, wait in zip(TOOK, waited, strict=True)]
     assert share == pytest.approx([expiry.SHARE] * 3)
+
+
+async def test_a_sweep_of_what_is_due_past_its_interval_waits_no_more(clock):
+    now, waited = clock
+    assert await sweeper(Consumption(), paced_for=0.0)._chunks(3, chunks(now)) == 21
+    assert waited == [0, 0, 0]  # each a turn of the loop, no longer
 
 
 async def test_a_partition_given_up_ends_its_sweep_without_waiting(clock):
