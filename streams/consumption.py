@@ -1002,15 +1002,20 @@ class RflowConsumer(aiokafka_driver.Consumer):
         offset after the last record where this worker has read a TP to its end: Faust
         recovers a table until it has applied the record at the end offset less one,
         which, after a transaction, is its commit marker. A worker taking back a
-        partition whose standby copy it kept current then ends its recovery at once."""
+        partition whose standby copy it kept current then ends its recovery at once.
+        Never told below the offset an earlier recovery here reached (Faust keeps it, and
+        stops the worker if it is past the end it is told): a partition recovered through
+        its last marker and assigned here again has nothing left to read."""
         found = dict(await super().highwaters(*partitions))
         app = self.app
+        recovered = app.tables.recovery.active_offsets
         for tp, end in found.items():
             key = TP(tp.topic, tp.partition)
             last = app.handed.get(key)
             if end and last is not None and last + 1 < end and app.read_to.get(key, -1) >= end:
                 log.debug("%s[%d]: read to its end %d, the last record at %d", *key, end, last)
-                found[tp] = last + 1
+                reached = recovered.get(tp)
+                found[tp] = min(end, max(last + 1, -1 if reached is None else reached + 1))
         return found
 
     async def commit_offsets(self, offsets: Mapping[TP, int]) -> bool:
