@@ -124,13 +124,15 @@ class Sweeper:
     async def sweep(self) -> None:
         """Sweep every partition this worker owns once."""
         self.paced_until = time.monotonic() + self.interval()
+        indexed = all(getattr(self.tables, n).store.indexed for n in SWEPT)
         for partition in sorted(self.consumption.owned()):
+            daily = partition in self.full
             full = time.monotonic() - self.full.get(partition, -FULL_SWEEP) >= FULL_SWEEP
-            indexed = all(getattr(self.tables, n).store.indexed for n in SWEPT)
             if full or not indexed:
-                # Without an index a full sweep is how entries are forgotten: it keeps up
-                # as a sweep of what is due does; with one, it is upkeep, always paced.
-                swept = await self._sweep_full(partition, paced=indexed)
+                # Without an index a full sweep is how entries are forgotten, and the first
+                # after an opening is how recovered entries get indexed: both keep up as a
+                # sweep of what is due does. The daily one is upkeep, always paced.
+                swept = await self._sweep_full(partition, paced=indexed and daily)
                 if swept:
                     self.full[partition] = time.monotonic()
             else:
@@ -167,22 +169,19 @@ class Sweeper:
         after: Any = None
         kept = 0
         while True:
-            found: list[tuple[Any, int]] = []
-            took: list[float] = []
+            done: list[tuple[tuple[Any, int], float]] = []
 
-            async def work(
-                after: Any = after, found: list[tuple[Any, int]] = found, took: list[float] = took
-            ) -> None:
+            async def work(after: Any = after, done: list = done) -> None:
                 began = time.perf_counter()
-                found.append(chunk(after))
-                took.append(time.perf_counter() - began)
+                found = chunk(after)
+                done.append((found, time.perf_counter() - began))
 
             if not await self.consumption.decide(partition, work):
                 return None
-            last, counted = found[0]
+            (last, counted), took = done[0]
             kept += counted
             pace = paced or time.monotonic() < self.paced_until
-            await asyncio.sleep(took[0] * (1 / SHARE - 1) if pace else 0)
+            await asyncio.sleep(took * (1 / SHARE - 1) if pace else 0)
             if last is None:
                 return kept
             after = last

@@ -86,3 +86,42 @@ async def test_a_partition_given_up_ends_its_sweep_without_waiting(clock):
 
     assert await sweeper(Consumption(owned=False))._chunks(3, chunk) is None
     assert waited == []
+
+
+class Store:
+    indexed = True
+
+
+class Tables:
+    """The swept tables, indexed; and the partitions stamped as swept."""
+
+    def __init__(self) -> None:
+        for name in expiry.SWEPT:
+            setattr(self, name, type("Table", (), {"store": Store()})())
+        self.stamped: list[int] = []
+
+    def stamp(self, partition: int, now: float) -> None:
+        self.stamped.append(partition)
+
+
+async def test_only_the_daily_full_sweep_is_always_paced(monkeypatch):
+    """The first full sweep after an opening indexes what was recovered: it is paced as a
+    sweep of what is due is (until the interval is over), so that it keeps up however
+    often partitions move; the daily one is upkeep, always paced."""
+    made = sweeper(Consumption())
+    made.consumption.owned = lambda: {1, 2}  # type: ignore[attr-defined]
+    made.tables = Tables()  # type: ignore[assignment]
+    made.full = {2: time.monotonic() - expiry.FULL_SWEEP}  # 2 was swept in full a day ago
+    made.counts = {}
+    made.runtime = type("Runtime", (), {"metrics": None})()  # type: ignore[assignment]
+    made.interval = lambda: 60.0  # type: ignore[method-assign]
+    full: dict[int, bool] = {}
+
+    async def sweep_full(partition: int, paced: bool) -> bool:
+        full[partition] = paced
+        return True
+
+    made._sweep_full = sweep_full  # type: ignore[method-assign]
+    await made.sweep()
+    assert full == {1: False, 2: True}
+    assert made.tables.stamped == [1, 2] and set(made.full) == {1, 2}  # type: ignore[attr-defined]
