@@ -901,6 +901,7 @@ def attach(app: RflowApp) -> Runner:
             await send_dead_letter(app, message, f"the runner failed: {type(exc).__name__}: {exc}")
 
     consumption.on_open.append(runner.resume_partitions)
-    # A checkpoint sends the runs' journals, then the tables' changes (see the module).
+    # A checkpoint sends the runs' journals and the tables' changes: in transactions at
+    # once, without them the journals first (see streams/consumption.py).
     consumption.flushers += [runner.effects.flush_journal, runtime.tables.flush]
     return runner

@@ -14,9 +14,10 @@ a topic an agent reads (a *TP*), while this worker owns it:
    agent any more (:data:`STALL`, :meth:`Consumption.stalled`).
 4. **Commits cover what is done and durable.** Decisions change tables and journals in
    memory; a checkpoint, every :data:`COMMIT_INTERVAL`, writes everything decided so far
-   (the runs' journals first, then the newest value of each table key changed, see
+   (the runs' journals and the newest value of each table key changed, see
    :attr:`Consumption.flushers`; each write is handed to the producer at once and
-   returns when the broker has acknowledged it), and then commits, per TP, the offset below which every record is
+   returns when the broker has acknowledged it; in transactions all at once, with the
+   offsets, without them the journals first), and then commits, per TP, the offset below which every record is
    processed. So offsets are committed during a burst too, and a run that starts and
    settles between two checkpoints costs its table entry one write.
 5. **One owner at a time.** A TP is opened once the group's rebalance is complete (its
@@ -1417,7 +1418,9 @@ class Checkpoint:
         self.producer = producer
         """The app's producer: the records of a checkpoint without transactions."""
         self.fence = fence
-        self.begun: dict[int, Any] = {}
+        self.begun: dict[int, tuple[Any, asyncio.Future[Any]]] = {}
+        """Partition -> its producer and the beginning of its transaction (the writes
+        of one checkpoint go on side by side: the first to need it begins it)."""
         self.afterwards: list[Callable[[], None]] = []
 
     @property
@@ -1445,18 +1448,33 @@ class Checkpoint:
         assert self.fence is not None
         found = self.begun.get(number)
         if found is None:
-            found = self.fence.producer(number)
-            await found.begin_transaction()
-            self.begun[number] = found
-        return found
+            producer = self.fence.producer(number)
+            found = self.begun[number] = (
+                producer,
+                asyncio.ensure_future(producer.begin_transaction()),
+            )
+        producer, begun = found
+        await begun
+        return producer
+
+    async def write(self, writes: Iterable[Callable[[], Awaitable[None]]]) -> None:
+        """Make ``writes`` (each returns once the broker has acknowledged its records).
+        Without transactions in order, each finished before the next begins: a later
+        write is acknowledged only if every earlier one was. In transactions all at once,
+        so that each producer adds its partitions to its transaction in one request: a
+        transaction commits all of its records or none, whatever their order."""
+        if self.fence is None:
+            for write in writes:
+                await write()
+        else:
+            await asyncio.gather(*(write() for write in writes))
 
     def then(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once every record of the checkpoint is committed."""
         self.afterwards.append(callback)
 
-    async def commit(self, offsets: Mapping[int, Mapping[TP, int]], group: str) -> None:
-        """Add each partition's consumed ``offsets`` to its transaction and commit every
-        transaction begun."""
+    async def add_offsets(self, offsets: Mapping[int, Mapping[TP, int]], group: str) -> None:
+        """Add each partition's consumed ``offsets`` to its transaction."""
 
         async def add(number: int, consumed: Mapping[TP, int]) -> None:
             producer = await self.begin(number)
@@ -1467,8 +1485,12 @@ class Checkpoint:
 
         # Each partition's transaction is its own producer's: they go on side by side.
         await asyncio.gather(*(add(number, consumed) for number, consumed in offsets.items()))
+
+    async def commit(self) -> None:
+        """Commit every transaction begun (once its records and offsets are in)."""
         if self.begun:
-            await asyncio.gather(*(p.commit_transaction() for p in self.begun.values()))
+            await asyncio.gather(*(begun for _, begun in self.begun.values()))
+            await asyncio.gather(*(p.commit_transaction() for p, _ in self.begun.values()))
 
     def done(self) -> None:
         for callback in self.afterwards:
@@ -1541,9 +1563,11 @@ class Consumption:
         """TPs assigned by the last rebalance, opened when Faust seeks to committed."""
         self.flushers: list[Callable[[], Callable[[], Awaitable[None]]]] = []
         """Called in order at one instant when a checkpoint begins: each takes what was
-        decided so far and returns how to write it. The writes are then made in the same
-        order, each finished before the next begins (the runs' journals before the
-        tables, so that no table says a run is settled whose journal may be lost)."""
+        decided so far and returns how to write it. In transactions the writes are made
+        all at once (each partition's commit takes all of its records or none); without,
+        in the same order, each finished before the next begins (the runs' journals
+        before the tables, so that no table says a run is settled whose journal may be
+        lost)."""
         self.on_open: list[Callable[[frozenset[int]], Awaitable[None]]] = []
         """Called with the joined partitions opened, after each rebalance."""
         self.on_handler_failure: list[Callable[[str], None]] = []
@@ -1786,10 +1810,15 @@ class Consumption:
             token = _CHECKPOINT.set(checkpoint)
             try:
                 writes = [flush() for flush in self.flushers]  # one instant: nothing awaits
-                for write in writes:
-                    await write()  # returns once the broker has acknowledged all of it
-                if fence is not None:
-                    await checkpoint.commit(within, self.group)
+                if fence is None:
+                    await checkpoint.write(writes)
+                else:
+                    # Records and offsets go into the transactions side by side: one
+                    # transaction per partition, all of it committed or none.
+                    await asyncio.gather(
+                        checkpoint.write(writes), checkpoint.add_offsets(within, self.group)
+                    )
+                    await checkpoint.commit()
             except Exception as exc:
                 self.failed = exc
                 raise WritesLost(exc) from exc

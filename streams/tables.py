@@ -263,8 +263,12 @@ class Tables:
         writes = [table.flush() for table in self.all]
 
         async def write() -> None:
-            for each in writes:
-                await each()
+            checkpoint = current_checkpoint()
+            if checkpoint is None:
+                for each in writes:
+                    await each()
+            else:
+                await checkpoint.write(writes)
 
         return write
 

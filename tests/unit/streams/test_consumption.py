@@ -1357,6 +1357,74 @@ async def test_a_checkpoint_writes_each_partition_in_its_own_transaction_with_it
     assert fetcher.commits == [{EVENTS: 1}]
 
 
+def overlapping_flush(name: str, events: list[str], both: asyncio.Event) -> Callable[[], Any]:
+    """A flusher whose write is acknowledged only once another write is under way."""
+
+    def flush():
+        async def write() -> None:
+            checkpoint = consumption.current_checkpoint()
+            await checkpoint.send(0, f"t.{name}", b"k", b"v", 0)
+            events.append(f"{name} sent")
+            if len(events) == 2:
+                both.set()
+            await both.wait()
+            events.append(f"{name} acknowledged")
+
+        return write
+
+    return flush
+
+
+async def test_in_transactions_a_checkpoint_hands_every_write_and_its_offsets_over_at_once():
+    """One transaction takes all of its records or none: the journals and the tables go
+    in side by side (one request adds their partitions), the transaction begun once."""
+    made, _ = layer()
+    log: list = []
+    fence = consumption.Fence(lambda tid: None, "app")
+    fence.producers = {0: FakeProducer(0, log)}
+    made.fence, made.group = fence, "app"
+    await opened(made, {TRIGGERS: 0})
+    events: list[str] = []
+    both = asyncio.Event()
+    made.flushers += [overlapping_flush(n, events, both) for n in ("journal", "changelog")]
+    assert made.take(Message(TRIGGERS, 0))
+    made.processed(Message(TRIGGERS, 0))
+    assert await asyncio.wait_for(made.checkpoint(), 5) is True
+    assert events[:2] == ["journal sent", "changelog sent"]
+    assert [entry for entry in log if entry[1] == "begin"] == [(0, "begin")]
+    assert (0, "offsets", {0: 1}) in log and log[-1] == (0, "commit")
+
+
+async def test_without_transactions_a_checkpoint_writes_the_journals_before_the_tables():
+    made, fetcher = layer()
+    made.app.producer = FakeProducer(0, [])
+    events: list[str] = []
+
+    def flusher(name: str) -> Callable[[], Any]:
+        def flush():
+            async def write() -> None:
+                events.append(f"{name} sent")
+                await asyncio.sleep(0)
+                events.append(f"{name} acknowledged")
+
+            return write
+
+        return flush
+
+    await opened(made, {TRIGGERS: 0})
+    made.flushers += [flusher("journal"), flusher("changelog")]
+    assert made.take(Message(TRIGGERS, 0))
+    made.processed(Message(TRIGGERS, 0))
+    assert await made.checkpoint() is True
+    assert events == [
+        "journal sent",
+        "journal acknowledged",
+        "changelog sent",
+        "changelog acknowledged",
+    ]
+    assert fetcher.commits == [{TRIGGERS: 1}]
+
+
 async def test_a_fenced_checkpoint_loses_its_writes_and_its_store_is_untouched():
     from aiokafka.errors import ProducerFenced
 

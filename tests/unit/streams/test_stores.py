@@ -217,14 +217,14 @@ async def test_rocksdb_never_holds_a_value_or_offset_of_an_aborted_transaction(t
         from aiokafka.errors import ProducerFenced
 
         with pytest.raises(ProducerFenced):
-            await checkpoint.commit({}, "group")
+            await checkpoint.commit()
         # Aborted: the database keeps the value and the offset it had (a restart on this
         # host reads the changelog from offset 11, where a read_committed reader skips
         # the aborted records).
         assert store.get(2, "wf:a") == {"n": 0} and store.get(2, "wf:b") is None
         assert table.data.persisted_offset(TP("changelog", 2)) == 10
     else:
-        await checkpoint.commit({}, "group")
+        await checkpoint.commit()
         checkpoint.done()
         assert store.get(2, "wf:a") == {"n": 1} and store.get(2, "wf:b") == {"n": 2}
         assert table.data.persisted_offset(TP("changelog", 2)) == 12
