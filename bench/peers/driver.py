@@ -4,8 +4,12 @@ Started by bench/bench_peers.py (which installs the peers first) in `.bench/venv
 file for the options. For each engine in turn, alone on the machine's engines (the others
 are stopped), on a fresh deployment of it:
 
-  warm-up  half the peak phase's firings (at least 50), not counted: the first engine
-           also warms the broker's JIT, which the second one would otherwise get warm;
+  warm-up  half the peak phase's firings (at least 50), not counted; an engine on Kafka
+           then goes on warming (a burst like the warm-up, then 5 s at @rate, up to
+           ``JIT_ROUNDS`` times) while the broker's JIT compilers used more than
+           ``JIT_QUIET`` seconds of CPU in the last of them: a broker started a moment
+           ago compiles for minutes (24 s of CPU in its first three, 2026-12-07), and a
+           user's broker has long been past that;
   peak     N firings at once (open loop), runs/s = N / (last notify at the sink - first
            firing); CPU of the engine's processes, Kafka and Postgres from the first firing
            until the engine is idle again, per run;
@@ -38,6 +42,28 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+JIT_QUIET = 0.5
+"""Seconds of CPU the broker's JIT compilers may use in a warm-up round of a steady broker."""
+JIT_ROUNDS = 12
+"""At most this many further warm-up rounds until the broker's compilers are quiet."""
+
+
+def jit_seconds(pids: list[int]) -> float:
+    """CPU seconds the JVMs ``pids`` spent in their JIT compiler threads (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                if "CompilerThre" not in (task / "comm").read_text():
+                    continue
+                fields = (task / "stat").read_text().rpartition(")")[2].split()
+            except OSError:  # the thread ended
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
 sys.path.insert(0, str(HERE.parent))  # bench/_report.py (standard library only)
 from _cpu import CpuMeter  # noqa: E402
 from _report import emit, print_table  # noqa: E402
@@ -184,6 +210,26 @@ class Driver:
         phase.cpu = meter.stop() | {"idle": idle}
         return phase
 
+    async def warm_broker(self, engine: Engine, compiled: float) -> None:
+        """Warm on while the broker's JIT compilers are busy (see the module)."""
+        args = self.args
+        brokers = self.stack.kafka_pids
+        began, last, rounds = compiled, jit_seconds(brokers) - compiled, 0
+        while last > JIT_QUIET and rounds < JIT_ROUNDS:
+            before = jit_seconds(brokers)
+            await self.phase(engine, f"warm{rounds}", max(50, args.runs // 2))
+            await self.phase(
+                engine, f"warm{rounds}-paced", max(10, round(args.rate * 5)), args.rate
+            )
+            last, rounds = jit_seconds(brokers) - before, rounds + 1
+        quiet = "quiet" if last <= JIT_QUIET else f"still busy after {JIT_ROUNDS} rounds"
+        print(
+            f"[{engine.name}] the broker's JIT compilers: {jit_seconds(brokers) - began:.1f} s "
+            f"of CPU since the warm-up began, {rounds} more warm-up rounds, {last:.2f} s in "
+            f"the last ({quiet})",
+            flush=True,
+        )
+
     async def run_engine(self, engine: Engine) -> dict[str, Any]:
         args = self.args
         print(f"\n[{engine.name}] starting ...", flush=True)
@@ -194,11 +240,15 @@ class Driver:
             flush=True,
         )
         phases: list[Phase] = []
+        brokers = self.stack.kafka_pids if isinstance(engine, Rflow) else []
+        compiled = jit_seconds(brokers)
         warm = await self.phase(engine, "warm", max(50, args.runs // 2))
         print(
             f"[{engine.name}] warm-up: {len(warm.firings)} runs at {warm.rate:.1f} runs/s",
             flush=True,
         )
+        if brokers:
+            await self.warm_broker(engine, compiled)
         peak = await self.phase(engine, "peak", args.runs)
         phases.append(peak)
         show(engine, peak, "peak (open loop)")
