@@ -48,20 +48,34 @@ JIT_ROUNDS = 12
 """At most this many further warm-up rounds until the broker's compilers are quiet."""
 
 
-def jit_seconds(pids: list[int]) -> float:
-    """CPU seconds the JVMs ``pids`` spent in their JIT compiler threads (Linux /proc)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        for task in Path(f"/proc/{pid}/task").glob("*"):
-            try:
-                if "CompilerThre" not in (task / "comm").read_text():
+class JitMeter:
+    """CPU seconds the JVMs ``pids`` spent in their JIT compiler threads (Linux /proc),
+    those that ended included: HotSpot starts compiler threads as it needs them and ends
+    them when idle, so each thread's last reading is kept (:meth:`read` is called every
+    half second while the broker warms). Nothing to read (no /proc, another JVM): 0."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.seen: dict[tuple[int, str, str], int] = {}
+        """(pid, thread id, its start time) -> the CPU ticks last read."""
+
+    def read(self) -> float:
+        for pid in self.pids:
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                try:
+                    if "CompilerThre" not in (task / "comm").read_text():
+                        continue
+                    fields = (task / "stat").read_text().rpartition(")")[2].split()
+                except OSError:  # the thread ended
                     continue
-                fields = (task / "stat").read_text().rpartition(")")[2].split()
-            except OSError:  # the thread ended
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / ticks
+                ticks = int(fields[11]) + int(fields[12])  # utime, stime
+                self.seen[(pid, task.name, fields[19])] = ticks  # fields[19]: its start time
+        return sum(self.seen.values()) / os.sysconf("SC_CLK_TCK")
+
+    async def watch(self) -> None:
+        while True:
+            self.read()
+            await asyncio.sleep(0.5)
 
 
 sys.path.insert(0, str(HERE.parent))  # bench/_report.py (standard library only)
@@ -210,25 +224,33 @@ class Driver:
         phase.cpu = meter.stop() | {"idle": idle}
         return phase
 
-    async def warm_broker(self, engine: Engine, compiled: float) -> None:
-        """Warm on while the broker's JIT compilers are busy (see the module)."""
+    async def warm_broker(self, engine: Engine, jit: JitMeter, began: float) -> list[Phase]:
+        """Warm on while the broker's JIT compilers are busy (see the module); the
+        further warm-up phases."""
         args = self.args
-        brokers = self.stack.kafka_pids
-        began, last, rounds = compiled, jit_seconds(brokers) - compiled, 0
-        while last > JIT_QUIET and rounds < JIT_ROUNDS:
-            before = jit_seconds(brokers)
-            await self.phase(engine, f"warm{rounds}", max(50, args.runs // 2))
-            await self.phase(
-                engine, f"warm{rounds}-paced", max(10, round(args.rate * 5)), args.rate
-            )
-            last, rounds = jit_seconds(brokers) - before, rounds + 1
+        phases: list[Phase] = []
+        last, rounds = jit.read() - began, 0
+        watching = asyncio.ensure_future(jit.watch())
+        try:
+            while last > JIT_QUIET and rounds < JIT_ROUNDS:
+                before = jit.read()
+                phases.append(await self.phase(engine, f"warm{rounds}", max(50, args.runs // 2)))
+                phases.append(
+                    await self.phase(
+                        engine, f"warm{rounds}-paced", max(10, round(args.rate * 5)), args.rate
+                    )
+                )
+                last, rounds = jit.read() - before, rounds + 1
+        finally:
+            watching.cancel()
         quiet = "quiet" if last <= JIT_QUIET else f"still busy after {JIT_ROUNDS} rounds"
         print(
-            f"[{engine.name}] the broker's JIT compilers: {jit_seconds(brokers) - began:.1f} s "
+            f"[{engine.name}] the broker's JIT compilers: {jit.read() - began:.1f} s "
             f"of CPU since the warm-up began, {rounds} more warm-up rounds, {last:.2f} s in "
             f"the last ({quiet})",
             flush=True,
         )
+        return phases
 
     async def run_engine(self, engine: Engine) -> dict[str, Any]:
         args = self.args
@@ -240,15 +262,20 @@ class Driver:
             flush=True,
         )
         phases: list[Phase] = []
-        brokers = self.stack.kafka_pids if isinstance(engine, Rflow) else []
-        compiled = jit_seconds(brokers)
-        warm = await self.phase(engine, "warm", max(50, args.runs // 2))
+        jit = JitMeter(self.stack.kafka_pids if isinstance(engine, Rflow) else [])
+        began = jit.read()
+        watching = asyncio.ensure_future(jit.watch())
+        try:
+            warm = await self.phase(engine, "warm", max(50, args.runs // 2))
+        finally:
+            watching.cancel()
         print(
             f"[{engine.name}] warm-up: {len(warm.firings)} runs at {warm.rate:.1f} runs/s",
             flush=True,
         )
-        if brokers:
-            await self.warm_broker(engine, compiled)
+        warmed = [warm]
+        if jit.pids:
+            warmed += await self.warm_broker(engine, jit, began)
         peak = await self.phase(engine, "peak", args.runs)
         phases.append(peak)
         show(engine, peak, "peak (open loop)")
@@ -274,7 +301,7 @@ class Driver:
             show(engine, sampled, f"paced at {args.rate:g}/s again, sampled by py-spy")
             where = await sampler.finish()
             show_where(engine, sampled, where)
-        ids = [i for p in [warm, *phases] for i in p.ids]
+        ids = [i for p in [*warmed, *phases] for i in p.ids]
         return {
             "engine": engine,
             "peak": peak,
@@ -283,10 +310,10 @@ class Driver:
             "half_rate": half_rate,
             "where": where,
             "sampled": sampled,
-            "lost": sum(p.lost for p in [warm, *phases]),
+            "lost": sum(p.lost for p in [*warmed, *phases]),
             "duplicates": self.sink.duplicates(ids),
             "fired": len(ids),
-            "retries": sum(p.retries for p in [warm, *phases]),
+            "retries": sum(p.retries for p in [*warmed, *phases]),
         }
 
 

@@ -113,7 +113,7 @@ async def test_reads_see_what_a_checkpoint_is_writing_until_it_is_written():
     staged = staged_table(table)
     with writing_to(1):
         staged["gate"] = {"runs": ["a", "b"]}
-    write = staged.flush()  # taken; the journal is being sent before the tables
+    write = staged.flush()  # taken; the checkpoint is writing it
     assert staged.get("gate") == {"runs": ["a", "b"]}
     with writing_to(1):
         staged["gate"] = {"runs": ["a", "b", "c"]}  # decided meanwhile: the next checkpoint's
