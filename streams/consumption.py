@@ -76,6 +76,7 @@ from typing import TYPE_CHECKING, Any
 import faust
 import mode
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.consumer.subscription_state import SubscriptionState
 from faust.serializers import codecs as faust_codecs
 from faust.stores import memory as memory_store
@@ -184,6 +185,29 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
         lambda: (
             _assigns(AIOKafkaConsumer.__init__, "_fetch_max_wait_ms")
             and _assigns(AIOKafkaConsumer.start, "_fetch_max_wait_ms")
+        ),
+    ),
+    "aiokafka Fetcher._get_actions_per_node, _proc_fetch_request, _pending_tasks, "
+    "_in_flight, _fetch_waiters, _notify, _subscriptions (a fetch sent as soon as the "
+    "records before it are drained, its records handed over as soon as they are read)": (
+        "aiokafka",
+        lambda: (
+            all(
+                _defines(Fetcher, name)
+                for name in ("_get_actions_per_node", "_proc_fetch_request", "_notify")
+            )
+            and all(
+                _assigns(Fetcher.__init__, name)
+                for name in ("_pending_tasks", "_in_flight", "_fetch_waiters", "_subscriptions")
+            )
+            and all(
+                name in inspect.getsource(Fetcher._fetch_requests_routine)
+                for name in (
+                    "_in_flight.discard",
+                    "self._pending_tasks.add",
+                    "_wait_consume_future",
+                )
+            )
         ),
     ),
     "faust memory Store._key_partition (the partition of each key)": (
@@ -809,7 +833,13 @@ class RflowConsumerService(aiokafka_driver.AIOKafkaConsumerThread):
         return records
 
     async def _fetch_records(self, consumer: Any, active_partitions: Any, **kwargs: Any) -> Any:
+        fetcher = getattr(consumer, "_fetcher", None)
+        eager = isinstance(fetcher, Fetcher)
+        if eager:
+            hand_over_at_once(fetcher)
         records = await super()._fetch_records(consumer, active_partitions, **kwargs)
+        if records and eager:
+            fetch_next(fetcher)
         # At the instant aiokafka drained these records (it hands over only records at
         # each TP's position; a seek is made between two drains, see :meth:`seek_now`):
         # which seeks they follow, and how far each TP was read. A seek of their TP made
@@ -848,6 +878,55 @@ class RflowConsumerService(aiokafka_driver.AIOKafkaConsumerThread):
         apart from those after it."""
         self.app.sought_to(partition, offset)
         self._ensure_consumer().seek(partition, offset)
+
+
+def hand_over_at_once(fetcher: Fetcher) -> None:
+    """Have ``fetcher`` wake whoever waits for records as soon as a response brought some.
+
+    aiokafka's fetcher routine wakes them, once it has woken from the end of the fetch's
+    task: two more turns of the loop, each behind every task ready by then (at 100 runs/s
+    on a busy loop, a trigger's milliseconds).
+    """
+    if "_proc_fetch_request" in vars(fetcher):
+        return
+    fetch = fetcher._proc_fetch_request
+
+    async def fetch_and_hand_over(assignment: Any, node_id: int, request: Any) -> bool:
+        new_data = await fetch(assignment, node_id, request)
+        if new_data:
+            for waiter in list(fetcher._fetch_waiters):
+                fetcher._notify(waiter)
+        return bool(new_data)
+
+    fetcher._proc_fetch_request = fetch_and_hand_over  # type: ignore[method-assign]
+
+
+def fetch_next(fetcher: Fetcher) -> None:
+    """Send the next fetch of each broker whose records were all drained, now.
+
+    aiokafka sends a broker no fetch while records it returned wait to be drained; its
+    fetcher routine learns of the drain, wakes, and starts a task sending the next one:
+    three turns of the loop, and a record appended meanwhile waits for all of them. Here
+    the fetch is started in the drain's own step, as the routine would start it (in its
+    tasks, with its broker in flight): the routine, woken by the same drain, then finds
+    the broker busy and sends nothing more. Offsets to reset or metadata to refresh are
+    left to the routine.
+    """
+    subscription = fetcher._subscriptions.subscription
+    assignment = None if subscription is None else subscription.assignment
+    if assignment is None or not assignment.active:
+        return
+    requests, resets, _timeout, invalid_metadata, _resumed = fetcher._get_actions_per_node(
+        assignment
+    )
+    if resets or invalid_metadata:
+        return
+    loop = asyncio.get_running_loop()
+    for node_id, request in requests:
+        task = loop.create_task(fetcher._proc_fetch_request(assignment, node_id, request))
+        fetcher._pending_tasks.add(task)
+        fetcher._in_flight.add(node_id)
+        task.add_done_callback(lambda _, node_id=node_id: fetcher._in_flight.discard(node_id))
 
 
 def _first_step(callback: Callable[[], Any]) -> Awaitable[Any] | None:
@@ -1474,7 +1553,8 @@ class Checkpoint:
         self.afterwards.append(callback)
 
     async def add_offsets(self, offsets: Mapping[int, Mapping[TP, int]], group: str) -> None:
-        """Add each partition's consumed ``offsets`` to its transaction."""
+        """Add each partition's consumed ``offsets`` to its transaction (none without a
+        fence: the group's offsets are committed apart)."""
 
         async def add(number: int, consumed: Mapping[TP, int]) -> None:
             producer = await self.begin(number)
@@ -1487,10 +1567,9 @@ class Checkpoint:
         await asyncio.gather(*(add(number, consumed) for number, consumed in offsets.items()))
 
     async def commit(self) -> None:
-        """Commit every transaction begun (once its records and offsets are in)."""
-        if self.begun:
-            await asyncio.gather(*(begun for _, begun in self.begun.values()))
-            await asyncio.gather(*(p.commit_transaction() for p, _ in self.begun.values()))
+        """Commit every transaction begun (once its records and offsets are in: each
+        was begun by a write or an offset that awaited its beginning)."""
+        await asyncio.gather(*(p.commit_transaction() for p, _ in self.begun.values()))
 
     def done(self) -> None:
         for callback in self.afterwards:
@@ -1810,15 +1889,12 @@ class Consumption:
             token = _CHECKPOINT.set(checkpoint)
             try:
                 writes = [flush() for flush in self.flushers]  # one instant: nothing awaits
-                if fence is None:
-                    await checkpoint.write(writes)
-                else:
-                    # Records and offsets go into the transactions side by side: one
-                    # transaction per partition, all of it committed or none.
-                    await asyncio.gather(
-                        checkpoint.write(writes), checkpoint.add_offsets(within, self.group)
-                    )
-                    await checkpoint.commit()
+                # With a fence, records and offsets go into the transactions side by side:
+                # one transaction per partition, all of it committed or none.
+                await asyncio.gather(
+                    checkpoint.write(writes), checkpoint.add_offsets(within, self.group)
+                )
+                await checkpoint.commit()
             except Exception as exc:
                 self.failed = exc
                 raise WritesLost(exc) from exc

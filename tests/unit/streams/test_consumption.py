@@ -1538,3 +1538,113 @@ async def test_the_consumer_service_stopped_while_it_starts_stops_aiokafka_once_
     # Stopped after the start finished: nothing the start began outlives the stop.
     assert happened == ["started", "stopped"]
     assert service._method_queue is None  # every call is a plain await: no queue runs
+
+
+# --- aiokafka's fetcher, sooner -----------------------------------------------------------
+
+
+class Broker:
+    """Stands in for aiokafka's client before one broker (node 0): each fetch it is sent
+    waits until the test answers it with records."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._metadata_max_age_ms = 300_000
+        self.cluster = SimpleNamespace(leader_for_partition=lambda tp: 0)
+        self.fetches: list[tuple[Any, asyncio.Future[Any]]] = []
+
+    async def send(self, node_id: int, request: Any) -> Any:
+        answer = self._loop.create_future()
+        self.fetches.append((request, answer))
+        return await answer
+
+    def answer(self, n: int, tp: Any, offsets: range) -> None:
+        """Answer the ``n``th fetch with records at ``offsets`` of ``tp``."""
+        from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+        batch = DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=0,
+            is_transactional=0,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 20,
+        )
+        for offset in offsets:
+            batch.append(offset - offsets.start, timestamp=None, key=None, value=b"v", headers=[])
+        raw = bytes(batch.build())
+        raw = offsets.start.to_bytes(8, "big") + raw[8:]  # the batch's base offset
+        response = SimpleNamespace(
+            API_VERSION=0,
+            topics=[(tp.topic, [(tp.partition, 0, offsets.stop, raw)])],
+        )
+        self.fetches[n][1].set_result(response)
+
+    def offsets(self, n: int) -> list[int]:
+        """The offset each partition of the ``n``th fetch was asked from."""
+        return [offset for _, parts in self.fetches[n][0].topics for _, offset, _ in parts]
+
+
+async def aiokafka_fetcher(broker: Broker) -> Any:
+    from aiokafka import TopicPartition
+    from aiokafka.consumer.fetcher import Fetcher as AiokafkaFetcher
+    from aiokafka.consumer.subscription_state import SubscriptionState
+
+    tp = TopicPartition("t.rflow.triggers", 0)
+    subscriptions = SubscriptionState()
+    subscriptions.assign_from_user({tp})
+    subscriptions.subscription.assignment.state_value(tp).seek(0)
+    fetcher = AiokafkaFetcher(broker, subscriptions, fetch_max_wait_ms=FETCH_MAX_WAIT_MS)
+    consumption.hand_over_at_once(fetcher)
+    await until(lambda: len(broker.fetches) == 1, "aiokafka's fetcher to send its first fetch")
+    return fetcher, tp
+
+
+async def test_records_fetched_are_handed_over_in_the_step_that_read_them():
+    broker = Broker()
+    fetcher, tp = await aiokafka_fetcher(broker)
+    try:
+        waiting = fetcher._create_fetch_waiter()  # the consumer, waiting for records
+        broker.answer(0, tp, range(0, 2))
+        for _ in range(100):  # looked at on every turn of the loop
+            if tp in fetcher._records:
+                break
+            await asyncio.sleep(0)
+        # aiokafka's routine would wake the consumer only once it woke itself, later.
+        assert waiting.done()
+    finally:
+        await fetcher.close()
+
+
+async def test_the_next_fetch_is_sent_in_the_step_that_drained_the_last_records():
+    broker = Broker()
+    fetcher, tp = await aiokafka_fetcher(broker)
+    try:
+        broker.answer(0, tp, range(0, 2))
+        drained = await fetcher.fetched_records({tp}, timeout=1.0)
+        assert [record.offset for record in drained[tp]] == [0, 1]
+        consumption.fetch_next(fetcher)
+        await asyncio.sleep(0)  # one turn of the loop: the task sending it starts
+        assert len(broker.fetches) == 2
+        assert broker.offsets(1) == [2]  # from where the drained records end
+        await settle()  # aiokafka's routine, woken by the drain, finds the broker busy
+        assert len(broker.fetches) == 2
+        broker.answer(1, tp, range(2, 3))  # and that fetch's records come as its own would
+        drained = await fetcher.fetched_records({tp}, timeout=1.0)
+        assert [record.offset for record in drained[tp]] == [2]
+    finally:
+        await fetcher.close()
+
+
+async def test_no_fetch_is_sent_while_records_wait_to_be_drained():
+    broker = Broker()
+    fetcher, tp = await aiokafka_fetcher(broker)
+    try:
+        broker.answer(0, tp, range(0, 2))
+        await until(lambda: tp in fetcher._records, "the fetch's records to be read")
+        consumption.fetch_next(fetcher)
+        await settle()
+        assert len(broker.fetches) == 1
+    finally:
+        await fetcher.close()
