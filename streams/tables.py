@@ -263,12 +263,7 @@ class Tables:
         writes = [table.flush() for table in self.all]
 
         async def write() -> None:
-            checkpoint = current_checkpoint()
-            if checkpoint is None:
-                for each in writes:
-                    await each()
-            else:
-                await checkpoint.write(writes)
+            await (current_checkpoint() or Checkpoint(None, None)).write(writes)
 
         return write
 

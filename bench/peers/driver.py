@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,10 +74,20 @@ class JitMeter:
                 self.seen[(pid, task.name, fields[19])] = ticks  # fields[19]: its start time
         return sum(self.seen.values()) / os.sysconf("SC_CLK_TCK")
 
-    async def watch(self) -> None:
-        while True:
-            self.read()
-            await asyncio.sleep(0.5)
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[None]:
+        """Read every half second while the body runs."""
+
+        async def watch() -> None:
+            while True:
+                self.read()
+                await asyncio.sleep(0.5)
+
+        task = asyncio.ensure_future(watch())
+        try:
+            yield
+        finally:
+            task.cancel()
 
 
 sys.path.insert(0, str(HERE.parent))  # bench/_report.py (standard library only)
@@ -230,8 +242,7 @@ class Driver:
         args = self.args
         phases: list[Phase] = []
         last, rounds = jit.read() - began, 0
-        watching = asyncio.ensure_future(jit.watch())
-        try:
+        async with jit.watching():
             while last > JIT_QUIET and rounds < JIT_ROUNDS:
                 before = jit.read()
                 phases.append(await self.phase(engine, f"warm{rounds}", max(50, args.runs // 2)))
@@ -241,8 +252,6 @@ class Driver:
                     )
                 )
                 last, rounds = jit.read() - before, rounds + 1
-        finally:
-            watching.cancel()
         quiet = "quiet" if last <= JIT_QUIET else f"still busy after {JIT_ROUNDS} rounds"
         print(
             f"[{engine.name}] the broker's JIT compilers: {jit.read() - began:.1f} s "
@@ -264,11 +273,8 @@ class Driver:
         phases: list[Phase] = []
         jit = JitMeter(self.stack.kafka_pids if isinstance(engine, Rflow) else [])
         began = jit.read()
-        watching = asyncio.ensure_future(jit.watch())
-        try:
+        async with jit.watching():
             warm = await self.phase(engine, "warm", max(50, args.runs // 2))
-        finally:
-            watching.cancel()
         print(
             f"[{engine.name}] warm-up: {len(warm.firings)} runs at {warm.rate:.1f} runs/s",
             flush=True,
