@@ -1648,3 +1648,104 @@ async def test_no_fetch_is_sent_while_records_wait_to_be_drained():
         assert len(broker.fetches) == 1
     finally:
         await fetcher.close()
+
+
+def fetch_of(positions: dict[tuple[str, int], int]) -> Any:
+    """aiokafka's fetch of every partition in ``positions``, at its offset."""
+    from aiokafka.protocol.fetch import FetchRequest
+
+    by_topic: dict[str, list[tuple[int, int, int]]] = {}
+    for (topic, partition), offset in positions.items():
+        by_topic.setdefault(topic, []).append((partition, offset, 1 << 20))
+    return FetchRequest(50, 1, 1 << 25, 1, list(by_topic.items()))
+
+
+def sent(fetch: Any) -> Any:
+    """What ``fetch`` puts on the wire to a broker that speaks fetch v11."""
+    from aiokafka.protocol.fetch import FetchRequest_v11
+
+    return fetch.build(FetchRequest_v11)
+
+
+def answer(fetch: Any, session_id: int, error: int = 0) -> Any:
+    """The broker's answer to ``fetch``, read as the connection reads it."""
+    from aiokafka.protocol.fetch import FetchResponse_v11
+
+    struct = sent(fetch)
+    wire = FetchResponse_v11(0, error, session_id, []).encode()
+    return struct.RESPONSE_TYPE.decode(wire)
+
+
+def named(struct: Any) -> list[tuple[str, int, int]]:
+    return sorted(
+        (topic, partition[0], partition[2]) for topic, parts in struct.topics for partition in parts
+    )
+
+
+def test_a_fetch_session_names_only_what_moved_after_the_first_fetch():
+    positions = {("t.runs", 0): 5, ("t.runs", 1): 7, ("t.triggers", 0): 3}
+    session = consumption.FetchSession()
+    first = session.fetch(fetch_of(positions))
+    assert (sent(first).session_id, sent(first).session_epoch) == (0, 0)  # opens one
+    assert len(named(sent(first))) == 3
+    answer(first, session_id=42)
+    assert (session.id, session.epoch) == (42, 1)
+
+    positions[("t.triggers", 0)] = 4  # one record read
+    second = session.fetch(fetch_of(positions))
+    wire = sent(second)
+    assert (wire.session_id, wire.session_epoch) == (42, 1)
+    assert named(wire) == [("t.triggers", 0, 4)]
+    assert wire.forgotten_topics_data == []
+    # aiokafka reads the answer against every partition it wants, at its offset.
+    assert sorted((t, p, o) for t, parts in second.topics for p, o, _ in parts) == [
+        ("t.runs", 0, 5),
+        ("t.runs", 1, 7),
+        ("t.triggers", 0, 4),
+    ]
+    answer(second, session_id=42)
+
+    del positions[("t.runs", 1)]  # paused, or no longer assigned
+    third = sent(session.fetch(fetch_of(positions)))
+    assert (third.session_epoch, named(third)) == (2, [])
+    assert third.forgotten_topics_data == [("t.runs", [1])]
+
+
+def test_a_refused_fetch_session_is_opened_again_with_every_partition():
+    positions = {("t.runs", 0): 5, ("t.triggers", 0): 3}
+    session = consumption.FetchSession()
+    answer(session.fetch(fetch_of(positions)), session_id=42)
+    answer(session.fetch(fetch_of(positions)), session_id=42, error=71)  # epoch out of step
+    again = sent(session.fetch(fetch_of(positions)))
+    # The next fetch names everything, and closes the refused session as it opens one.
+    assert (again.session_id, again.session_epoch, len(named(again))) == (42, 0, 2)
+    answer(session.fetch(fetch_of(positions)), session_id=43, error=70)  # session unknown
+    assert (session.id, session.epoch) == (0, 0)
+
+
+def test_a_fetch_session_learns_only_from_the_answer_to_its_latest_fetch():
+    positions = {("t.runs", 0): 5}
+    session = consumption.FetchSession()
+    answer(session.fetch(fetch_of(positions)), session_id=42)
+    # Two fetches sent on the same epoch (the first one's task cancelled): the broker
+    # takes the first and refuses the second, whose refusal must not end the session.
+    positions[("t.runs", 0)] = 6
+    taken = session.fetch(fetch_of(positions))
+    refused = session.fetch(fetch_of(positions))
+    answer(taken, session_id=42)
+    answer(refused, session_id=42, error=71)
+    assert (session.id, session.epoch) == (42, 2)
+    assert named(sent(session.fetch(fetch_of(positions)))) == []
+
+
+def test_a_broker_before_fetch_sessions_is_sent_every_partition():
+    from aiokafka.protocol.fetch import FetchRequest_v4
+
+    positions = {("t.runs", 0): 5, ("t.triggers", 0): 3}
+    session = consumption.FetchSession()
+    answer(session.fetch(fetch_of(positions)), session_id=42)
+    old = session.fetch(fetch_of(positions)).build(FetchRequest_v4)
+    assert sorted((t, p[0]) for t, parts in old.topics for p in parts) == [
+        ("t.runs", 0),
+        ("t.triggers", 0),
+    ]
