@@ -924,8 +924,14 @@ def hand_over_at_once(fetcher: Fetcher) -> None:
             session = sessions.get(node_id)
             if session is None:
                 session = sessions[node_id] = FetchSession()
-            request = session.fetch(request)
-        new_data = await fetch(assignment, node_id, request)
+            request = session.fetch(request, assignment)
+        try:
+            new_data = await fetch(assignment, node_id, request)
+        finally:
+            if isinstance(request, SessionFetch) and not request.answered:
+                # Cancelled, timed out, its connection lost: whether the broker took it
+                # is unknown, and a fetch on the next epoch would only be refused.
+                request.session.reopen()
         if new_data:
             for waiter in list(fetcher._fetch_waiters):
                 fetcher._notify(waiter)
@@ -959,9 +965,21 @@ class FetchSession:
         self.id = 0
         self.epoch = 0  # 0: the next fetch names every partition and opens a session
         self.held: dict[tuple[str, int], tuple[int, int]] = {}
+        self.assignment: Any = None
 
-    def fetch(self, request: FetchRequest) -> SessionFetch:
-        """``request`` (every partition, at the offset wanted) as this session's next fetch."""
+    def reopen(self) -> None:
+        """Have the next fetch name every partition, opening a new session (and closing
+        this one, if any)."""
+        self.epoch = 0
+        self.held = {}
+
+    def fetch(self, request: FetchRequest, assignment: Any = None) -> SessionFetch:
+        """``request`` (every partition, at the offset wanted) as this session's next fetch,
+        for ``assignment``: a fetch for a new assignment names every partition, so that
+        each partition's new state learns its high watermark from the answer."""
+        if assignment is not self.assignment:
+            self.assignment = assignment
+            self.reopen()
         wanted = {
             (topic, partition): (offset, max_bytes)
             for topic, partitions in request.topics
@@ -983,16 +1001,17 @@ class FetchSession:
 
     def answered(self, fetch: SessionFetch, response: Any) -> None:
         """What the broker answered to ``fetch`` (run as its answer is read: never raises)."""
+        fetch.answered = True
         if (fetch.session_id, fetch.epoch) != (self.id, self.epoch):
             return  # a fetch sent beside it was answered first: the broker refused this one
         error = getattr(response, "error_code", 0)
         session_id = getattr(response, "session_id", 0)
         if error or not session_id:
-            # Refused (an unknown session, an epoch out of step), or no session made:
-            # the next fetch names every partition and opens a new one (closing this).
-            self.id = 0 if error == FETCH_SESSION_ID_NOT_FOUND else self.id
-            self.epoch = 0
-            self.held = {}
+            # Refused (an epoch out of step, an unknown session) or no session made: the
+            # next fetch names every partition and opens a new one (closing a refused one
+            # the broker still knows).
+            self.id = self.id if error and error != FETCH_SESSION_ID_NOT_FOUND else 0
+            self.reopen()
             return
         self.id = session_id
         self.epoch = 1 if self.epoch >= 2**31 - 1 else self.epoch + 1
@@ -1034,6 +1053,8 @@ class SessionFetch(FetchRequest):
         self.named = named
         self.forgotten = forgotten
         self.wanted = wanted
+        self.answered = False
+        """Whether the broker's answer was read (:meth:`FetchSession.answered`)."""
 
     def build(self, request_struct_class: Any) -> Any:
         if request_struct_class.API_VERSION < 7:

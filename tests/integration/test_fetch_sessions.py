@@ -47,7 +47,9 @@ class Watched:
             fetch_max_wait_ms=100,
         )
         self.named: list[int] = []
-        self.sessions: list[consumption.FetchSession] = []
+        """How many partitions each fetch named, in order (every broker's)."""
+        self.by_session: dict[consumption.FetchSession, list[tuple[int, int]]] = {}
+        """Each broker's session: each fetch's epoch and how many partitions it named."""
 
     async def start(self) -> Any:
         await self.consumer.start()
@@ -60,11 +62,11 @@ class Watched:
         real_fetch = consumption.FetchSession.fetch
         watched = self
 
-        def fetch(session: consumption.FetchSession, request: Any) -> Any:
-            made = real_fetch(session, request)
-            if session not in watched.sessions:
-                watched.sessions.append(session)
-            watched.named.append(sum(len(parts) for _, parts in made.named))
+        def fetch(session: consumption.FetchSession, request: Any, assignment: Any = None) -> Any:
+            made = real_fetch(session, request, assignment)
+            count = sum(len(parts) for _, parts in made.named)
+            watched.named.append(count)
+            watched.by_session.setdefault(session, []).append((made.epoch, count))
             return made
 
         self._restore = lambda: setattr(consumption.FetchSession, "fetch", real_fetch)
@@ -116,11 +118,12 @@ async def test_fetches_after_the_first_name_only_the_partitions_that_moved(setti
         got = await watched.read(sum(len(values) for values in sent.values()))
         assert dict(got) == dict(sent)
         await waited(lambda: 0 in watched.named, "an idle fetch, naming no partition at all")
-        session = watched.sessions[0]
-        assert session.id != 0 and session.epoch > 1, "the broker opened a session"
-        assert watched.named[0] == PARTITIONS, "the first fetch names every partition"
+        opened = [s for s in watched.by_session if s.id != 0 and s.epoch > 1]
+        assert opened, "a broker opened a session and answered fetches in it"
+        # The first fetch to each broker names each partition it leads.
+        assert sum(fetches[0][1] for fetches in watched.by_session.values()) == PARTITIONS
         # Records came on two partitions only: no later fetch names the four others.
-        assert max(watched.named[1:]) <= 2, watched.named
+        assert max(n for fetches in watched.by_session.values() for _, n in fetches[1:]) <= 2
     finally:
         await watched.stop()
 
@@ -133,18 +136,20 @@ async def test_a_refused_session_is_opened_again_and_nothing_is_lost_or_read_twi
         first = await produce(settings, topic, range(0, 30))
         got = await watched.read(30)
         assert dict(got) == dict(first)
-        session = watched.sessions[0]
-        opened = session.id
-        assert opened != 0
-        # An answer that never came: the broker is an epoch ahead of what the session
-        # believes. Its next fetch is refused; the one after names every partition again.
-        session.epoch += 1
-        fetches_before = len(watched.named)
+        # An answer that never reached the session: the broker is an epoch ahead of
+        # what it believes. Its next fetch is refused; the one after names every
+        # partition again, in a new session.
+        session = next(s for s in watched.by_session if s.epoch > 1)
+        fetches = watched.by_session[session]
+        leads = fetches[0][1]  # the partitions of its broker
+        session.epoch -= 1
+        behind, before = session.epoch, len(fetches)
         second = await produce(settings, topic, range(30, 90))
         more = await watched.read(60)
         assert dict(more) == dict(second)
-        after = watched.named[fetches_before:]
-        assert PARTITIONS in after, f"no fetch named every partition again: {after}"
-        assert session.id != 0 and session.epoch >= 1
+        await waited(lambda: session.epoch > 1, "the session opened again")
+        after = fetches[before:]
+        assert after[0][0] == behind, after  # sent on the epoch behind: refused
+        assert (0, leads) in after, after  # then every partition, in a new session
     finally:
         await watched.stop()

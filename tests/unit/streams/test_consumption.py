@@ -1749,3 +1749,48 @@ def test_a_broker_before_fetch_sessions_is_sent_every_partition():
         ("t.runs", 0),
         ("t.triggers", 0),
     ]
+
+
+def test_a_fetch_for_a_new_assignment_names_every_partition():
+    positions = {("t.runs", 0): 5, ("t.triggers", 0): 3}
+    session = consumption.FetchSession()
+    before, after = object(), object()
+    answer(session.fetch(fetch_of(positions), before), session_id=42)
+    assert named(sent(session.fetch(fetch_of(positions), before))) == []
+    # A rebalance: each partition's new state has no high watermark until an answer
+    # names it, and an incremental answer names only partitions with news.
+    again = sent(session.fetch(fetch_of(positions), after))
+    assert (again.session_id, again.session_epoch, len(named(again))) == (42, 0, 2)
+
+
+def test_an_answer_without_a_session_leaves_the_next_fetch_opening_one():
+    positions = {("t.runs", 0): 5}
+    session = consumption.FetchSession()
+    answer(session.fetch(fetch_of(positions)), session_id=42)
+    session.reopen()
+    answer(session.fetch(fetch_of(positions)), session_id=0)  # the broker's cache is full
+    assert (session.id, session.epoch, session.held) == (0, 0, {})
+    session.id, session.epoch = 42, 2**31 - 1
+    answer(session.fetch(fetch_of(positions)), session_id=42)
+    assert session.epoch == 1  # as Kafka's epochs wrap
+
+
+async def test_a_fetch_whose_answer_never_came_has_the_next_one_open_a_new_session():
+    broker = Broker()
+    fetcher, tp = await aiokafka_fetcher(broker)
+    closed = False
+    try:
+        first = broker.fetches[0][0]
+        assert isinstance(first, consumption.SessionFetch)
+        session = first.session
+        session.answered(first, SimpleNamespace(error_code=0, session_id=42))
+        broker.answer(0, tp, range(0, 2))
+        await fetcher.fetched_records({tp}, timeout=1.0)
+        await until(lambda: len(broker.fetches) == 2, "the next fetch")
+        assert (broker.fetches[1][0].session_id, broker.fetches[1][0].epoch) == (42, 1)
+        await fetcher.close()  # cancels the fetch in flight: its answer is never read
+        closed = True
+        assert (session.id, session.epoch) == (42, 0)
+    finally:
+        if not closed:
+            await fetcher.close()
