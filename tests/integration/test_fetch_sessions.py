@@ -114,16 +114,18 @@ async def test_fetches_after_the_first_name_only_the_partitions_that_moved(setti
     watched = Watched(settings, topic)
     await watched.start()
     try:
+        # Every partition's position found, and the session settled: a fetch names none.
+        await waited(lambda: 0 in watched.named, "an idle fetch, naming no partition at all")
+        before = len(watched.named)
         sent = await produce(settings, topic, [v for v in range(60) if v % PARTITIONS < 2])
         got = await watched.read(sum(len(values) for values in sent.values()))
         assert dict(got) == dict(sent)
-        await waited(lambda: 0 in watched.named, "an idle fetch, naming no partition at all")
-        opened = [s for s in watched.by_session if s.id != 0 and s.epoch > 1]
-        assert opened, "a broker opened a session and answered fetches in it"
-        # The first fetch to each broker names each partition it leads.
-        assert sum(fetches[0][1] for fetches in watched.by_session.values()) == PARTITIONS
-        # Records came on two partitions only: no later fetch names the four others.
-        assert max(n for fetches in watched.by_session.values() for _, n in fetches[1:]) <= 2
+        await waited(lambda: 0 in watched.named[before + 1 :], "an idle fetch after the records")
+        assert any(s.id != 0 and s.epoch > 1 for s in watched.by_session), "no session opened"
+        # Every partition is in a session ...
+        assert sum(len(s.held) for s in watched.by_session) == PARTITIONS
+        # ... and with records on two partitions only, no fetch named the four others.
+        assert max(watched.named[before:]) <= 2, watched.named[before:]
     finally:
         await watched.stop()
 
@@ -139,9 +141,12 @@ async def test_a_refused_session_is_opened_again_and_nothing_is_lost_or_read_twi
         # An answer that never reached the session: the broker is an epoch ahead of
         # what it believes. Its next fetch is refused; the one after names every
         # partition again, in a new session.
+        read_at = len(watched.named)
+        await waited(lambda: 0 in watched.named[read_at:], "an idle fetch after the records")
+        await waited(lambda: any(s.epoch > 1 for s in watched.by_session), "a session's answers")
         session = next(s for s in watched.by_session if s.epoch > 1)
         fetches = watched.by_session[session]
-        leads = fetches[0][1]  # the partitions of its broker
+        leads = len(session.held)  # every partition its broker leads
         session.epoch -= 1
         behind, before = session.epoch, len(fetches)
         second = await produce(settings, topic, range(30, 90))
