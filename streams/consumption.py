@@ -2075,11 +2075,14 @@ class Consumption:
             token = _CHECKPOINT.set(checkpoint)
             try:
                 writes = [flush() for flush in self.flushers]  # one instant: nothing awaits
-                # With a fence, records and offsets go into the transactions side by side:
-                # one transaction per partition, all of it committed or none.
-                await asyncio.gather(
-                    checkpoint.write(writes), checkpoint.add_offsets(within, self.group)
-                )
+                # With a fence, one transaction per partition, all of it committed or none.
+                # Its offsets go in once its records are acknowledged: the broker verifies
+                # a transactional produce and a TxnOffsetCommit with the transaction's
+                # coordinator, and of two verifications of one producer pending at once it
+                # fails the first (a produce answered NOT_ENOUGH_REPLICAS, retried after a
+                # backoff, logged as a warning).
+                await checkpoint.write(writes)
+                await checkpoint.add_offsets(within, self.group)
                 await checkpoint.commit()
             except Exception as exc:
                 self.failed = exc

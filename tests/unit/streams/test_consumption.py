@@ -1375,22 +1375,33 @@ def overlapping_flush(name: str, events: list[str], both: asyncio.Event) -> Call
     return flush
 
 
-async def test_in_transactions_a_checkpoint_hands_every_write_and_its_offsets_over_at_once():
+async def test_in_transactions_a_checkpoint_hands_every_write_over_at_once_then_its_offsets():
     """One transaction takes all of its records or none: the journals and the tables go
-    in side by side (one request adds their partitions), the transaction begun once."""
+    in side by side (one request adds their partitions), the transaction begun once. Its
+    offsets go in once every record is acknowledged: the broker fails one of two
+    verifications of a producer's transaction pending at once (a produce and the
+    offsets' commit), and the produce is retried after a backoff."""
     made, _ = layer()
     log: list = []
+    events: list[str] = []
+
+    class Noting(FakeProducer):
+        async def send_offsets_to_transaction(self, offsets, group) -> None:
+            events.append("offsets")
+            await super().send_offsets_to_transaction(offsets, group)
+
     fence = consumption.Fence(lambda tid: None, "app")
-    fence.producers = {0: FakeProducer(0, log)}
+    fence.producers = {0: Noting(0, log)}
     made.fence, made.group = fence, "app"
     await opened(made, {TRIGGERS: 0})
-    events: list[str] = []
     both = asyncio.Event()
     made.flushers += [overlapping_flush(n, events, both) for n in ("journal", "changelog")]
     assert made.take(Message(TRIGGERS, 0))
     made.processed(Message(TRIGGERS, 0))
     assert await asyncio.wait_for(made.checkpoint(), 5) is True
     assert events[:2] == ["journal sent", "changelog sent"]
+    assert set(events[2:4]) == {"journal acknowledged", "changelog acknowledged"}
+    assert events[4:] == ["offsets"]
     assert [entry for entry in log if entry[1] == "begin"] == [(0, "begin")]
     assert (0, "offsets", {0: 1}) in log and log[-1] == (0, "commit")
 
