@@ -2087,6 +2087,13 @@ class Consumption:
             except Exception as exc:
                 self.failed = exc
                 raise WritesLost(exc) from exc
+            except BaseException as exc:
+                # Cancelled under way: what it took from the writers may never reach the
+                # broker, so no later checkpoint may commit past it.
+                cancelled = RuntimeError("a checkpoint was cancelled before its commit")
+                cancelled.__cause__ = exc
+                self.failed = cancelled
+                raise
             finally:
                 _CHECKPOINT.reset(token)
             checkpoint.done()
