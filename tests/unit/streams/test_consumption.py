@@ -1807,21 +1807,6 @@ async def test_a_fetch_whose_answer_never_came_has_the_next_one_open_a_new_sessi
             await fetcher.close()
 
 
-def held_flush(sent: asyncio.Event, release: asyncio.Event) -> Callable[[], Any]:
-    """A flusher whose write hands a record of partition 0 over, then is acknowledged
-    only once ``release`` is set (``sent`` is set once it is handed over)."""
-
-    def flush():
-        async def write() -> None:
-            await consumption.current_checkpoint().send(0, "t.changelog", b"k", b"v", 0)
-            sent.set()
-            await release.wait()
-
-        return write
-
-    return flush
-
-
 async def test_a_checkpoint_cancelled_under_way_lets_no_later_one_commit():
     """What a cancelled checkpoint took from the writers may never reach the broker: no
     later checkpoint commits past it (the worker stops, the records are read again by
@@ -1833,12 +1818,13 @@ async def test_a_checkpoint_cancelled_under_way_lets_no_later_one_commit():
     fence.producers = {0: FakeProducer(0, log)}
     made.fence, made.group = fence, "app"
     await opened(made, {TRIGGERS: 0})
-    sent, release = asyncio.Event(), asyncio.Event()
-    made.flushers.append(held_flush(sent, release))
+    buffer = Writes()
+    made.flushers.append(buffer.flush)
+    buffer.write()  # never acknowledged
     assert made.take(Message(TRIGGERS, 0))
     made.processed(Message(TRIGGERS, 0))
     under_way = asyncio.ensure_future(made.checkpoint())
-    await asyncio.wait_for(sent.wait(), 5)
+    await until(lambda: not buffer.made, "the checkpoint taking the writes")
     under_way.cancel()
     with pytest.raises(asyncio.CancelledError):
         await under_way
