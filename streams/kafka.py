@@ -13,7 +13,10 @@ here logs or returns them in a message (:attr:`Settings.kafka_display` names a c
 
 from __future__ import annotations
 
+import logging
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +24,12 @@ from typing import Any, Literal
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.abc import AbstractTokenProvider
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import (
+    AuthenticationFailedError,
+    AuthenticationMethodNotSupported,
+    KafkaError,
+    SaslAuthenticationFailed,
+)
 
 from rflow.settings import Settings
 
@@ -150,6 +159,83 @@ def consumer(settings: Settings, *topics: str, **options: Any) -> AIOKafkaConsum
 def admin(settings: Settings, **options: Any) -> AIOKafkaAdminClient:
     """An aiokafka admin client of ``settings`` (not started), with ``options`` on top."""
     return AIOKafkaAdminClient(**client_options(settings), **options)
+
+
+class KafkaUnavailable(Exception):
+    """A client could not start: the message says which cluster, and why when the
+    brokers said so (credentials refused, a TLS handshake failed)."""
+
+
+class _Refusals(logging.Handler):
+    """The errors aiokafka logs as it fails to connect: its bootstrap logs each broker's
+    error (``Unable connect to "host:port": <error>``, the error an argument of the
+    record) and then raises only that it could not bootstrap."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.errors: list[BaseException] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        self.errors.extend(arg for arg in args if isinstance(arg, BaseException))
+
+
+@contextmanager
+def _refusals() -> Iterator[list[BaseException]]:
+    handler = _Refusals()
+    logger = logging.getLogger("aiokafka")
+    logger.addHandler(handler)
+    try:
+        yield handler.errors
+    finally:
+        logger.removeHandler(handler)
+
+
+CREDENTIALS_REFUSED = (
+    SaslAuthenticationFailed,
+    AuthenticationFailedError,
+    AuthenticationMethodNotSupported,
+)
+
+
+def unavailable(settings: Settings, error: BaseException, seen: list[BaseException]) -> str:
+    """Why a client of ``settings`` could not start, from its ``error`` and the errors
+    ``seen`` on the way: a refusal of the credentials or of the TLS handshake names the
+    settings to check; anything else is a cluster rflow cannot reach."""
+    cluster = settings.kafka_display
+    for cause in [*seen, error]:
+        if isinstance(cause, CREDENTIALS_REFUSED):
+            if settings.kafka_sasl_mechanism == "OAUTHBEARER":
+                check = "RFLOW_KAFKA_SASL_OAUTH_TOKEN_FILE"
+            else:
+                check = (
+                    "RFLOW_KAFKA_SASL_USERNAME, and RFLOW_KAFKA_SASL_PASSWORD or "
+                    "RFLOW_KAFKA_SASL_PASSWORD_FILE"
+                )
+            return f"Kafka at {cluster} refused rflow's credentials: {cause} (check {check})"
+        if isinstance(cause, ssl.SSLError):
+            return (
+                f"the TLS handshake with Kafka at {cluster} failed: {cause} (check "
+                "RFLOW_KAFKA_SSL_CAFILE, RFLOW_KAFKA_SSL_CHECK_HOSTNAME and the brokers' "
+                "certificates)"
+            )
+    return f"cannot reach Kafka at {cluster}: {error}"
+
+
+async def start(
+    client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClient, settings: Settings
+) -> None:
+    """Start ``client``, made from ``settings`` here; if it cannot start, close it and
+    raise :class:`KafkaUnavailable` saying why."""
+    with _refusals() as seen:
+        try:
+            await client.start()
+        except KafkaError as exc:
+            if isinstance(client, AIOKafkaAdminClient):
+                await client.close()
+            else:
+                await client.stop()
+            raise KafkaUnavailable(unavailable(settings, exc, seen)) from None
 
 
 def faust_options(settings: Settings) -> dict[str, Any]:

@@ -81,12 +81,9 @@ class Producer:
 
     async def __aenter__(self) -> Producer:
         try:
-            await self._producer.start()
-        except KafkaError as exc:
-            await self._producer.stop()
-            raise ProduceError(
-                f"cannot reach Kafka at {self.settings.kafka_display}: {exc}"
-            ) from None
+            await kafka.start(self._producer, self.settings)
+        except kafka.KafkaUnavailable as exc:
+            raise ProduceError(str(exc)) from None
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

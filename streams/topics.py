@@ -313,10 +313,9 @@ async def _admin(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
     except kafka.KafkaSettingsError as exc:
         raise TopicsError(str(exc)) from None
     try:
-        await admin.start()
-    except KafkaError as exc:
-        await admin.close()
-        raise TopicsError(f"cannot reach Kafka at {settings.kafka_display}: {exc}") from None
+        await kafka.start(admin, settings)
+    except kafka.KafkaUnavailable as exc:
+        raise TopicsError(str(exc)) from None
     try:
         yield admin
     finally:

@@ -61,10 +61,9 @@ async def topic_firings(
         request_timeout_ms=15000,
     )
     try:
-        await consumer.start()
-    except KafkaError as exc:
-        await consumer.stop()
-        raise LoadError(f"cannot reach Kafka at {settings.kafka_brokers}: {exc}") from None
+        await kafka.start(consumer, settings)
+    except kafka.KafkaUnavailable as exc:
+        raise LoadError(str(exc)) from None
     try:
         if name not in await consumer.topics():
             raise LoadError(

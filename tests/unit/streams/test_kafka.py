@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import socket
 import ssl
 import subprocess
 from pathlib import Path
 
 import faust
 import pytest
+from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
 
 from rflow.settings import Settings, SettingsError
 from rflow.streams import kafka
@@ -246,3 +248,71 @@ def test_no_secret_shows_in_the_settings_or_in_messages(pki):
         "RFLOW_KAFKA_SASL_PASSWORD",
         "RFLOW_KAFKA_SSL_CAFILE",
     }
+
+
+# --- why a client could not start -------------------------------------------------------
+
+
+@pytest.fixture
+async def stranger_tls(tmp_path: Path):
+    """A TLS server on 127.0.0.1 whose certificate no CA of the settings signed."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "s.key",
+         "-out", "s.pem", "-days", "1", "-subj", "/CN=127.0.0.1"],
+        cwd=tmp_path, check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "s.pem", tmp_path / "s.key")
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0, ssl=context)
+    yield server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+
+
+async def test_a_tls_handshake_refused_says_so_and_what_to_check(pki, stranger_tls):
+    settings = sasl_ssl(pki, RFLOW_KAFKA_BROKERS=f"127.0.0.1:{stranger_tls}")
+    admin = kafka.admin(settings, request_timeout_ms=5000)
+    with pytest.raises(kafka.KafkaUnavailable) as said:
+        await kafka.start(admin, settings)
+    message = str(said.value)
+    assert message.startswith(f"the TLS handshake with Kafka at 127.0.0.1:{stranger_tls} ")
+    assert "CERTIFICATE_VERIFY_FAILED" in message and "RFLOW_KAFKA_SSL_CAFILE" in message
+    assert "pw-5eb2d0" not in message
+
+
+async def test_a_cluster_nobody_answers_at_cannot_be_reached():
+    with socket.socket() as taken:  # a port nothing listens on
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+    settings = Settings.from_env({"RFLOW_KAFKA_BROKERS": f"127.0.0.1:{port}"})
+    producer = kafka.producer(settings, request_timeout_ms=5000)
+    with pytest.raises(kafka.KafkaUnavailable, match=f"^cannot reach Kafka at 127.0.0.1:{port}: "):
+        await kafka.start(producer, settings)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "check"),
+    [
+        ("SCRAM-SHA-512", "RFLOW_KAFKA_SASL_PASSWORD or RFLOW_KAFKA_SASL_PASSWORD_FILE"),
+        ("OAUTHBEARER", "RFLOW_KAFKA_SASL_OAUTH_TOKEN_FILE"),
+    ],
+)
+def test_refused_credentials_name_the_settings_to_check(pki, tmp_path, mechanism, check):
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    env = {"RFLOW_KAFKA_SASL_MECHANISM": mechanism}
+    if mechanism == "OAUTHBEARER":
+        env |= {"RFLOW_KAFKA_SASL_PASSWORD": "", "RFLOW_KAFKA_SASL_OAUTH_TOKEN_FILE": str(token)}
+    settings = sasl_ssl(pki, **env)
+    refused = SaslAuthenticationFailed("invalid credentials")
+    message = kafka.unavailable(settings, KafkaConnectionError("Unable to bootstrap"), [refused])
+    assert message.startswith("Kafka at 127.0.0.1:9093 (SASL_SSL ") and "refused" in message
+    assert "invalid credentials" in message and check in message
+    # without a cause seen on the way, the error itself decides
+    assert kafka.unavailable(settings, KafkaConnectionError("gone"), []).startswith(
+        "cannot reach Kafka at 127.0.0.1:9093"
+    )
