@@ -76,6 +76,7 @@ from typing import TYPE_CHECKING, Any
 import faust
 import mode
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import client as aiokafka_client
 from aiokafka.conn import AIOKafkaConnection
 from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.consumer.subscription_state import SubscriptionState
@@ -210,6 +211,16 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
                     "_wait_consume_future",
                 )
             )
+        ),
+    ),
+    "aiokafka AIOKafkaClient.bootstrap: each broker's connection error logged to the "
+    "'aiokafka' logger as its record's last argument, before it raises only that it could "
+    "not bootstrap (why a client could not start, rflow.streams.kafka.start)": (
+        "aiokafka",
+        lambda: (
+            aiokafka_client.log.name == "aiokafka"
+            and "log.error('Unable connect to \"%s:%s\": %s', host, port, err)"
+            in inspect.getsource(aiokafka_client.AIOKafkaClient.bootstrap)
         ),
     ),
     "aiokafka FetchRequest._max_wait_ms, _min_bytes, _max_bytes, _isolation_level, "

@@ -17,6 +17,7 @@ import logging
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -24,12 +25,7 @@ from typing import Any, Literal
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.abc import AbstractTokenProvider
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import (
-    AuthenticationFailedError,
-    AuthenticationMethodNotSupported,
-    KafkaError,
-    SaslAuthenticationFailed,
-)
+from aiokafka.errors import KafkaError, SaslAuthenticationFailed, UnsupportedSaslMechanismError
 
 from rflow.settings import Settings
 
@@ -167,44 +163,49 @@ class KafkaUnavailable(Exception):
 
 
 class _Refusals(logging.Handler):
-    """The errors aiokafka logs as it fails to connect: its bootstrap logs each broker's
-    error (``Unable connect to "host:port": <error>``, the error an argument of the
-    record) and then raises only that it could not bootstrap."""
+    """The errors aiokafka logs while one client starts, in the task starting it: its
+    bootstrap logs each broker's error to the ``aiokafka`` logger (``Unable connect to
+    "host:port": <error>``, the error the record's last argument) and then raises only
+    that it could not bootstrap (listed in ``consumption.INTERNALS``). Records of other
+    tasks (the worker's other clients) are not this client's; none is kept when the
+    ``aiokafka`` logger is set above ERROR, and the message then says less."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.errors: list[BaseException] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        if _starting.get() is not self:
+            return
         args = record.args if isinstance(record.args, tuple) else ()
-        self.errors.extend(arg for arg in args if isinstance(arg, BaseException))
+        if args and isinstance(args[-1], BaseException):
+            self.errors.append(args[-1])
+
+
+_starting: ContextVar[_Refusals | None] = ContextVar("rflow_kafka_starting", default=None)
 
 
 @contextmanager
 def _refusals() -> Iterator[list[BaseException]]:
     handler = _Refusals()
     logger = logging.getLogger("aiokafka")
+    token = _starting.set(handler)
     logger.addHandler(handler)
     try:
         yield handler.errors
     finally:
         logger.removeHandler(handler)
-
-
-CREDENTIALS_REFUSED = (
-    SaslAuthenticationFailed,
-    AuthenticationFailedError,
-    AuthenticationMethodNotSupported,
-)
+        _starting.reset(token)
 
 
 def unavailable(settings: Settings, error: BaseException, seen: list[BaseException]) -> str:
     """Why a client of ``settings`` could not start, from its ``error`` and the errors
-    ``seen`` on the way: a refusal of the credentials or of the TLS handshake names the
-    settings to check; anything else is a cluster rflow cannot reach."""
+    ``seen`` on the way: refused credentials, a SASL mechanism the brokers do not offer
+    and a failed TLS handshake name the settings to check; anything else is a cluster
+    rflow cannot reach, with the first broker's reason."""
     cluster = settings.kafka_display
     for cause in [*seen, error]:
-        if isinstance(cause, CREDENTIALS_REFUSED):
+        if isinstance(cause, SaslAuthenticationFailed):
             if settings.kafka_sasl_mechanism == "OAUTHBEARER":
                 check = "RFLOW_KAFKA_SASL_OAUTH_TOKEN_FILE"
             else:
@@ -213,13 +214,20 @@ def unavailable(settings: Settings, error: BaseException, seen: list[BaseExcepti
                     "RFLOW_KAFKA_SASL_PASSWORD_FILE"
                 )
             return f"Kafka at {cluster} refused rflow's credentials: {cause} (check {check})"
+        if isinstance(cause, UnsupportedSaslMechanismError):
+            return (
+                f"Kafka at {cluster} does not offer SASL {settings.kafka_sasl_mechanism}: "
+                f"{cause} (check RFLOW_KAFKA_SASL_MECHANISM)"
+            )
         if isinstance(cause, ssl.SSLError):
             return (
                 f"the TLS handshake with Kafka at {cluster} failed: {cause} (check "
-                "RFLOW_KAFKA_SSL_CAFILE, RFLOW_KAFKA_SSL_CHECK_HOSTNAME and the brokers' "
-                "certificates)"
+                "RFLOW_KAFKA_SSL_CAFILE, RFLOW_KAFKA_SSL_CHECK_HOSTNAME, a client certificate "
+                "the brokers may ask for (RFLOW_KAFKA_SSL_CERTFILE, RFLOW_KAFKA_SSL_KEYFILE) "
+                "and RFLOW_KAFKA_SECURITY_PROTOCOL)"
             )
-    return f"cannot reach Kafka at {cluster}: {error}"
+    reason = f"{seen[0]} ({error})" if seen else str(error)
+    return f"cannot reach Kafka at {cluster}: {reason}"
 
 
 async def start(

@@ -304,9 +304,16 @@ async def test_a_workflow_runs_end_to_end_with_only_the_printed_acls_and_nothing
     await a_client_certificate_authenticates_on_the_mutual_tls_listener(as_rflow, secured)
 
 
-async def test_the_broker_refuses_a_client_without_credentials(as_rflow):
+async def test_the_broker_refuses_a_client_without_credentials(as_rflow, tmp_path):
     wrong = as_rflow.model_copy(
         update={"kafka_sasl_password": as_rflow.kafka_sasl_password.__class__("not-it")}
+    )
+    (tmp_path / "token").write_text("not-a-token\n")
+    unoffered = as_rflow.model_copy(  # the listener offers SCRAM and PLAIN only
+        update={
+            "kafka_sasl_mechanism": "OAUTHBEARER",
+            "kafka_sasl_oauth_token_file": tmp_path / "token",
+        }
     )
     tls_only = as_rflow.model_copy(
         update={
@@ -319,7 +326,7 @@ async def test_the_broker_refuses_a_client_without_credentials(as_rflow):
     plaintext = tls_only.model_copy(
         update={"kafka_security_protocol": "PLAINTEXT", "kafka_ssl_cafile": None}
     )
-    for who in (wrong, tls_only, plaintext):
+    for who in (wrong, unoffered, tls_only, plaintext):
         producer = kafka.producer(who, request_timeout_ms=5000)
         with pytest.raises(KafkaError) as refused:
             await asyncio.wait_for(producer.start(), 60)
@@ -328,7 +335,10 @@ async def test_the_broker_refuses_a_client_without_credentials(as_rflow):
             refused.value
         ), (who.kafka_display, refused.value)
         # and what rflow itself says names the cluster and why, never the password
-        why = "refused rflow's credentials" if who is wrong else "cannot reach Kafka at"
+        why = {
+            id(wrong): "refused rflow's credentials",
+            id(unoffered): "does not offer SASL OAUTHBEARER",
+        }.get(id(who), "cannot reach Kafka at")
         with pytest.raises(topics.TopicsError, match=why) as said:
             await topics.describe(who, [])
         assert who.kafka_display in str(said.value) and "not-it" not in str(said.value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import logging
 import socket
 import ssl
 import subprocess
@@ -11,7 +12,11 @@ from pathlib import Path
 
 import faust
 import pytest
-from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
+from aiokafka.errors import (
+    KafkaConnectionError,
+    SaslAuthenticationFailed,
+    UnsupportedSaslMechanismError,
+)
 
 from rflow.settings import Settings, SettingsError
 from rflow.streams import kafka
@@ -284,14 +289,52 @@ async def test_a_tls_handshake_refused_says_so_and_what_to_check(pki, stranger_t
     assert "pw-5eb2d0" not in message
 
 
-async def test_a_cluster_nobody_answers_at_cannot_be_reached():
-    with socket.socket() as taken:  # a port nothing listens on
-        taken.bind(("127.0.0.1", 0))
-        port = taken.getsockname()[1]
-    settings = Settings.from_env({"RFLOW_KAFKA_BROKERS": f"127.0.0.1:{port}"})
-    producer = kafka.producer(settings, request_timeout_ms=5000)
-    with pytest.raises(kafka.KafkaUnavailable, match=f"^cannot reach Kafka at 127.0.0.1:{port}: "):
-        await kafka.start(producer, settings)
+async def test_a_cluster_nobody_answers_at_cannot_be_reached_and_the_reason_is_said():
+    with socket.socket() as bound:  # bound, never listening: a connection is refused
+        bound.bind(("127.0.0.1", 0))
+        port = bound.getsockname()[1]
+        settings = Settings.from_env({"RFLOW_KAFKA_BROKERS": f"127.0.0.1:{port}"})
+        producer = kafka.producer(settings, request_timeout_ms=5000)
+        with pytest.raises(kafka.KafkaUnavailable) as said:
+            await kafka.start(producer, settings)
+    message = str(said.value)
+    assert message.startswith(f"cannot reach Kafka at 127.0.0.1:{port}: ")
+    assert "Connect call failed" in message and "Unable to bootstrap" in message
+
+
+class Failing:
+    """A client whose start fails while another client's task, started before it, logs
+    a TLS error to aiokafka."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.starting = asyncio.Event()
+        self.logged = asyncio.Event()
+        self.other = asyncio.create_task(self.other_client())
+
+    async def other_client(self) -> None:
+        await self.starting.wait()
+        logging.getLogger("aiokafka").error(
+            'Unable connect to "%s:%s": %s', "h", 1, ssl.SSLError("not ours")
+        )
+        self.logged.set()
+
+    async def start(self) -> None:
+        self.starting.set()
+        await self.logged.wait()
+        raise KafkaConnectionError("Unable to bootstrap")
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+async def test_what_other_tasks_log_is_not_why_this_client_failed():
+    settings = Settings.from_env({"RFLOW_KAFKA_BROKERS": "127.0.0.1:9"})
+    client = Failing()
+    with pytest.raises(kafka.KafkaUnavailable, match=r"^cannot reach Kafka at 127\.0\.0\.1:9: "):
+        await kafka.start(client, settings)  # type: ignore[arg-type]
+    assert client.stopped
+    assert not any(isinstance(h, kafka._Refusals) for h in logging.getLogger("aiokafka").handlers)
 
 
 @pytest.mark.parametrize(
@@ -312,6 +355,10 @@ def test_refused_credentials_name_the_settings_to_check(pki, tmp_path, mechanism
     message = kafka.unavailable(settings, KafkaConnectionError("Unable to bootstrap"), [refused])
     assert message.startswith("Kafka at 127.0.0.1:9093 (SASL_SSL ") and "refused" in message
     assert "invalid credentials" in message and check in message
+    unoffered = UnsupportedSaslMechanismError("Enabled mechanisms are: ['PLAIN']")
+    message = kafka.unavailable(settings, KafkaConnectionError("Unable"), [unoffered])
+    assert f"does not offer SASL {mechanism}" in message
+    assert "check RFLOW_KAFKA_SASL_MECHANISM" in message
     # without a cause seen on the way, the error itself decides
     assert kafka.unavailable(settings, KafkaConnectionError("gone"), []).startswith(
         "cannot reach Kafka at 127.0.0.1:9093"
