@@ -1769,8 +1769,20 @@ class Checkpoint:
         await asyncio.gather(*(p.commit_transaction() for p, _ in self.begun.values()))
 
     def done(self) -> None:
-        for callback in self.afterwards:
-            callback()
+        """Every transaction is committed: call the callbacks (:meth:`then`), then let go."""
+        try:
+            for callback in self.afterwards:
+                callback()
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Let go of the transactions' beginnings and the callbacks. A beginning's task
+        holds the context it began in, whose :data:`_CHECKPOINT` is this checkpoint: kept,
+        they would make a cycle, and everything the checkpoint wrote would wait for the
+        cycle collector's oldest generation, to be freed all at once (a pause of the loop)."""
+        self.begun.clear()
+        self.afterwards.clear()
 
 
 # --- the layer --------------------------------------------------------------------------
@@ -2097,6 +2109,7 @@ class Consumption:
                 await checkpoint.commit()
             except Exception as exc:
                 self.failed = exc
+                checkpoint.release()
                 raise WritesLost(exc) from exc
             except BaseException as exc:
                 # Cancelled under way: what it took from the writers may never reach the
@@ -2104,6 +2117,7 @@ class Consumption:
                 cancelled = RuntimeError("a checkpoint was cancelled before its commit")
                 cancelled.__cause__ = exc
                 self.failed = cancelled
+                checkpoint.release()
                 raise
             finally:
                 _CHECKPOINT.reset(token)

@@ -11,7 +11,9 @@ only the layer catches.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -1355,6 +1357,47 @@ async def test_a_checkpoint_writes_each_partition_in_its_own_transaction_with_it
     assert applied == ["store"]
     # The events topic is not joined: its offsets go the consumer's way (generation-fenced).
     assert fetcher.commits == [{EVENTS: 1}]
+
+
+async def test_a_committed_checkpoint_is_freed_without_the_cycle_collector():
+    """A checkpoint lets go of its transactions' beginnings and its callbacks once
+    committed. Kept, they made a cycle (a beginning's task holds the context it was begun
+    in, whose context variable holds the checkpoint): everything the checkpoint wrote
+    stayed alive until the collector's oldest generation ran, then was freed at once, a
+    pause of the worker's loop (75-95 ms after a burst of 2,000 runs)."""
+    made, _ = layer()
+    fence = consumption.Fence(lambda tid: None, "app")
+    fence.producers = {0: FakeProducer(0, [])}
+    made.fence, made.group = fence, "app"
+    await opened(made, {TRIGGERS: 0})
+
+    class Written:
+        """Stands for what a checkpoint's callback writes to a store."""
+
+    kept: list[weakref.ref] = []
+
+    def flush():
+        written = Written()
+
+        async def write() -> None:
+            checkpoint = consumption.current_checkpoint()
+            kept.extend((weakref.ref(checkpoint), weakref.ref(written)))
+            await checkpoint.send(0, "t.changelog", b"k", b"v", 0)
+            checkpoint.then(lambda: written)
+
+        return write
+
+    made.flushers.append(flush)
+    assert made.take(Message(TRIGGERS, 0))
+    made.processed(Message(TRIGGERS, 0))
+    gc.collect()
+    gc.disable()
+    try:
+        assert await made.checkpoint() is True
+        await asyncio.sleep(0)  # the loop's turn for the callbacks of what finished
+        assert len(kept) == 2 and [ref() for ref in kept] == [None, None]
+    finally:
+        gc.enable()
 
 
 def overlapping_flush(name: str, events: list[str], both: asyncio.Event) -> Callable[[], Any]:
