@@ -1780,7 +1780,9 @@ class Checkpoint:
         """Let go of the transactions' beginnings and the callbacks. A beginning's task
         holds the context it began in, whose :data:`_CHECKPOINT` is this checkpoint: kept,
         they would make a cycle, and everything the checkpoint wrote would wait for the
-        cycle collector's oldest generation, to be freed all at once (a pause of the loop)."""
+        cycle collector's oldest generation, to be freed all at once (a pause of the loop).
+        Only once committed: after a failed write the others may still begin their
+        transaction (the failure is kept, and with its traceback the checkpoint)."""
         self.begun.clear()
         self.afterwards.clear()
 
@@ -2109,7 +2111,6 @@ class Consumption:
                 await checkpoint.commit()
             except Exception as exc:
                 self.failed = exc
-                checkpoint.release()
                 raise WritesLost(exc) from exc
             except BaseException as exc:
                 # Cancelled under way: what it took from the writers may never reach the
@@ -2117,7 +2118,6 @@ class Consumption:
                 cancelled = RuntimeError("a checkpoint was cancelled before its commit")
                 cancelled.__cause__ = exc
                 self.failed = cancelled
-                checkpoint.release()
                 raise
             finally:
                 _CHECKPOINT.reset(token)
