@@ -146,6 +146,14 @@ async def opened(made: Consumption, committed: dict[TP, int | None]) -> None:
     await made.open(committed)
 
 
+def fenced(made: Consumption, producers: dict[int, Any]) -> consumption.Fence:
+    """``made``'s checkpoints in transactions, one of ``producers`` a partition."""
+    fence = consumption.Fence(lambda tid: None, "app")
+    fence.producers = producers
+    made.fence, made.group = fence, "app"
+    return fence
+
+
 def hold_seek(
     fetcher: Fetcher, at: TP | None = None, also: Callable[[TP, int], None] | None = None
 ) -> tuple[asyncio.Event, asyncio.Event]:
@@ -1340,9 +1348,7 @@ async def test_a_checkpoint_writes_each_partition_in_its_own_transaction_with_it
     made, fetcher = layer()
     log: list = []
     producers = {n: FakeProducer(n, log) for n in (0, 1)}
-    fence = consumption.Fence(lambda tid: None, "app")
-    fence.producers = dict(producers)
-    made.fence, made.group = fence, "app"
+    fenced(made, dict(producers))
     other = TP(RUNS.topic, 1)
     await opened(made, {TRIGGERS: 0, other: 4, EVENTS: 0})
     applied: list[str] = []
@@ -1366,9 +1372,7 @@ async def test_a_committed_checkpoint_is_freed_without_the_cycle_collector():
     stayed alive until the collector's oldest generation ran, then was freed at once, a
     pause of the worker's loop (up to 103 ms after a burst of 2,000 runs)."""
     made, _ = layer()
-    fence = consumption.Fence(lambda tid: None, "app")
-    fence.producers = {0: FakeProducer(0, [])}
-    made.fence, made.group = fence, "app"
+    fenced(made, {0: FakeProducer(0, [])})
     await opened(made, {TRIGGERS: 0})
 
     class Written:
@@ -1438,9 +1442,7 @@ async def test_in_transactions_a_checkpoint_hands_every_write_over_at_once_then_
             events.append("offsets")
             await super().send_offsets_to_transaction(offsets, group)
 
-    fence = consumption.Fence(lambda tid: None, "app")
-    fence.producers = {0: Noting(0, log)}
-    made.fence, made.group = fence, "app"
+    fenced(made, {0: Noting(0, log)})
     await opened(made, {TRIGGERS: 0})
     both = asyncio.Event()
     made.flushers += [overlapping_flush(n, events, both) for n in ("journal", "changelog")]
@@ -1862,9 +1864,7 @@ async def test_a_checkpoint_cancelled_under_way_lets_no_later_one_commit():
     loop of checkpoints, which waits for the one under way."""
     made, fetcher = layer()
     log: list = []
-    fence = consumption.Fence(lambda tid: None, "app")
-    fence.producers = {0: FakeProducer(0, log)}
-    made.fence, made.group = fence, "app"
+    fenced(made, {0: FakeProducer(0, log)})
     await opened(made, {TRIGGERS: 0})
     buffer = Writes()
     made.flushers.append(buffer.flush)
