@@ -1,8 +1,8 @@
 """rflow beside Restate and DBOS: the same workflow on each, driven the same way, black-box.
 
     python bench/bench_peers.py [--quick] [--runs N] [--duration S] [--rate R] [--groups G]
-                                [--engines rflow rflow-2 restate dbos ...] [--stall S]
-                                [--ports LO-HI] [--rflow PATH] [--keep]
+                                [--rounds N] [--engines rflow rflow-2 restate dbos ...]
+                                [--stall S] [--ports LO-HI] [--rflow PATH] [--keep]
 
 Needs the local stack (`scripts/stack up`, then `eval "$(scripts/stack env)"`) and rflow's
 virtualenv (`scripts/bootstrap`). The peers are installed by this script into `.bench/`
@@ -25,6 +25,10 @@ three steps (state_set, choose, notify to a local HTTP sink) with a concurrency 
            the ingress (`POST /Bench/<group>/run/send`, idempotency key);
   DBOS     a DBOS application on the stack's Postgres; `DBOSClient.enqueue` on a queue
            partitioned by group, one workflow at a time per group.
+
+The engines run in turn, in two rounds by default (`--rounds`; one with `--quick`): rflow,
+rflow-2, Restate, DBOS, then all of them again, each round on fresh deployments, and the
+report compares rflow with Restate round by round: a target is met only in every round.
 
 Completion is measured at the sink. Figures per engine: peak runs/s (open loop, to the last
 notify), p50/p99 trigger-to-sink latency at 100 runs/s and at half the engine's own peak,

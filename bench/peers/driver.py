@@ -1,8 +1,9 @@
-"""The peers benchmark's driver: one run of rflow, Restate and DBOS, driven alike.
+"""The peers benchmark's driver: rounds of rflow, Restate and DBOS, driven alike.
 
 Started by bench/bench_peers.py (which installs the peers first) in `.bench/venv`; see that
-file for the options. For each engine in turn, alone on the machine's engines (the others
-are stopped), on a fresh deployment of it:
+file for the options. In each round (``--rounds``, two by default), for each engine in
+turn, alone on the machine's engines (the others are stopped), on a fresh deployment of
+it:
 
   warm-up  half the peak phase's firings (at least 50), not counted; an engine on Kafka
            then goes on warming (a burst like the warm-up, then 5 s at @rate, up to
@@ -25,6 +26,10 @@ the sink's arrival time of its notify minus when it was fired (one clock: the si
 in this process). A firing whose notify never reaches the sink (no arrival for
 ``--stall`` seconds while others are missing) is lost; a notify that arrives more than
 once is a duplicate. Firings are spread over ``--groups`` concurrency groups in turn.
+
+The report gives every round's figures and rflow against Restate in each round (ratios of
+figures measured minutes apart, beside each other); a target holds only if it is met in
+every round.
 """
 
 from __future__ import annotations
@@ -364,11 +369,18 @@ def show_where(engine: Engine, phase: Phase, where: Breakdown) -> None:
 
 
 def make_engine(
-    name: str, stack: Stack, ports: Ports, workdir: Path, sink: Sink, rflow: Path | None
+    name: str,
+    stack: Stack,
+    ports: Ports,
+    workdir: Path,
+    sink: Sink,
+    rflow: Path | None,
+    directory: str | None = None,
 ) -> Engine:
-    """A fresh engine of kind ``name``, with a directory of its own in ``workdir``."""
-    (workdir / name).mkdir()
-    base = (stack, ports, workdir / name, sink.url)
+    """A fresh engine of kind ``name``, with a directory of its own in ``workdir``
+    (``directory``, or its name)."""
+    (workdir / (directory or name)).mkdir()
+    base = (stack, ports, workdir / (directory or name), sink.url)
     if name == "rflow":
         return Rflow(*base, command=rflow)
     if name == "rflow-2":
@@ -449,34 +461,76 @@ LABELS = {
 
 
 def report(
-    args: argparse.Namespace, results: dict[str, dict[str, Any]], durability: list[str]
+    args: argparse.Namespace, rounds: list[dict[str, dict[str, Any]]], durability: list[str]
 ) -> None:
-    names = list(results)
-    table = {name: figures(r) for name, r in results.items()}
-    header = ("figure", *names)
-    rows = []
-    for key, label in LABELS.items():
-        rows.append(
+    """Every round's figures, then rflow against Restate in each round: a target is met
+    only when it is met in every round."""
+    for number, results in enumerate(rounds, 1):
+        names = list(results)
+        table = {name: figures(r) for name, r in results.items()}
+        rows = [
             (
                 label.format(runs=args.runs, rate=args.rate, duration=args.duration),
                 *(table[n][key][1] for n in names),
             )
+            for key, label in LABELS.items()
+        ]
+        print(
+            f"\nAll engines, {which(number, len(rounds))} (CPU: "
+            + "; ".join(f"{n}: {results[n]['engine'].label}" for n in names)
+            + "):\n"
         )
-    print(
-        "\nAll engines, this run (CPU: "
-        + "; ".join(f"{n}: {results[n]['engine'].label}" for n in names)
-        + "):\n"
-    )
-    print_table(rows, header)
+        print_table(rows, ("figure", *names))
     print(
         "\nDurability, equal on all sides: an acknowledged write has reached the operating system"
     )
     print("(it survives the crash of any process, not of the machine):")
     for line in durability:
         print(f"  {line}")
-    if "rflow" not in table or "restate" not in table:
+    if any("rflow" not in results or "restate" not in results for results in rounds):
         print("\n(no ratios: the report compares rflow with restate, run both)")
         return
+    missed: list[str] = []
+    for number, results in enumerate(rounds, 1):
+        out = against_restate(args, results)
+        prefix = f"round {number}: " if len(rounds) > 1 else ""
+        print(
+            f"\nrflow against Restate, {which(number, len(rounds))} (ratio = rflow / Restate; "
+            f"{args.groups} concurrency groups):"
+        )
+        emit("peers", [(prefix + row[0], *row[1:]) for row in out])
+        missed += [prefix + row[0] for row in out if row[5] == "NOT met"]
+        where = results["rflow"].get("where")
+        if where is not None:
+            why = (
+                f"the targets missed: {'; '.join(r[0] for r in out if r[5] == 'NOT met')}"
+                if any(r[5] == "NOT met" for r in out)
+                else "every target above met"
+            )
+            print(
+                f"\nWhere the rflow worker's time goes at {args.rate:g} runs/s, "
+                f"{which(number, len(rounds))} ({why}):"
+            )
+            show_where(results["rflow"]["engine"], results["rflow"]["sampled"], where)
+    if len(rounds) > 1:
+        print(
+            f"\nIn all {len(rounds)} rounds: "
+            + (f"targets missed: {'; '.join(missed)}" if missed else "every target met")
+        )
+
+
+def which(number: int, rounds: int) -> str:
+    """How the report names round ``number`` of ``rounds``."""
+    return "this run" if rounds == 1 else f"round {number} of {rounds}"
+
+
+def against_restate(
+    args: argparse.Namespace, results: dict[str, dict[str, Any]]
+) -> list[tuple[str, ...]]:
+    """One round's rows of rflow against Restate: figure, rflow, Restate, ratio, target,
+    verdict; then every other engine's main figures beside Restate's."""
+    names = list(results)
+    table = {name: figures(r) for name, r in results.items()}
     rf, rs = table["rflow"], table["restate"]
 
     def row(label: str, key: str, target: str, met: bool | None) -> tuple[str, ...]:
@@ -556,14 +610,7 @@ def report(
                     "-",
                 )
             )
-    print(f"\nrflow against Restate (ratio = rflow / Restate; {args.groups} concurrency groups):")
-    emit("peers", out)
-    where = results["rflow"].get("where")
-    if where is not None:
-        missed = [r[0] for r in out if r[5] == "NOT met"]
-        why = f"the targets missed: {'; '.join(missed)}" if missed else "every target above met"
-        print(f"\nWhere the rflow worker's time goes at {fixed} ({why}):")
-        show_where(results["rflow"]["engine"], results["rflow"]["sampled"], where)
+    return out
 
 
 async def run(args: argparse.Namespace, workdir: Path) -> int:
@@ -586,7 +633,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
     if not stack.kafka_pids or not stack.postgres_pids:
         print("  (Kafka or Postgres was not started by scripts/stack: its CPU is not metered)")
     driver = Driver(args, stack, sink, ports, workdir)
-    results: dict[str, dict[str, Any]] = {}
+    rounds: list[dict[str, dict[str, Any]]] = []
     durability = [
         "Kafka (rflow): acks=all, broker defaults: "
         + ", ".join(
@@ -598,20 +645,31 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
         f"server fsync={settings['postgres fsync']} as scripts/stack runs it",
     ]
     try:
-        for name in args.engines:
-            engine = make_engine(name, stack, ports, workdir, sink, args.rflow)
-            try:
-                results[name] = await driver.run_engine(engine)
-                if name.startswith("restate"):
-                    durability.append(f"{name}: {engine.durability()}")
-            finally:
-                await engine.stop()
+        # Rounds interleave the engines (rflow, Restate, ..., rflow, Restate, ...): the
+        # machine's speed drifts over minutes, and each round compares engines measured
+        # beside each other. Every engine of every round is a fresh deployment.
+        for number in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                print(f"\n=== round {number} of {args.rounds} ===", flush=True)
+            results: dict[str, dict[str, Any]] = {}
+            for name in args.engines:
+                directory = name if args.rounds == 1 else f"{name}-{number}"
+                engine = make_engine(name, stack, ports, workdir, sink, args.rflow, directory)
+                try:
+                    results[name] = await driver.run_engine(engine)
+                    if name.startswith("restate") and number == 1:
+                        durability.append(f"{name}: {engine.durability()}")
+                finally:
+                    await engine.stop()
+            rounds.append(results)
     finally:
         await sink.stop()
     if sink.unnamed:
         print(f"  the sink got {sink.unnamed} requests without an Idempotency-Key", file=sys.stderr)
-    report(args, results, durability)
-    failed = [n for n, r in results.items() if r["lost"] or r["duplicates"]]
+    report(args, rounds, durability)
+    failed = sorted(
+        {n for results in rounds for n, r in results.items() if r["lost"] or r["duplicates"]}
+    )
     if failed:
         print(f"\nbench_peers: runs lost or notified twice by {', '.join(failed)}", file=sys.stderr)
         return 1
@@ -632,6 +690,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="the fixed rate (default 100/s)")
     parser.add_argument("--groups", type=int, default=64, help="concurrency groups (default 64)")
     parser.add_argument(
+        "--rounds", type=int, help="rounds, each engine in turn in each (default 2; quick 1)"
+    )
+    parser.add_argument(
         "--engines", nargs="+", choices=ENGINES, default=["rflow", "rflow-2", "restate", "dbos"]
     )
     parser.add_argument(
@@ -650,8 +711,9 @@ def main() -> None:
     args = parser.parse_args()
     args.runs = args.runs or (400 if args.quick else 2000)
     args.duration = args.duration or (5.0 if args.quick else 20.0)
-    if args.groups < 1 or args.runs < 1 or args.rate <= 0 or args.duration <= 0:
-        parser.error("--groups, --runs, --rate and --duration must be positive")
+    args.rounds = args.rounds or (1 if args.quick else 2)
+    if min(args.groups, args.runs, args.rounds) < 1 or args.rate <= 0 or args.duration <= 0:
+        parser.error("--groups, --runs, --rounds, --rate and --duration must be positive")
 
     def interrupted(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
