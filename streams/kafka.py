@@ -25,7 +25,12 @@ from typing import Any, Literal
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.abc import AbstractTokenProvider
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError, SaslAuthenticationFailed, UnsupportedSaslMechanismError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    UnsupportedSaslMechanismError,
+)
 
 from rflow.settings import Settings
 
@@ -200,11 +205,12 @@ def _refusals() -> Iterator[list[BaseException]]:
 
 def unavailable(settings: Settings, error: BaseException, seen: list[BaseException]) -> str:
     """Why a client of ``settings`` could not start, from its ``error`` and the errors
-    ``seen`` on the way: refused credentials, a SASL mechanism the brokers do not offer
-    and a failed TLS handshake name the settings to check; anything else is a cluster
+    ``seen`` on the way (and what each was raised from): refused credentials, a SASL
+    mechanism the brokers do not offer, a failed TLS handshake and a broker that hangs up
+    on the protocol rflow speaks name the settings to check; anything else is a cluster
     rflow cannot reach, with the first broker's reason."""
     cluster = settings.kafka_display
-    for cause in [*seen, error]:
+    for cause in _with_causes([*seen, error]):
         if isinstance(cause, SaslAuthenticationFailed):
             if settings.kafka_sasl_mechanism == "OAUTHBEARER":
                 check = "RFLOW_KAFKA_SASL_OAUTH_TOKEN_FILE"
@@ -227,7 +233,32 @@ def unavailable(settings: Settings, error: BaseException, seen: list[BaseExcepti
                 "and RFLOW_KAFKA_SECURITY_PROTOCOL)"
             )
     reason = f"{seen[0]} ({error})" if seen else str(error)
+    if any(isinstance(cause, KafkaConnectionError) for cause in seen):
+        # aiokafka logs an error of its own kind for a broker only once a connection to
+        # it was made: a refused or timed-out one is an OSError or a TimeoutError. A
+        # listener that closes it as the first request arrives speaks another protocol
+        # (a TLS listener reading a plaintext request, a SASL one a request before the
+        # handshake).
+        protocol = settings.kafka_security_protocol
+        return (
+            f"Kafka at {cluster} took the connection and closed it when rflow spoke "
+            f"{protocol} to it: {reason}; its listener may expect another protocol (check "
+            "RFLOW_KAFKA_SECURITY_PROTOCOL: SSL or SASL_SSL for a TLS listener, "
+            "SASL_PLAINTEXT or SASL_SSL with RFLOW_KAFKA_SASL_MECHANISM for a SASL one)"
+        )
     return f"cannot reach Kafka at {cluster}: {reason}"
+
+
+def _with_causes(errors: list[BaseException]) -> Iterator[BaseException]:
+    """Each of ``errors``, each followed by what it was raised from (a connection closed
+    on a TLS alert carries the alert's ``SSLError`` there)."""
+    for error in errors:
+        seen: set[int] = set()
+        cause: BaseException | None = error
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            yield cause
+            cause = cause.__cause__
 
 
 async def start(

@@ -294,6 +294,25 @@ async def test_a_tls_handshake_refused_says_so_and_what_to_check(pki, stranger_t
     assert "pw-5eb2d0" not in message
 
 
+async def test_plaintext_spoken_to_a_tls_listener_names_the_protocol_to_check(stranger_tls):
+    settings = Settings.from_env({"RFLOW_KAFKA_BROKERS": f"127.0.0.1:{stranger_tls}"})
+    message = await refusal(kafka.producer(settings, request_timeout_ms=5000), settings)
+    assert message.startswith(
+        f"Kafka at 127.0.0.1:{stranger_tls} took the connection and closed it when rflow "
+        "spoke PLAINTEXT to it: "
+    ), message
+    assert "RFLOW_KAFKA_SECURITY_PROTOCOL: SSL or SASL_SSL for a TLS listener" in message
+
+
+def test_a_connection_closed_on_a_tls_alert_is_a_failed_handshake(pki):
+    settings = sasl_ssl(pki)
+    closed = KafkaConnectionError("Connection at 127.0.0.1:9093 closed")
+    closed.__cause__ = ssl.SSLError("[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] certificate required")
+    message = kafka.unavailable(settings, KafkaConnectionError("Unable to bootstrap"), [closed])
+    assert message.startswith("the TLS handshake with Kafka at 127.0.0.1:9093 ")
+    assert "certificate required" in message and "RFLOW_KAFKA_SSL_CERTFILE" in message
+
+
 async def test_a_cluster_nobody_answers_at_cannot_be_reached_and_the_reason_is_said():
     with socket.socket() as bound:  # bound, never listening: a connection is refused
         bound.bind(("127.0.0.1", 0))
