@@ -192,13 +192,15 @@ INTERNALS: dict[str, tuple[str, Callable[[], bool]]] = {
     ),
     "aiokafka Fetcher._get_actions_per_node, _proc_fetch_request, _pending_tasks, "
     "_in_flight, _fetch_waiters, _notify, _subscriptions (a fetch sent as soon as the "
-    "records before it are drained, its records handed over as soon as they are read)": (
+    "records before it are drained, its records handed over as soon as they are read; "
+    "an answer read against the request's topics, every partition of a session's fetch)": (
         "aiokafka",
         lambda: (
             all(
                 _defines(Fetcher, name)
                 for name in ("_get_actions_per_node", "_proc_fetch_request", "_notify")
             )
+            and "request.topics" in inspect.getsource(Fetcher._proc_fetch_request)
             and all(
                 _assigns(Fetcher.__init__, name)
                 for name in ("_pending_tasks", "_in_flight", "_fetch_waiters", "_subscriptions")
