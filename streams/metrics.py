@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from rflow.engine.state import RunState
 from rflow.streams.loops import every
 
 if TYPE_CHECKING:
@@ -204,6 +206,12 @@ class Metrics:
         self.lane_waiting = self._gauge(
             "rflow_lane_waiting",
             "Runs waiting in concurrency lanes on this worker, by workflow",
+            "workflow",
+        )
+        self.lane_owner_quiet = self._gauge(
+            "rflow_lane_owner_quiet_seconds",
+            "Of the lanes on this worker with runs waiting, the longest a lane's owner run "
+            "has gone without a step starting or settling, by workflow (0: none waits)",
             "workflow",
         )
         self.circuit = self._gauge(
@@ -410,13 +418,24 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
     metrics.backlog_seen |= counts.keys()
 
     waiting: dict[str, int] = {name: 0 for name in (project.workflows if project else {})}
-    for key, lane in list(runtime.tables.lanes.items(runtime.consumption.owned())):
-        if key.startswith("~"):
-            continue  # firings held while a workflow is paused: counted from the read model
-        workflow = key.split(":", 1)[0]
-        waiting[workflow] = waiting.get(workflow, 0) + len(lane.queue)
+    quiet: dict[str, float] = dict.fromkeys(waiting, 0.0)
+    now = datetime.now(UTC)
+    tables = runtime.tables
+    for partition in sorted(runtime.consumption.owned()):
+        for key, lane in list(tables.lanes.items([partition])):
+            if key.startswith("~"):
+                continue  # firings held while a workflow is paused: counted from the read model
+            workflow = key.split(":", 1)[0]
+            waiting[workflow] = waiting.get(workflow, 0) + len(lane.queue)
+            if lane.queue and lane.active is not None:
+                # A lane's owner is decided on the lane's partition: its state is there.
+                owner = tables.runs.get_in(partition, lane.active)
+                if isinstance(owner, RunState):
+                    seconds = max((now - owner.updated_at).total_seconds(), 0.0)
+                    quiet[workflow] = max(quiet.get(workflow, 0.0), seconds)
     for workflow, count in waiting.items():
         metrics.lane_waiting.labels(workflow).set(count)
+        metrics.lane_owner_quiet.labels(workflow).set(quiet.get(workflow, 0.0))
 
     for name in ("triggers", "runs", "settled", "lanes"):
         metrics.changelog_read.labels(name).set(getattr(runtime.tables, name).store.read)

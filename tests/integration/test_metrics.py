@@ -176,9 +176,29 @@ async def test_every_dashboard_query_is_valid_and_returns_series_from_a_loaded_w
             return answer["data"]["result"]
 
         await wait_until(lane_waits, timeout=60, what="Prometheus to see a lane queue")
+
+        def quiet_owner(expr: str):
+            async def seen():
+                answer = await asyncio.to_thread(query, url, expr)
+                return answer["data"]["result"]
+
+            return seen
+
+        # The lane's owner is held by the sink: it goes without a change while others wait.
+        await wait_until(
+            quiet_owner('max(rflow_lane_owner_quiet_seconds{workflow="busy"}) > 0'),
+            timeout=60,
+            what="Prometheus to see the lane's owner quiet",
+        )
         sink.release()
         for rid in busy:
             assert (await settled_run(settings, rid, timeout=60))["status"] == "succeeded"
+        # Nothing waits any more: no lane has a quiet owner to show.
+        await wait_until(
+            quiet_owner('max(rflow_lane_owner_quiet_seconds{workflow="busy"}) == 0'),
+            timeout=60,
+            what="the lane's owner gauge back to 0",
+        )
         assert (await settled_run(settings, flaky, timeout=60))["status"] == "failed"
         assert (await settled_run(settings, pay, timeout=60))["status"] == "succeeded"
 
