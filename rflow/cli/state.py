@@ -47,11 +47,24 @@ def show_state(workflow: str, key: str | None, as_json: bool) -> None:
         )
         return
     width = max(30, shutil.get_terminal_size((120, 24)).columns - 60)
+    click.echo(listing(workflow, keys, width))
+
+
+def listing(workflow: str, keys: list[dict[str, Any]], width: int) -> str:
+    """The table of ``keys``, each value cut to ``width`` characters; when one is cut, a
+    last line says how to read it whole."""
     rows = [
         [entry["key"], entry["type"], _when(entry), _cut(_compact(entry["value"]), width)]
         for entry in keys
     ]
-    click.echo(table(rows, ["KEY", "TYPE", "UPDATED", "VALUE"]))
+    text = table(rows, ["KEY", "TYPE", "UPDATED", "VALUE"])
+    cut = [entry["key"] for entry in keys if len(_compact(entry["value"])) > width]
+    if cut:
+        text += (
+            f"\n({', '.join(cut)} cut to fit: `rflow state {workflow} KEY` shows one whole, "
+            "--json all of them)"
+        )
+    return text
 
 
 def _when(entry: dict[str, Any]) -> str:
