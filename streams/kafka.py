@@ -233,18 +233,21 @@ def unavailable(settings: Settings, error: BaseException, seen: list[BaseExcepti
                 "and RFLOW_KAFKA_SECURITY_PROTOCOL)"
             )
     reason = f"{seen[0]} ({error})" if seen else str(error)
-    if any(isinstance(cause, KafkaConnectionError) for cause in seen):
+    closed = next((cause for cause in seen if isinstance(cause, KafkaConnectionError)), None)
+    if closed is not None:
         # aiokafka logs an error of its own kind for a broker only once a connection to
         # it was made: a refused or timed-out one is an OSError or a TimeoutError. A
         # listener that closes it as the first request arrives speaks another protocol
         # (a TLS listener reading a plaintext request, a SASL one a request before the
-        # handshake).
+        # handshake), or nothing is behind it yet.
         protocol = settings.kafka_security_protocol
         return (
-            f"Kafka at {cluster} took the connection and closed it when rflow spoke "
-            f"{protocol} to it: {reason}; its listener may expect another protocol (check "
-            "RFLOW_KAFKA_SECURITY_PROTOCOL: SSL or SASL_SSL for a TLS listener, "
-            "SASL_PLAINTEXT or SASL_SSL with RFLOW_KAFKA_SASL_MECHANISM for a SASL one)"
+            f"Kafka at {cluster}: a broker took the connection and closed it when rflow "
+            f"spoke {protocol} to it: {closed} ({error}); its listener may expect another "
+            "protocol (check RFLOW_KAFKA_SECURITY_PROTOCOL: SSL or SASL_SSL for a TLS "
+            "listener, SASL_PLAINTEXT or SASL_SSL with RFLOW_KAFKA_SASL_MECHANISM for a SASL "
+            "one), or no broker answers behind it (a proxy or port forward with no broker "
+            "yet, a broker starting, stopping or at its connection limit)"
         )
     return f"cannot reach Kafka at {cluster}: {reason}"
 

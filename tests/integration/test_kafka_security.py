@@ -331,8 +331,8 @@ async def test_the_broker_refuses_a_client_without_credentials(as_rflow, tmp_pat
         (unoffered, "does not offer SASL OAUTHBEARER"),
         # the SASL_SSL listener hangs up on a request before the SASL handshake, and on
         # bytes that are not TLS: the message names the setting to check
-        (tls_only, "closed it when rflow spoke SSL to it.*RFLOW_KAFKA_SECURITY_PROTOCOL"),
-        (plaintext, "closed it when rflow spoke PLAINTEXT to it.*RFLOW_KAFKA_SECURITY_PROTOCOL"),
+        (tls_only, "closed it when rflow spoke SSL to it: .*RFLOW_KAFKA_SECURITY_PROTOCOL"),
+        (plaintext, "closed it when rflow spoke PLAINTEXT to it: .*RFLOW_KAFKA_SECURITY_PROTOCOL"),
     ):
         producer = kafka.producer(who, request_timeout_ms=5000)
         with pytest.raises(KafkaError) as refused:

@@ -298,10 +298,51 @@ async def test_plaintext_spoken_to_a_tls_listener_names_the_protocol_to_check(st
     settings = Settings.from_env({"RFLOW_KAFKA_BROKERS": f"127.0.0.1:{stranger_tls}"})
     message = await refusal(kafka.producer(settings, request_timeout_ms=5000), settings)
     assert message.startswith(
-        f"Kafka at 127.0.0.1:{stranger_tls} took the connection and closed it when rflow "
-        "spoke PLAINTEXT to it: "
+        f"Kafka at 127.0.0.1:{stranger_tls}: a broker took the connection and closed it when "
+        f"rflow spoke PLAINTEXT to it: KafkaConnectionError: Connection at 127.0.0.1:{stranger_tls} "
+        "closed ("
     ), message
     assert "RFLOW_KAFKA_SECURITY_PROTOCOL: SSL or SASL_SSL for a TLS listener" in message
+    assert "or no broker answers behind it (a proxy or port forward" in message
+
+
+async def serving(handler: Any) -> Any:
+    return await asyncio.start_server(handler, "127.0.0.1", 0)
+
+
+async def test_a_listener_that_hangs_up_is_named_and_one_that_never_answers_is_out_of_reach():
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    held: list[asyncio.StreamWriter] = []
+
+    async def say_nothing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    closing, silent = await serving(hang_up), await serving(say_nothing)
+    try:
+        port = closing.sockets[0].getsockname()[1]
+        settings = Settings.from_env({"RFLOW_KAFKA_BROKERS": f"127.0.0.1:{port}"})
+        message = await refusal(kafka.admin(settings, request_timeout_ms=2000), settings)
+        assert message.startswith(f"Kafka at 127.0.0.1:{port}: a broker took the connection")
+        port = silent.sockets[0].getsockname()[1]
+        settings = Settings.from_env({"RFLOW_KAFKA_BROKERS": f"127.0.0.1:{port}"})
+        message = await refusal(kafka.admin(settings, request_timeout_ms=1000), settings)
+        assert message.startswith(f"cannot reach Kafka at 127.0.0.1:{port}: "), message
+    finally:
+        for writer in held:
+            writer.close()
+        for server in (closing, silent):
+            server.close()
+            await server.wait_closed()
+
+
+def test_the_broker_that_closed_is_the_reason_given_beside_one_that_refused():
+    settings = Settings.from_env({"RFLOW_KAFKA_BROKERS": "a:9092,b:9092"})
+    refused = ConnectionRefusedError(111, "Connect call failed a:9092")
+    closed = KafkaConnectionError("Connection at b:9092 closed")
+    message = kafka.unavailable(settings, KafkaConnectionError("Unable"), [refused, closed])
+    assert "spoke PLAINTEXT to it: KafkaConnectionError: Connection at b:9092 closed" in message
 
 
 def test_a_connection_closed_on_a_tls_alert_is_a_failed_handshake(pki):
