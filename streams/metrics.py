@@ -211,7 +211,8 @@ class Metrics:
         self.lane_owner_quiet = self._gauge(
             "rflow_lane_owner_quiet_seconds",
             "Of the lanes on this worker with runs waiting, the longest a lane's owner run "
-            "has gone without a step starting or settling, by workflow (0: none waits)",
+            "has gone without its state changing, by workflow (0 when no lane has runs "
+            "waiting)",
             "workflow",
         )
         self.circuit = self._gauge(
@@ -428,11 +429,8 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
             workflow = key.split(":", 1)[0]
             waiting[workflow] = waiting.get(workflow, 0) + len(lane.queue)
             if lane.queue and lane.active is not None:
-                # A lane's owner is decided on the lane's partition: its state is there.
-                owner = tables.runs.get_in(partition, lane.active)
-                if isinstance(owner, RunState):
-                    seconds = max((now - owner.updated_at).total_seconds(), 0.0)
-                    quiet[workflow] = max(quiet.get(workflow, 0.0), seconds)
+                seconds = _quiet_for(tables.runs, partition, lane.active, now)
+                quiet[workflow] = max(quiet.get(workflow, 0.0), seconds)
     for workflow, count in waiting.items():
         metrics.lane_waiting.labels(workflow).set(count)
         metrics.lane_owner_quiet.labels(workflow).set(quiet.get(workflow, 0.0))
@@ -446,6 +444,20 @@ async def refresh(app: RflowApp, metrics: Metrics) -> None:
         if highwater is None:
             continue
         metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(highwater - done, 0))
+
+
+def _quiet_for(runs: Any, partition: int, run_id: str, now: datetime) -> float:
+    """Seconds since run ``run_id``'s state last changed, read on ``partition`` (a lane's
+    owner is decided on the lane's partition); 0 when it is not there or cannot be read:
+    one unreadable entry must not keep the other gauges from being set."""
+    try:
+        owner = runs.get_in(partition, run_id)
+        if not isinstance(owner, RunState):
+            return 0.0
+        return max((now - owner.updated_at).total_seconds(), 0.0)
+    except Exception as exc:
+        log.warning("metrics: the state of lane owner %s could not be read: %r", run_id, exc)
+        return 0.0
 
 
 def attach(app: RflowApp) -> Metrics:
