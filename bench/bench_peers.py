@@ -28,7 +28,8 @@ three steps (state_set, choose, notify to a local HTTP sink) with a concurrency 
 
 The engines run in turn, in two rounds by default (`--rounds`; one with `--quick`): rflow,
 rflow-2, Restate, DBOS, then all of them again, each round on fresh deployments, and the
-report compares rflow with Restate round by round: a target is met only in every round.
+report compares rflow with Restate round by round: a target is met only if it is met in
+every round.
 
 Completion is measured at the sink. Figures per engine: peak runs/s (open loop, to the last
 notify), p50/p99 trigger-to-sink latency at 100 runs/s and at half the engine's own peak,

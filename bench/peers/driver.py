@@ -27,9 +27,9 @@ in this process). A firing whose notify never reaches the sink (no arrival for
 ``--stall`` seconds while others are missing) is lost; a notify that arrives more than
 once is a duplicate. Firings are spread over ``--groups`` concurrency groups in turn.
 
-The report gives every round's figures and rflow against Restate in each round (ratios of
-figures measured minutes apart, beside each other); a target holds only if it is met in
-every round.
+The report gives every round's figures and rflow against Restate in each round (each
+ratio is of two figures of the same round, measured minutes apart); a target holds only
+if it is met in every round.
 """
 
 from __future__ import annotations
@@ -513,10 +513,22 @@ def report(
             )
             show_where(results["rflow"]["engine"], results["rflow"]["sampled"], where)
     if len(rounds) > 1:
-        print(
-            f"\nIn all {len(rounds)} rounds: "
-            + (f"targets missed: {'; '.join(missed)}" if missed else "every target met")
+        print(f"\nrflow against Restate, all {len(rounds)} rounds:")
+        emit(
+            "peers",
+            [
+                (
+                    f"every target, in all {len(rounds)} rounds",
+                    f"{len(missed)} missed" if missed else "all met",
+                    "-",
+                    "-",
+                    "met in every round",
+                    "NOT met" if missed else "met",
+                )
+            ],
         )
+        if missed:
+            print(f"  missed: {'; '.join(missed)}")
 
 
 def which(number: int, rounds: int) -> str:
@@ -653,7 +665,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
                 print(f"\n=== round {number} of {args.rounds} ===", flush=True)
             results: dict[str, dict[str, Any]] = {}
             for name in args.engines:
-                directory = name if args.rounds == 1 else f"{name}-{number}"
+                directory = name if args.rounds == 1 else f"{name}.round{number}"
                 engine = make_engine(name, stack, ports, workdir, sink, args.rflow, directory)
                 try:
                     results[name] = await driver.run_engine(engine)
@@ -662,14 +674,25 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
                 finally:
                     await engine.stop()
             rounds.append(results)
+    except BaseException:
+        if rounds:  # what the rounds that finished measured is not lost with the one that failed
+            print(
+                f"\nbench_peers: round {len(rounds) + 1} did not finish; the rounds that did:",
+                file=sys.stderr,
+            )
+            report(args, rounds, durability)
+        raise
     finally:
         await sink.stop()
     if sink.unnamed:
         print(f"  the sink got {sink.unnamed} requests without an Idempotency-Key", file=sys.stderr)
     report(args, rounds, durability)
-    failed = sorted(
-        {n for results in rounds for n, r in results.items() if r["lost"] or r["duplicates"]}
-    )
+    failed = [
+        f"{n} (round {number})" if len(rounds) > 1 else n
+        for number, results in enumerate(rounds, 1)
+        for n, r in results.items()
+        if r["lost"] or r["duplicates"]
+    ]
     if failed:
         print(f"\nbench_peers: runs lost or notified twice by {', '.join(failed)}", file=sys.stderr)
         return 1
@@ -681,7 +704,7 @@ def main() -> None:
         prog="bench/bench_peers.py", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a short run (400 firings, 5 s phases)"
+        "--quick", action="store_true", help="a short run (400 firings, 5 s phases, one round)"
     )
     parser.add_argument(
         "--runs", type=int, help="firings of the peak phase (default 2000; quick 400)"
@@ -711,7 +734,8 @@ def main() -> None:
     args = parser.parse_args()
     args.runs = args.runs or (400 if args.quick else 2000)
     args.duration = args.duration or (5.0 if args.quick else 20.0)
-    args.rounds = args.rounds or (1 if args.quick else 2)
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 2
     if min(args.groups, args.runs, args.rounds) < 1 or args.rate <= 0 or args.duration <= 0:
         parser.error("--groups, --runs, --rounds, --rate and --duration must be positive")
 
